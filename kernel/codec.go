@@ -1,0 +1,35 @@
+package kernel
+
+// Codec turns messages into bytes and back. One codec value serves many
+// goroutines at once. The codec's name travels in every request, and the
+// server answers in the codec the client used.
+type Codec interface {
+	// Name is the codec's config name; it is stable and non-empty.
+	Name() string
+	// Marshal appends the encoding of v to dst and returns the extended
+	// slice. It must not modify dst[:len(dst)].
+	Marshal(dst []byte, v any) ([]byte, error)
+	// Unmarshal decodes data into v, which is a pointer the codec knows.
+	Unmarshal(data []byte, v any) error
+}
+
+// CodecSizer is an optional interface: a codec that can tell the encoded
+// size of v cheaply lets the kernel ask the transport for a buffer of the
+// right size, so the encoding lands without a reallocation.
+type CodecSizer interface {
+	Size(v any) int
+}
+
+// AliasingCodec is an optional interface for codecs whose decoded values
+// point into the bytes they were decoded from (FlatBuffers reads fields in
+// place). The kernel then keeps those bytes alive and unchanged for as long
+// as the value may be read: on the server until the handler returns, on the
+// client it hands the caller a private copy of a lent payload.
+type AliasingCodec interface {
+	AliasesInput() bool
+}
+
+func codecAliases(c Codec) bool {
+	a, ok := c.(AliasingCodec)
+	return ok && a.AliasesInput()
+}

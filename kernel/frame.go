@@ -1,0 +1,369 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// The frame format is shared by every transport that carries bytes; it is
+// documented byte by byte in docs/protocol.md. A frame is
+//
+//	| 4B length | 1B magic | 1B version | 1B type | 1B flags | 8B call id |
+//	| 4B fields length | fields (tag, uvarint length, value)... | payload |
+//
+// where length counts every byte after itself. Integers are big-endian.
+
+// FrameType says what a frame carries.
+type FrameType uint8
+
+const (
+	FrameRequest      FrameType = 1 // a call's request: method, codec, deadline, metadata, payload
+	FrameResponse     FrameType = 2 // a call's answer: status, metadata, payload
+	FrameCancel       FrameType = 3 // the client gave up on a call
+	FramePing         FrameType = 4 // keepalive probe; the payload is echoed in the Pong
+	FramePong         FrameType = 5 // keepalive answer
+	FrameGoAway       FrameType = 6 // the sender is shutting down: send new calls elsewhere
+	FrameStreamData   FrameType = 7 // reserved for streaming calls: one message of a stream
+	FrameWindowUpdate FrameType = 8 // reserved for streaming calls: flow-control credit
+	maxFrameType                = FrameWindowUpdate
+)
+
+var frameTypeNames = [...]string{"", "Request", "Response", "Cancel", "Ping", "Pong", "GoAway", "StreamData", "WindowUpdate"}
+
+func (t FrameType) String() string {
+	if t > 0 && t <= maxFrameType {
+		return frameTypeNames[t]
+	}
+	return "FrameType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// FrameFlags are per-frame bits.
+type FrameFlags uint8
+
+const (
+	// FlagEndStream marks the last frame a side sends on a call. Unary
+	// requests and responses always carry it; streams (reserved) send it once.
+	FlagEndStream FrameFlags = 1 << 0
+	// FlagStream marks a request that opens a stream rather than a unary call.
+	FlagStream FrameFlags = 1 << 1
+	// FlagRetryable on a response says the server did not process the call.
+	FlagRetryable FrameFlags = 1 << 2
+)
+
+const (
+	// FrameMagic is the first byte after the length of every frame.
+	FrameMagic = 0xCB
+	// FrameVersion is the protocol version this kernel speaks.
+	FrameVersion = 1
+	// FramePrefixLen is the length field alone.
+	FramePrefixLen = 4
+	// FrameFixedLen is the fixed part after the length field: magic, version,
+	// type, flags, call id and fields length.
+	FrameFixedLen = 16
+	// DefaultMaxFrameSize bounds the length field unless configured otherwise.
+	DefaultMaxFrameSize = 4 << 20
+)
+
+// Field tags inside a frame's fields section. Unknown tags are skipped, so a
+// newer peer may add fields without a version bump.
+const (
+	tagMethod   = 1
+	tagCodec    = 2
+	tagTimeout  = 3 // uvarint microseconds
+	tagCode     = 4 // uvarint
+	tagMessage  = 5
+	tagMetadata = 6 // one pair: uvarint key length, key, value
+	tagCredit   = 7 // uvarint, reserved for stream flow control
+)
+
+// ErrMalformedFrame is wrapped by every frame decoding error.
+var ErrMalformedFrame = errors.New("malformed frame")
+
+// ErrFrameTooLarge is wrapped when a frame's length exceeds the limit.
+var ErrFrameTooLarge = errors.New("frame too large")
+
+// Frame is one message on a connection, decoded. Payload may point into
+// memory the transport lends; call Release when done with it.
+type Frame struct {
+	Type     FrameType
+	Flags    FrameFlags
+	CallID   uint64
+	Method   string        // requests
+	Codec    string        // requests and responses
+	Timeout  time.Duration // requests: what is left of the caller's deadline; 0 means none
+	Code     Code          // responses
+	Message  string        // responses: the status message
+	Metadata Metadata      // requests and responses
+	Credit   uint32        // reserved for stream flow control
+	Payload  []byte
+
+	owner FrameOwner
+}
+
+// FrameOwner takes back a frame (and the memory under its payload) that a
+// transport handed out from ReadFrame.
+type FrameOwner interface {
+	ReleaseFrame(*Frame)
+}
+
+// SetOwner records who takes f back on Release. Transports call it on frames
+// they hand out.
+func (f *Frame) SetOwner(o FrameOwner) { f.owner = o }
+
+// Release returns f and its payload to the transport that produced it. f
+// must not be used afterwards. Release on a frame without owner only clears it.
+func (f *Frame) Release() {
+	if o := f.owner; o != nil {
+		f.owner = nil
+		o.ReleaseFrame(f)
+	}
+}
+
+// Reset clears every field but keeps nothing: use it before reusing a Frame.
+func (f *Frame) Reset() { *f = Frame{} }
+
+// FrameHeaderLen returns how many bytes AppendFrameHeader writes for f.
+func FrameHeaderLen(f *Frame) int {
+	return FramePrefixLen + FrameFixedLen + fieldsLen(f)
+}
+
+func fieldsLen(f *Frame) int {
+	n := 0
+	if f.Method != "" {
+		n += fieldLen(len(f.Method))
+	}
+	if f.Codec != "" {
+		n += fieldLen(len(f.Codec))
+	}
+	if f.Timeout > 0 {
+		n += fieldLen(uvarintLen(uint64(timeoutMicros(f.Timeout))))
+	}
+	if f.Code != OK {
+		n += fieldLen(uvarintLen(uint64(f.Code)))
+	}
+	if f.Message != "" {
+		n += fieldLen(len(f.Message))
+	}
+	for k, v := range f.Metadata {
+		n += fieldLen(uvarintLen(uint64(len(k))) + len(k) + len(v))
+	}
+	if f.Credit != 0 {
+		n += fieldLen(uvarintLen(uint64(f.Credit)))
+	}
+	return n
+}
+
+func timeoutMicros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if us == 0 {
+		us = 1 // a positive timeout below 1µs must not read as "no deadline"
+	}
+	return us
+}
+
+func fieldLen(valueLen int) int { return 1 + uvarintLen(uint64(valueLen)) + valueLen }
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// AppendFrameHeader appends everything of f up to its payload: the length
+// (which counts len(f.Payload)), the fixed part and the fields. The caller
+// writes f.Payload right after.
+func AppendFrameHeader(dst []byte, f *Frame) []byte {
+	fl := fieldsLen(f)
+	length := FrameFixedLen + fl + len(f.Payload)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(length))
+	dst = append(dst, FrameMagic, FrameVersion, byte(f.Type), byte(f.Flags))
+	dst = binary.BigEndian.AppendUint64(dst, f.CallID)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(fl))
+	if f.Method != "" {
+		dst = appendStringField(dst, tagMethod, f.Method)
+	}
+	if f.Codec != "" {
+		dst = appendStringField(dst, tagCodec, f.Codec)
+	}
+	if f.Timeout > 0 {
+		dst = appendUvarintField(dst, tagTimeout, uint64(timeoutMicros(f.Timeout)))
+	}
+	if f.Code != OK {
+		dst = appendUvarintField(dst, tagCode, uint64(f.Code))
+	}
+	if f.Message != "" {
+		dst = appendStringField(dst, tagMessage, f.Message)
+	}
+	for k, v := range f.Metadata {
+		dst = append(dst, tagMetadata)
+		dst = binary.AppendUvarint(dst, uint64(uvarintLen(uint64(len(k)))+len(k)+len(v)))
+		dst = binary.AppendUvarint(dst, uint64(len(k)))
+		dst = append(dst, k...)
+		dst = append(dst, v...)
+	}
+	if f.Credit != 0 {
+		dst = appendUvarintField(dst, tagCredit, uint64(f.Credit))
+	}
+	return dst
+}
+
+func appendStringField(dst []byte, tag byte, s string) []byte {
+	dst = append(dst, tag)
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendUvarintField(dst []byte, tag byte, x uint64) []byte {
+	dst = append(dst, tag, byte(uvarintLen(x)))
+	return binary.AppendUvarint(dst, x)
+}
+
+// ReadFrameLength decodes the 4-byte length prefix and checks it against
+// max before the caller allocates anything for the frame.
+func ReadFrameLength(prefix []byte, max int) (int, error) {
+	if len(prefix) < FramePrefixLen {
+		return 0, errors.Join(ErrMalformedFrame, errors.New("truncated length prefix"))
+	}
+	n := binary.BigEndian.Uint32(prefix)
+	if n < FrameFixedLen {
+		return 0, &frameError{err: ErrMalformedFrame, msg: "length " + strconv.FormatUint(uint64(n), 10) + " is shorter than the fixed header (16)"}
+	}
+	if max > 0 && uint64(n) > uint64(max) {
+		return 0, &frameError{err: ErrFrameTooLarge, msg: "length " + strconv.FormatUint(uint64(n), 10) + " exceeds the maximum frame size " + strconv.Itoa(max)}
+	}
+	return int(n), nil
+}
+
+type frameError struct {
+	err error
+	msg string
+}
+
+func (e *frameError) Error() string { return e.err.Error() + ": " + e.msg }
+func (e *frameError) Unwrap() error { return e.err }
+
+func malformed(msg string) error { return &frameError{err: ErrMalformedFrame, msg: msg} }
+
+// DecodeFrame decodes body, the bytes that followed the length prefix, into
+// f. f.Payload aliases body. Strings go through in when it is not nil, so
+// that the same method and codec names do not allocate on every frame.
+func DecodeFrame(body []byte, f *Frame, in *Interner) error {
+	if len(body) < FrameFixedLen {
+		return malformed("truncated fixed header: " + strconv.Itoa(len(body)) + " of 16 bytes")
+	}
+	if body[0] != FrameMagic {
+		return malformed("bad magic byte 0x" + strconv.FormatUint(uint64(body[0]), 16) + ", want 0xcb (is the peer speaking kernrpc?)")
+	}
+	if body[1] != FrameVersion {
+		return malformed("unsupported protocol version " + strconv.Itoa(int(body[1])) + " (this side speaks 1)")
+	}
+	t := FrameType(body[2])
+	if t == 0 || t > maxFrameType {
+		return malformed("unknown frame type " + strconv.Itoa(int(t)))
+	}
+	f.Type = t
+	f.Flags = FrameFlags(body[3])
+	f.CallID = binary.BigEndian.Uint64(body[4:12])
+	fl := binary.BigEndian.Uint32(body[12:16])
+	if uint64(fl) > uint64(len(body)-FrameFixedLen) {
+		return malformed("fields length " + strconv.FormatUint(uint64(fl), 10) + " runs past the frame end")
+	}
+	fields := body[FrameFixedLen : FrameFixedLen+int(fl)]
+	f.Payload = body[FrameFixedLen+int(fl):]
+	for len(fields) > 0 {
+		tag := fields[0]
+		l, n := binary.Uvarint(fields[1:])
+		if n <= 0 || l > uint64(len(fields)-1-n) {
+			return malformed("field with tag " + strconv.Itoa(int(tag)) + " runs past the fields section")
+		}
+		v := fields[1+n : 1+n+int(l)]
+		fields = fields[1+n+int(l):]
+		switch tag {
+		case tagMethod:
+			f.Method = in.String(v)
+		case tagCodec:
+			f.Codec = in.String(v)
+		case tagTimeout:
+			us, err := fieldUvarint(tag, v)
+			if err != nil {
+				return err
+			}
+			if us > uint64(1<<63-1)/uint64(time.Microsecond) {
+				us = uint64(1<<63-1) / uint64(time.Microsecond)
+			}
+			f.Timeout = time.Duration(us) * time.Microsecond
+		case tagCode:
+			c, err := fieldUvarint(tag, v)
+			if err != nil {
+				return err
+			}
+			if c > 1<<31 {
+				return malformed("status code " + strconv.FormatUint(c, 10) + " out of range")
+			}
+			f.Code = Code(c)
+		case tagMessage:
+			f.Message = string(v)
+		case tagMetadata:
+			kl, kn := binary.Uvarint(v)
+			if kn <= 0 || kl > uint64(len(v)-kn) {
+				return malformed("metadata key runs past its field")
+			}
+			if f.Metadata == nil {
+				f.Metadata = make(Metadata, 4)
+			}
+			f.Metadata[string(v[kn:kn+int(kl)])] = string(v[kn+int(kl):])
+		case tagCredit:
+			c, err := fieldUvarint(tag, v)
+			if err != nil {
+				return err
+			}
+			if c > 1<<32-1 {
+				return malformed("credit out of range")
+			}
+			f.Credit = uint32(c)
+		}
+	}
+	return nil
+}
+
+func fieldUvarint(tag byte, v []byte) (uint64, error) {
+	x, n := binary.Uvarint(v)
+	if n <= 0 || n != len(v) {
+		return 0, malformed("field with tag " + strconv.Itoa(int(tag)) + " is not one uvarint")
+	}
+	return x, nil
+}
+
+// Interner turns repeated byte strings (method and codec names) into the
+// same string without allocating each time. It is bounded, so a peer sending
+// endless distinct names costs allocations but not memory. Not safe for
+// concurrent use: one per connection read side.
+type Interner struct {
+	m map[string]string
+}
+
+const internerMax = 512
+
+// String returns b as a string, reusing an earlier copy when there is one.
+// A nil *Interner just converts.
+func (in *Interner) String(b []byte) string {
+	if in == nil {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if in.m == nil {
+		in.m = make(map[string]string)
+	}
+	if len(in.m) < internerMax && len(s) <= 256 {
+		in.m[s] = s
+	}
+	return s
+}

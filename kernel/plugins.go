@@ -1,0 +1,267 @@
+package kernel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Kind names a kind of plugin.
+type Kind string
+
+const (
+	KindTransport Kind = "transport"
+	KindCodec     Kind = "codec"
+	KindRegistry  Kind = "registry"
+	KindBalancer  Kind = "balancer"
+	KindFilter    Kind = "filter"
+)
+
+// Kinds lists every plugin kind, in the order configs and listings use.
+var Kinds = []Kind{KindTransport, KindCodec, KindRegistry, KindBalancer, KindFilter}
+
+// Factory says how to build one plugin of kind T from its config: the
+// plugin's name, its options with defaults, and a constructor. A plugin
+// package declares one and registers it from init:
+//
+//	func init() { kernel.RegisterTransport(Factory) }
+//
+// Registration happens in init and is not safe to call afterwards.
+type Factory[T any] struct {
+	// Name is the config name, e.g. "tcp-lv".
+	Name string
+	// Doc is one line for `kernrpc plugins`.
+	Doc string
+	// NewOptions returns a pointer to the plugin's options filled with
+	// defaults; the config's options block is decoded into it strictly. Nil
+	// when the plugin takes no options.
+	NewOptions func() any
+	// New builds the plugin from what NewOptions returned, after decoding.
+	// It validates the options and names the bad one in its error.
+	New func(opts any) (T, error)
+}
+
+// NewFactory builds a Factory from typed functions, so that a plugin's
+// constructor takes its own options type instead of any.
+func NewFactory[T any, O any](name, doc string, defaults func() *O, build func(*O) (T, error)) Factory[T] {
+	return Factory[T]{
+		Name:       name,
+		Doc:        doc,
+		NewOptions: func() any { return defaults() },
+		New: func(opts any) (T, error) {
+			o, ok := opts.(*O)
+			if !ok {
+				var zero T
+				return zero, fmt.Errorf("kernrpc: %s: options are %T, want %T", name, opts, (*O)(nil))
+			}
+			return build(o)
+		},
+	}
+}
+
+// pluginTable holds the factories of one kind.
+type pluginTable[T any] struct {
+	kind Kind
+	mu   sync.RWMutex
+	m    map[string]Factory[T]
+}
+
+func (t *pluginTable[T]) register(f Factory[T]) {
+	if f.Name == "" {
+		panic("kernrpc: Register" + string(t.kind) + ": empty plugin name")
+	}
+	if f.New == nil {
+		panic("kernrpc: Register" + string(t.kind) + ": plugin " + f.Name + " has a nil New")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[string]Factory[T])
+	}
+	if _, dup := t.m[f.Name]; dup {
+		panic("kernrpc: Register" + string(t.kind) + " called twice for " + string(t.kind) + " " + f.Name)
+	}
+	t.m[f.Name] = f
+}
+
+func (t *pluginTable[T]) lookup(name string) (Factory[T], error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	f, ok := t.m[name]
+	if !ok {
+		return f, &UnknownPluginError{Kind: t.kind, Name: name, Known: t.namesLocked()}
+	}
+	return f, nil
+}
+
+func (t *pluginTable[T]) namesLocked() []string {
+	names := make([]string, 0, len(t.m))
+	for n := range t.m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (t *pluginTable[T]) infos() []PluginInfo {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []PluginInfo
+	for _, n := range t.namesLocked() {
+		f := t.m[n]
+		info := PluginInfo{Kind: t.kind, Name: f.Name, Doc: f.Doc}
+		if f.NewOptions != nil {
+			info.Defaults = f.NewOptions()
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// build looks name up, decodes options into its defaults, and builds it.
+// source names where the options came from (a config file) for errors.
+func (t *pluginTable[T]) build(name string, options map[string]any, source string) (T, error) {
+	var zero T
+	f, err := t.lookup(name)
+	if err != nil {
+		return zero, err
+	}
+	var opts any
+	if f.NewOptions != nil {
+		opts = f.NewOptions()
+		if err := DecodeOptions(options, opts); err != nil {
+			return zero, &OptionError{Kind: t.kind, Plugin: name, Source: source, Err: err}
+		}
+	} else if len(options) > 0 {
+		keys := make([]string, 0, len(options))
+		for k := range options {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return zero, &OptionError{Kind: t.kind, Plugin: name, Source: source, Key: keys[0], Err: fmt.Errorf("unknown key: %s %q takes no options", t.kind, name)}
+	}
+	p, err := f.New(opts)
+	if err != nil {
+		return zero, fmt.Errorf("%s %q (%s): %w", t.kind, name, sourceOr(source), err)
+	}
+	return p, nil
+}
+
+func sourceOr(s string) string {
+	if s == "" {
+		return "options given in code"
+	}
+	return s
+}
+
+var (
+	transports = pluginTable[Transport]{kind: KindTransport}
+	codecs     = pluginTable[Codec]{kind: KindCodec}
+	registries = pluginTable[Registry]{kind: KindRegistry}
+	balancers  = pluginTable[Balancer]{kind: KindBalancer}
+	filters    = pluginTable[Filter]{kind: KindFilter}
+)
+
+// RegisterTransport makes a transport available by name. It panics if the
+// name is empty or already taken, as database/sql.Register does.
+func RegisterTransport(f Factory[Transport]) { transports.register(f) }
+
+// RegisterCodec makes a codec available by name.
+func RegisterCodec(f Factory[Codec]) { codecs.register(f) }
+
+// RegisterRegistry makes a service registry available by name.
+func RegisterRegistry(f Factory[Registry]) { registries.register(f) }
+
+// RegisterBalancer makes a balancer available by name. Its New is called
+// once per target service a client calls.
+func RegisterBalancer(f Factory[Balancer]) { balancers.register(f) }
+
+// RegisterFilter makes a filter available by name.
+func RegisterFilter(f Factory[Filter]) { filters.register(f) }
+
+// NewTransport builds the transport registered as name from options (an
+// already-parsed config tree; nil for defaults). source names the file the
+// options came from, for error messages.
+func NewTransport(name string, options map[string]any, source string) (Transport, error) {
+	return transports.build(name, options, source)
+}
+
+// NewCodec builds the codec registered as name.
+func NewCodec(name string, options map[string]any, source string) (Codec, error) {
+	return codecs.build(name, options, source)
+}
+
+// NewRegistry builds the service registry registered as name.
+func NewRegistry(name string, options map[string]any, source string) (Registry, error) {
+	return registries.build(name, options, source)
+}
+
+// NewBalancer builds the balancer registered as name.
+func NewBalancer(name string, options map[string]any, source string) (Balancer, error) {
+	return balancers.build(name, options, source)
+}
+
+// NewFilter builds the filter registered as name.
+func NewFilter(name string, options map[string]any, source string) (Filter, error) {
+	return filters.build(name, options, source)
+}
+
+// PluginInfo describes one registered plugin, for listings.
+type PluginInfo struct {
+	Kind     Kind
+	Name     string
+	Doc      string
+	Defaults any // the options struct with its defaults; nil if none
+}
+
+// Plugins lists every registered plugin, by kind then name.
+func Plugins() []PluginInfo {
+	var out []PluginInfo
+	out = append(out, transports.infos()...)
+	out = append(out, codecs.infos()...)
+	out = append(out, registries.infos()...)
+	out = append(out, balancers.infos()...)
+	out = append(out, filters.infos()...)
+	return out
+}
+
+// UnknownPluginError is returned when a config names a plugin nobody
+// registered. It lists what is known and hints at the forgotten import.
+type UnknownPluginError struct {
+	Kind  Kind
+	Name  string
+	Known []string
+}
+
+func (e *UnknownPluginError) Error() string {
+	known := "none registered"
+	if len(e.Known) > 0 {
+		known = "known: " + strings.Join(e.Known, ", ")
+	}
+	return fmt.Sprintf("kernrpc: unknown %s %q (%s); forgotten import? Import the plugin's package for its side effect, "+
+		"or _ \"github.com/kernrpc/kernrpc/plugins/all\" for every built-in plugin", e.Kind, e.Name, known)
+}
+
+// OptionError reports an options block that does not fit its plugin.
+type OptionError struct {
+	Kind   Kind
+	Plugin string
+	Source string // the config file, if any
+	Key    string // the offending key, when known
+	Err    error
+}
+
+func (e *OptionError) Error() string {
+	key := e.Key
+	if key == "" {
+		key = optionKeyOf(e.Err)
+	}
+	msg := fmt.Sprintf("kernrpc: %s: %s %q", sourceOr(e.Source), e.Kind, e.Plugin)
+	if key != "" {
+		msg += fmt.Sprintf(": option %q", key)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+func (e *OptionError) Unwrap() error { return e.Err }

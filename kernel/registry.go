@@ -1,0 +1,81 @@
+package kernel
+
+import (
+	"context"
+	"time"
+)
+
+// Instance is one running server of a service, as a registry knows it.
+type Instance struct {
+	// Service is the name clients resolve.
+	Service string
+	// ID is unique among the service's instances; the server derives it from
+	// its address unless configured.
+	ID string
+	// Address is what the client's transport dials.
+	Address string
+	// Metadata is free-form; by convention "transport", "codec" and "weight"
+	// (an integer, for weighted balancers).
+	Metadata map[string]string
+	// Load is the last load the instance reported; zero when unknown.
+	Load Load
+}
+
+// Load is what an instance reports of its own busyness, at a bounded rate,
+// for load-aware balancers.
+type Load struct {
+	InFlight int64   // calls being handled now
+	QPS      float64 // calls completed per second, recently
+	Updated  time.Time
+}
+
+// Registry is service discovery: servers register instances under a lease,
+// clients resolve and watch them.
+type Registry interface {
+	// Register announces inst for ttl. The registry keeps the lease alive
+	// until Deregister or Close; if it cannot, the instance disappears
+	// within ttl. A ttl of 0 means the registry's default.
+	Register(ctx context.Context, inst Instance, ttl time.Duration) error
+	// Deregister removes inst (matched by Service and ID).
+	Deregister(ctx context.Context, inst Instance) error
+	// Resolve returns the live instances of service; an empty slice (not an
+	// error) when there are none.
+	Resolve(ctx context.Context, service string) ([]Instance, error)
+	// Watch sends the full set of service's instances, first the current set,
+	// then again after every change, until ctx is done; then it closes the
+	// channel. A slow receiver sees only the latest set.
+	Watch(ctx context.Context, service string) (<-chan []Instance, error)
+	// Close deregisters everything this registry registered and releases its
+	// connections. It is idempotent.
+	Close() error
+}
+
+// LoadReporter is an optional Registry interface: publish an instance's load
+// so that other processes' balancers can see it.
+type LoadReporter interface {
+	ReportLoad(ctx context.Context, inst Instance, load Load) error
+}
+
+// Elector is an optional Registry interface offered by registries that can
+// run a leader election (etcd, consul).
+type Elector interface {
+	// Campaign blocks until id is leader of election or ctx is done. The
+	// returned Leadership ends when resigned or when the lease is lost.
+	Campaign(ctx context.Context, election, id string) (Leadership, error)
+}
+
+// Leadership is held after winning a Campaign.
+type Leadership interface {
+	// Lost is closed when leadership ends for any reason.
+	Lost() <-chan struct{}
+	// Resign gives up leadership.
+	Resign(ctx context.Context) error
+}
+
+// RegistryCapabilities is optional: a registry says what it supports so that
+// plugintest can skip what does not apply, with the reason.
+type RegistryCapabilities interface {
+	// HonoursTTL is false for registries whose entries never expire (a
+	// static list from config).
+	HonoursTTL() bool
+}

@@ -1,0 +1,109 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Code is the outcome of a call. The set and the numbering are gRPC's, so
+// that gateways and users can map codes across without a table.
+type Code uint32
+
+const (
+	OK                 Code = 0
+	Canceled           Code = 1
+	Unknown            Code = 2
+	InvalidArgument    Code = 3
+	DeadlineExceeded   Code = 4
+	NotFound           Code = 5
+	AlreadyExists      Code = 6
+	PermissionDenied   Code = 7
+	ResourceExhausted  Code = 8
+	FailedPrecondition Code = 9
+	Aborted            Code = 10
+	OutOfRange         Code = 11
+	Unimplemented      Code = 12
+	Internal           Code = 13
+	Unavailable        Code = 14
+	DataLoss           Code = 15
+	Unauthenticated    Code = 16
+)
+
+var codeNames = [...]string{
+	"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+	"Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
+	"Unauthenticated",
+}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "Code(" + strconv.FormatUint(uint64(c), 10) + ")"
+}
+
+// Status is the error a call ends with when it does not succeed. It crosses
+// the wire as a code and a message.
+type Status struct {
+	Code    Code
+	Message string
+	// Retryable is set when the server guarantees the call was not processed
+	// (for example, it arrived after the server began shutting down), so the
+	// client may safely send it again elsewhere.
+	Retryable bool
+}
+
+func (s *Status) Error() string {
+	return "kernrpc: " + s.Code.String() + ": " + s.Message
+}
+
+// Is makes errors.Is(err, &Status{Code: c}) match on the code alone.
+func (s *Status) Is(target error) bool {
+	t, ok := target.(*Status)
+	return ok && t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
+}
+
+// Errorf returns a *Status with the given code and a formatted message.
+func Errorf(c Code, format string, args ...any) error {
+	return &Status{Code: c, Message: fmt.Sprintf(format, args...)}
+}
+
+// NewStatus returns a *Status with the given code and message.
+func NewStatus(c Code, msg string) *Status { return &Status{Code: c, Message: msg} }
+
+// StatusOf converts any error into a *Status: nil gives nil, a *Status found
+// by errors.As is returned as is, context errors map to Canceled and
+// DeadlineExceeded, and anything else is Unknown.
+func StatusOf(err error) *Status {
+	if err == nil {
+		return nil
+	}
+	var s *Status
+	if errors.As(err, &s) {
+		return s
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Status{Code: DeadlineExceeded, Message: err.Error()}
+	case errors.Is(err, context.Canceled):
+		return &Status{Code: Canceled, Message: err.Error()}
+	}
+	return &Status{Code: Unknown, Message: err.Error()}
+}
+
+// CodeOf returns the code of err: OK for nil, see StatusOf for the rest.
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	return StatusOf(err).Code
+}
+
+// IsRetryable reports whether err says the call was never processed.
+func IsRetryable(err error) bool {
+	var s *Status
+	return errors.As(err, &s) && s.Retryable
+}

@@ -1,0 +1,85 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+)
+
+// Transport moves frames between a client and a server. It listens and
+// dials by address; a Conn carries frames both ways with many calls in
+// flight at once, matched by Frame.CallID.
+//
+// A transport is built by its Factory from its options; Close releases what
+// it holds (listeners and connections it made stay the caller's to close).
+type Transport interface {
+	// Listen starts accepting connections on addr. The address syntax is the
+	// transport's own (host:port for tcp-lv, a socket path for shm-ring).
+	Listen(ctx context.Context, addr string) (Listener, error)
+	// Dial connects to a listener at addr. It honours ctx's deadline.
+	Dial(ctx context.Context, addr string) (Conn, error)
+}
+
+// Listener accepts connections until it is closed.
+type Listener interface {
+	// Accept waits for the next connection. After Close it returns an error
+	// wrapping ErrClosed.
+	Accept(ctx context.Context) (Conn, error)
+	// Addr is the address clients dial, with any port the system chose.
+	Addr() string
+	// Close stops accepting; connections already accepted stay open.
+	Close() error
+}
+
+// Conn is one connection. Many goroutines may call WriteFrame at once; one
+// goroutine at a time may call ReadFrame (the kernel hands the reading role
+// from caller to caller, so a lone caller reads its own reply without a
+// goroutine hand-off).
+type Conn interface {
+	// Buffer returns an empty buffer with capacity for at least sizeHint
+	// bytes, into which the caller appends (encodes) an outgoing payload.
+	// The memory may be the transport's own (a ring slot, a pooled buffer):
+	// the buffer, or the slice the append produced from it, must be passed
+	// to WriteFrame as Payload or given back with Recycle.
+	Buffer(sizeHint int) []byte
+	// Recycle gives back a buffer from Buffer that will not be sent.
+	Recycle(buf []byte)
+	// WriteFrame sends f. It does not keep f after it returns, but it owns
+	// f.Payload from then on (it gives it back to its pool once written).
+	// It never waits for another caller's write to finish: when the
+	// connection is busy writing, f is queued and written in a batch.
+	WriteFrame(f *Frame) error
+	// ReadFrame returns the next frame from the peer. Its payload is lent
+	// until the frame's Release. When ctx is done first, ReadFrame returns
+	// ctx's error and the connection stays usable: the next ReadFrame
+	// resumes where this one stopped. Transport-level frames (Ping, Pong)
+	// are answered inside the transport and never returned.
+	ReadFrame(ctx context.Context) (*Frame, error)
+	// Close closes the connection; pending and later operations fail with
+	// an error wrapping ErrClosed. Close is idempotent.
+	Close() error
+	// Done is closed when the connection is dead, by Close or by failure.
+	Done() <-chan struct{}
+	// Err says why the connection died; nil while it is alive.
+	Err() error
+	// LocalAddr and RemoteAddr describe the two ends, for logs and filters.
+	LocalAddr() string
+	RemoteAddr() string
+}
+
+// ErrClosed is wrapped by errors from operations on a closed listener or
+// connection.
+var ErrClosed = errors.New("closed")
+
+// ErrPeerGone is wrapped when a connection died because the peer vanished:
+// keepalive timed out, the socket reset, or the peer's process exited.
+// Calls pending on such a connection fail with status Unavailable.
+var ErrPeerGone = errors.New("peer gone")
+
+// TransportCapabilities is an optional interface: a transport declares what it can do
+// beyond the Transport contract, so that the kernel and plugintest can take
+// the fast path or skip a check with a reason.
+type TransportCapabilities interface {
+	// LendsMemory reports whether Buffer and ReadFrame payloads are memory
+	// the transport owns and will reuse after Recycle/WriteFrame/Release.
+	LendsMemory() bool
+}
