@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"slices"
@@ -207,6 +208,9 @@ func ParseConfigJSON(data []byte, source string) (*Config, error) {
 	if err := dec.Decode(&tree); err != nil {
 		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("kernrpc: %s: data after the config object; a config file holds one JSON object", sourceOr(source))
+	}
 	if tree == nil {
 		tree = map[string]any{}
 	}
@@ -307,19 +311,32 @@ func (e *decodeError) Unwrap() error { return e.err }
 func explainDecodeError(err error, opts any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
+		if te.Type == reflect.TypeFor[Duration]() || te.Type == reflect.TypeFor[Size]() {
+			// Their UnmarshalJSON put the whole explanation in Value.
+			return &decodeError{key: te.Field, err: err, msg: te.Value}
+		}
 		return &decodeError{key: te.Field, err: err,
-			msg: fmt.Sprintf("wrong type: got a %s, want %s", te.Value, describeType(te.Type))}
+			msg: fmt.Sprintf("wrong type: got %s %s, want %s", article(te.Value), te.Value, describeType(te.Type))}
 	}
 	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		key, _ = strconv.Unquote(key)
 		return &decodeError{key: key, err: err,
 			msg: fmt.Sprintf("unknown key (known keys: %s)", strings.Join(knownKeys(opts), ", "))}
 	}
-	var pe *durationError
-	if errors.As(err, &pe) {
-		return &decodeError{err: err, msg: pe.Error()}
-	}
 	return err
+}
+
+func article(noun string) string {
+	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// valueError reports a config value of type t that does not parse. It is a
+// *json.UnmarshalTypeError so that encoding/json fills in the key's path.
+func valueError(t reflect.Type, format string, args ...any) error {
+	return &json.UnmarshalTypeError{Value: fmt.Sprintf(format, args...), Type: t}
 }
 
 func optionKeyOf(err error) string {
@@ -392,10 +409,6 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalJSON writes d as a string such as "5s".
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-type durationError struct{ msg string }
-
-func (e *durationError) Error() string { return e.msg }
-
 // UnmarshalJSON reads "5s"-style strings; a bare 0 is accepted too.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	if string(b) == "0" {
@@ -404,11 +417,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return &durationError{msg: fmt.Sprintf(`duration %s must be a string with a unit, such as "500ms" or "5s"`, b)}
+		return valueError(reflect.TypeFor[Duration](), `duration %s must be a string with a unit, such as "500ms" or "5s"`, b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return &durationError{msg: fmt.Sprintf(`bad duration %q: want a number with a unit, such as "500ms" or "5s"`, s)}
+		return valueError(reflect.TypeFor[Duration](), `bad duration %q: want a number with a unit, such as "500ms" or "5s"`, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -426,18 +439,18 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 	var n int64
 	if err := json.Unmarshal(b, &n); err == nil {
 		if n < 0 {
-			return &durationError{msg: fmt.Sprintf("size %d must not be negative", n)}
+			return valueError(reflect.TypeFor[Size](), "size %d must not be negative", n)
 		}
 		*s = Size(n)
 		return nil
 	}
 	var str string
 	if err := json.Unmarshal(b, &str); err != nil {
-		return &durationError{msg: fmt.Sprintf(`size %s must be an integer or a string such as "4MiB"`, b)}
+		return valueError(reflect.TypeFor[Size](), `size %s must be an integer or a string such as "4MiB"`, b)
 	}
 	v, err := ParseSize(str)
 	if err != nil {
-		return &durationError{msg: err.Error()}
+		return valueError(reflect.TypeFor[Size](), "%s", err.Error())
 	}
 	*s = Size(v)
 	return nil
