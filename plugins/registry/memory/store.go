@@ -1,0 +1,307 @@
+package memory
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// stores holds the store of every namespace some open Registry uses. A
+// store lives while at least one Registry holds it.
+var stores = struct {
+	sync.Mutex
+	m map[string]*store
+}{m: make(map[string]*store)}
+
+func acquireStore(namespace string) *store {
+	stores.Lock()
+	defer stores.Unlock()
+	s := stores.m[namespace]
+	if s == nil {
+		s = newStore(namespace)
+		stores.m[namespace] = s
+	}
+	s.refs++
+	return s
+}
+
+func releaseStore(s *store) {
+	stores.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last {
+		delete(stores.m, s.namespace)
+	}
+	stores.Unlock()
+	if last {
+		s.reaper.stop()
+	}
+}
+
+type instanceKey struct{ service, id string }
+
+// entry is one registered instance under its lease.
+type entry struct {
+	inst    kernel.Instance // Metadata is the store's own copy, never changed in place
+	owner   *Registry       // the registry that keeps the lease alive
+	expires time.Time
+}
+
+// serviceState is what the store knows of one service name.
+type serviceState struct {
+	entries  map[string]*entry // by instance ID
+	watchers map[*watcher]struct{}
+}
+
+// store is the in-process backend of one namespace: the instances every
+// Registry of the namespace registered, and the watches on them.
+type store struct {
+	namespace string
+	refs      int // open registries; guarded by stores' mutex
+	reaper    *expiryReaper
+
+	mu       sync.Mutex
+	services map[string]*serviceState
+}
+
+func newStore(namespace string) *store {
+	s := &store{namespace: namespace, services: make(map[string]*serviceState)}
+	s.reaper = startExpiryReaper(s)
+	return s
+}
+
+func (s *store) serviceLocked(name string) *serviceState {
+	svc := s.services[name]
+	if svc == nil {
+		svc = &serviceState{entries: make(map[string]*entry), watchers: make(map[*watcher]struct{})}
+		s.services[name] = svc
+	}
+	return svc
+}
+
+func (s *store) dropIfUnusedLocked(name string, svc *serviceState) {
+	if len(svc.entries) == 0 && len(svc.watchers) == 0 {
+		delete(s.services, name)
+	}
+}
+
+func (s *store) put(inst kernel.Instance, owner *Registry, expires time.Time) {
+	s.mu.Lock()
+	svc := s.serviceLocked(inst.Service)
+	svc.entries[inst.ID] = &entry{inst: inst, owner: owner, expires: expires}
+	s.notifyLocked(inst.Service, svc)
+	s.mu.Unlock()
+	s.reaper.wake()
+}
+
+// remove deletes key if owner registered it, or whoever did when owner is
+// nil.
+func (s *store) remove(key instanceKey, owner *Registry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[key.service]
+	if svc == nil {
+		return
+	}
+	e := svc.entries[key.id]
+	if e == nil || (owner != nil && e.owner != owner) {
+		return
+	}
+	delete(svc.entries, key.id)
+	s.notifyLocked(key.service, svc)
+	s.dropIfUnusedLocked(key.service, svc)
+}
+
+// renew moves key's expiry to expires if owner still holds its lease.
+func (s *store) renew(key instanceKey, owner *Registry, expires time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[key.service]
+	if svc == nil {
+		return false
+	}
+	e := svc.entries[key.id]
+	if e == nil || e.owner != owner {
+		return false
+	}
+	e.expires = expires
+	return true
+}
+
+func (s *store) setLoad(key instanceKey, load kernel.Load) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[key.service]
+	if svc == nil {
+		return false
+	}
+	e := svc.entries[key.id]
+	if e == nil {
+		return false
+	}
+	e.inst.Load = load
+	s.notifyLocked(key.service, svc)
+	return true
+}
+
+// expire removes the entries whose lease ended by now, tells their
+// watchers, and returns the earliest expiry left (zero if none).
+func (s *store) expire(now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for name, svc := range s.services {
+		changed := false
+		for id, e := range svc.entries {
+			if !e.expires.After(now) {
+				delete(svc.entries, id)
+				changed = true
+				continue
+			}
+			if next.IsZero() || e.expires.Before(next) {
+				next = e.expires
+			}
+		}
+		if changed {
+			s.notifyLocked(name, svc)
+			s.dropIfUnusedLocked(name, svc)
+		}
+	}
+	return next
+}
+
+// liveLocked returns a fresh copy of service's registered instances, sorted
+// by ID.
+func (s *store) liveLocked(name string) []kernel.Instance {
+	svc := s.services[name]
+	if svc == nil {
+		return nil
+	}
+	out := make([]kernel.Instance, 0, len(svc.entries))
+	for _, e := range svc.entries {
+		out = append(out, e.inst)
+	}
+	slices.SortFunc(out, func(a, b kernel.Instance) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// withStatic returns a new slice of static then live, with every Metadata
+// map copied so that callers may keep and change what they get.
+func withStatic(static, live []kernel.Instance) []kernel.Instance {
+	out := make([]kernel.Instance, 0, len(static)+len(live))
+	out = append(out, static...)
+	out = append(out, live...)
+	for i := range out {
+		out[i].Metadata = maps.Clone(out[i].Metadata)
+	}
+	return out
+}
+
+func (s *store) notifyLocked(name string, svc *serviceState) {
+	if len(svc.watchers) == 0 {
+		return
+	}
+	live := s.liveLocked(name)
+	for w := range svc.watchers {
+		w.sendLocked(withStatic(w.static, live))
+	}
+}
+
+func (s *store) watch(w *watcher) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.serviceLocked(w.service)
+	svc.watchers[w] = struct{}{}
+	w.sendLocked(withStatic(w.static, s.liveLocked(w.service)))
+}
+
+// unwatch ends w and closes its channel; it is idempotent.
+func (s *store) unwatch(w *watcher) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.ended {
+		return
+	}
+	w.ended = true
+	close(w.ch)
+	if svc := s.services[w.service]; svc != nil {
+		delete(svc.watchers, w)
+		s.dropIfUnusedLocked(w.service, svc)
+	}
+}
+
+// watcher is one Watch. Only the store sends on ch, under store.mu, so a
+// send after draining the one-slot buffer never blocks.
+type watcher struct {
+	service string
+	static  []kernel.Instance
+	ch      chan []kernel.Instance // capacity 1: holds the latest unread set
+	ended   bool                   // ch is closed; guarded by store.mu
+}
+
+// sendLocked replaces any set the receiver has not read yet with set.
+func (w *watcher) sendLocked(set []kernel.Instance) {
+	if w.ended {
+		return
+	}
+	select {
+	case <-w.ch: // stale, unread: the latest set wins
+	default:
+	}
+	select {
+	case w.ch <- set:
+	default: // unreachable: the store is the only sender and just emptied ch
+	}
+}
+
+// expiryReaper is the goroutine of one store that removes instances whose
+// lease ended, at the earliest expiry, whether or not anyone resolves.
+type expiryReaper struct {
+	poke chan struct{} // an instance was added: its expiry may come first
+	quit chan struct{}
+	done chan struct{}
+}
+
+func startExpiryReaper(s *store) *expiryReaper {
+	r := &expiryReaper{poke: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go r.run(s)
+	return r
+}
+
+// wake makes the reaper scan again. It never blocks: one pending poke is
+// enough, since the scan that consumes it sees every entry added before.
+func (r *expiryReaper) wake() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (r *expiryReaper) stop() {
+	close(r.quit)
+	<-r.done
+}
+
+func (r *expiryReaper) run(s *store) {
+	defer close(r.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		wait := time.Hour // nothing to expire: sleep until poked
+		if next := s.expire(now); !next.IsZero() {
+			wait = next.Sub(now)
+		}
+		timer.Reset(wait)
+		select {
+		case <-r.quit:
+			return
+		case <-r.poke:
+		case <-timer.C:
+		}
+	}
+}
