@@ -250,7 +250,8 @@ func (e *frameError) Unwrap() error { return e.err }
 func malformed(msg string) error { return &frameError{err: ErrMalformedFrame, msg: msg} }
 
 // DecodeFrame decodes body, the bytes that followed the length prefix, into
-// f. f.Payload aliases body. Strings go through in when it is not nil, so
+// f, which should be reset first: fields absent from body are left as they
+// were. f.Payload aliases body. Strings go through in when it is not nil, so
 // that the same method and codec names do not allocate on every frame.
 func DecodeFrame(body []byte, f *Frame, in *Interner) error {
 	if len(body) < FrameFixedLen {

@@ -9,8 +9,9 @@ import (
 // dials by address; a Conn carries frames both ways with many calls in
 // flight at once, matched by Frame.CallID.
 //
-// A transport is built by its Factory from its options; Close releases what
-// it holds (listeners and connections it made stay the caller's to close).
+// A transport is built by its Factory from its options. Listeners and
+// connections it made are the caller's to close; a transport that holds
+// resources of its own also implements io.Closer.
 type Transport interface {
 	// Listen starts accepting connections on addr. The address syntax is the
 	// transport's own (host:port for tcp-lv, a socket path for shm-ring).
@@ -82,4 +83,23 @@ type TransportCapabilities interface {
 	// LendsMemory reports whether Buffer and ReadFrame payloads are memory
 	// the transport owns and will reuse after Recycle/WriteFrame/Release.
 	LendsMemory() bool
+}
+
+// HalfCloser is an optional Conn interface: CloseWrite sends every frame
+// already queued, then tells the peer that no more frames will come (a TCP
+// FIN), while frames from the peer can still be read. A draining server
+// uses it so that a request racing its close is read and left unserved
+// (the client, having the GoAway, resends it safely) instead of being
+// reset away together with the answers before it.
+type HalfCloser interface {
+	CloseWrite() error
+}
+
+// BufferedReader is an optional Conn interface: Buffered reports how many
+// received bytes ReadFrame can consume without waiting. It is called only
+// by the goroutine that holds the reading role. The server uses it to serve
+// a lone request inline (no goroutine hand-off) and to start a parallel
+// reader when more requests are already waiting.
+type BufferedReader interface {
+	Buffered() int
 }

@@ -1,0 +1,561 @@
+package tcplv
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+var (
+	_ kernel.Conn           = (*conn)(nil)
+	_ kernel.HalfCloser     = (*conn)(nil)
+	_ kernel.BufferedReader = (*conn)(nil)
+)
+
+const (
+	// copyLimit: a payload below it is copied behind its header so that the
+	// frame leaves in one write; a larger one is sent in place with writev,
+	// where the copy would cost more than the extra iovec.
+	copyLimit = 8 << 10
+	// maxScratch and maxKeptArena bound the write buffers a connection
+	// keeps between writes; a rare huge header or batch does not pin memory.
+	maxScratch   = 64 << 10
+	maxKeptArena = 1 << 20
+	// maxQueuedPongs bounds the answers queued for a peer that floods Pings
+	// without reading ours; one answer is all a liveness probe needs.
+	maxQueuedPongs = 8
+	// closeFlushTimeout bounds how long Close spends sending frames already
+	// queued (a GoAway written just before Close, say).
+	closeFlushTimeout = time.Second
+)
+
+// conn is one tcp-lv connection. It owns two goroutines, the writer and
+// the keepalive, which stop when it dies.
+type conn struct {
+	t      *transport
+	nc     net.Conn // frames are read from and written to it (TLS or TCP)
+	raw    net.Conn // the socket under nc: closing it never waits on a TLS alert
+	local  string
+	remote string
+
+	// Read side, used by the one goroutine inside ReadFrame.
+	br        *bufio.Reader
+	in        kernel.Interner
+	body      []byte // the frame being read (its length); nil between frames
+	got       int    // bytes of body read so far
+	interrupt func() // built once, so that ReadFrame's AfterFunc allocates no method value
+
+	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
+	reading    atomic.Bool   // a ReadFrame is waiting
+	unanswered atomic.Int64  // requests written minus responses read
+
+	// Write side. wmu is held by whoever writes to the socket.
+	wmu       sync.Mutex
+	scratch   []byte      // a direct write: header and small payload
+	iov       net.Buffers // writev segments; the backing array is reused
+	iovw      net.Buffers // the copy WriteTo consumes; a field, so taking its address allocates nothing
+	wq        frameQueue  // the batch being written
+	writes    uint64      // write calls made, and frames written by them: the
+	framesOut uint64      // coalescing ratio, read by tests
+
+	writeShut atomic.Pointer[error] // set by CloseWrite: WriteFrame refuses with it
+	finSent   bool                  // the FIN is out: nothing may be written (wmu)
+
+	qmu    sync.Mutex
+	q      frameQueue    // frames waiting for the next write (qmu)
+	queued atomic.Int32  // q.frames, readable without qmu
+	wake   chan struct{} // capacity 1: the writer goroutine has frames to send
+
+	pool bufferPool
+
+	death      atomic.Pointer[error] // why the connection died; the first reason wins
+	done       chan struct{}
+	goroutines sync.WaitGroup
+}
+
+// frameQueue is a batch of encoded frames: headers and small payloads back
+// to back in arena, large payloads referenced in place.
+type frameQueue struct {
+	arena  []byte
+	large  []largePayload
+	frames int
+	pongs  int
+}
+
+type largePayload struct {
+	end     int    // the payload goes out after arena[:end]
+	payload []byte // what is sent
+	own     []byte // the buffer recycled once it is sent
+}
+
+func newConn(t *transport, nc, raw net.Conn) *conn {
+	c := &conn{
+		t:      t,
+		nc:     nc,
+		raw:    raw,
+		local:  nc.LocalAddr().String(),
+		remote: nc.RemoteAddr().String(),
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	c.br = bufio.NewReaderSize(socketReader{c}, t.readBufferSize)
+	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
+	c.goroutines.Go(c.writeLoop)
+	c.goroutines.Go(c.keepalive)
+	return c
+}
+
+// socketReader counts the reads that brought data: that is all keepalive
+// needs, and it costs one atomic add per read syscall, not a clock read.
+type socketReader struct{ c *conn }
+
+func (r socketReader) Read(p []byte) (int, error) {
+	n, err := r.c.nc.Read(p)
+	if n > 0 {
+		r.c.received.Add(1)
+	}
+	return n, err
+}
+
+// Buffer returns a pooled buffer for an outgoing payload.
+func (c *conn) Buffer(sizeHint int) []byte { return c.pool.get(sizeHint) }
+
+// Recycle takes back a buffer from Buffer that will not be sent.
+func (c *conn) Recycle(buf []byte) { c.pool.put(buf) }
+
+func (c *conn) LocalAddr() string     { return c.local }
+func (c *conn) RemoteAddr() string    { return c.remote }
+func (c *conn) Done() <-chan struct{} { return c.done }
+
+func (c *conn) Err() error {
+	if p := c.death.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail kills the connection with err unless it is already dead, and
+// returns the reason it died.
+func (c *conn) fail(level slog.Level, err error) error {
+	if !c.death.CompareAndSwap(nil, &err) {
+		return c.Err()
+	}
+	close(c.done)
+	c.raw.Close()
+	c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
+	return err
+}
+
+// Close sends what is already queued, closes the socket and waits for the
+// connection's goroutines. It is idempotent.
+func (c *conn) Close() error {
+	err := fmt.Errorf("tcp-lv: connection %s: %w", c.remote, kernel.ErrClosed)
+	if c.death.CompareAndSwap(nil, &err) {
+		// A GoAway written just before Close must still reach the peer, but
+		// a peer that does not drain its socket must not hold Close for
+		// write_timeout: cut any write in flight short, then flush.
+		c.nc.SetWriteDeadline(time.Now().Add(min(c.t.writeTimeout, closeFlushTimeout)))
+		c.wmu.Lock()
+		c.flushLocked()
+		c.wmu.Unlock()
+		close(c.done)
+		c.raw.Close()
+	}
+	c.goroutines.Wait()
+	return nil
+}
+
+// WriteFrame writes f now if the socket is free, else queues it for
+// whoever writes next; either way it never waits for another write.
+func (c *conn) WriteFrame(f *kernel.Frame) error {
+	if err := c.Err(); err != nil {
+		c.pool.put(f.Payload)
+		return err
+	}
+	if p := c.writeShut.Load(); p != nil {
+		c.pool.put(f.Payload)
+		return *p
+	}
+	if n := kernel.FrameHeaderLen(f) - kernel.FramePrefixLen + len(f.Payload); n > c.t.maxFrame {
+		c.pool.put(f.Payload)
+		return fmt.Errorf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d: %w", f.Type, n, c.t.maxFrame, kernel.ErrFrameTooLarge)
+	}
+	if f.Type == kernel.FrameRequest {
+		c.unanswered.Add(1)
+	}
+	if !c.wmu.TryLock() {
+		c.enqueue(f, f.Payload)
+		c.signalWriter()
+		return nil
+	}
+	var err error
+	switch {
+	case c.finSent:
+		c.pool.put(f.Payload)
+		err = *c.writeShut.Load()
+	case c.queued.Load() == 0:
+		err = c.writeDirect(f)
+	default:
+		// Frames queued before this one must leave first.
+		c.enqueue(f, f.Payload)
+		err = c.flushLocked()
+	}
+	c.wmu.Unlock()
+	return err
+}
+
+// CloseWrite sends the frames already queued, then a FIN (after a TLS
+// close_notify): the peer reads them and then EOF, while its frames can
+// still be read here. Later writes fail with an error wrapping ErrClosed.
+func (c *conn) CloseWrite() error {
+	shut := fmt.Errorf("tcp-lv: connection %s: write side %w", c.remote, kernel.ErrClosed)
+	c.writeShut.CompareAndSwap(nil, &shut)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.Err(); err != nil || c.finSent {
+		return err
+	}
+	if err := c.flushLocked(); err != nil {
+		return err
+	}
+	c.finSent = true
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.CloseWrite(); err != nil {
+			return c.writeFailed(err)
+		}
+	}
+	if hc, ok := c.raw.(interface{ CloseWrite() error }); ok {
+		if err := hc.CloseWrite(); err != nil {
+			return c.writeFailed(err)
+		}
+	}
+	return nil
+}
+
+// Buffered reports the received bytes ReadFrame can consume without
+// waiting; only the reader may call it.
+func (c *conn) Buffered() int { return c.br.Buffered() }
+
+// writeDirect writes one frame from the caller's goroutine; wmu is held.
+func (c *conn) writeDirect(f *kernel.Frame) error {
+	b := kernel.AppendFrameHeader(c.scratch[:0], f)
+	var err error
+	if len(f.Payload) < copyLimit {
+		b = append(b, f.Payload...)
+		err = c.write(b)
+	} else {
+		c.iov = append(c.iov[:0], b, f.Payload)
+		err = c.writev()
+	}
+	if cap(b) <= maxScratch {
+		c.scratch = b[:0]
+	}
+	c.framesOut++
+	c.pool.put(f.Payload)
+	return err
+}
+
+// enqueue appends f to the queue; own is the buffer recycled once f's
+// payload has been copied or sent.
+func (c *conn) enqueue(f *kernel.Frame, own []byte) {
+	c.qmu.Lock()
+	q := &c.q
+	if f.Type == kernel.FramePong {
+		if q.pongs >= maxQueuedPongs {
+			c.qmu.Unlock()
+			c.pool.put(own)
+			return
+		}
+		q.pongs++
+	}
+	q.arena = kernel.AppendFrameHeader(q.arena, f)
+	if len(f.Payload) < copyLimit {
+		q.arena = append(q.arena, f.Payload...)
+	} else {
+		q.large = append(q.large, largePayload{end: len(q.arena), payload: f.Payload, own: own})
+		own = nil
+	}
+	q.frames++
+	c.queued.Store(int32(q.frames))
+	c.qmu.Unlock()
+	c.pool.put(own)
+}
+
+func (c *conn) signalWriter() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop sends queued frames whenever a caller queued some because the
+// socket was busy.
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.wmu.Lock()
+		c.flushLocked()
+		c.wmu.Unlock()
+	}
+}
+
+// flushLocked takes the whole queue and sends it in one write or writev;
+// wmu is held.
+func (c *conn) flushLocked() error {
+	c.qmu.Lock()
+	c.q, c.wq = c.wq, c.q
+	c.queued.Store(0)
+	c.qmu.Unlock()
+	q := &c.wq
+	if q.frames == 0 {
+		return nil
+	}
+	var err error
+	switch {
+	case c.finSent:
+		// Queued in a race with CloseWrite, or generated by the read path
+		// (Pongs) after it: writing now would fail and kill the read side.
+		err = *c.writeShut.Load()
+	case len(q.large) == 0:
+		err = c.write(q.arena)
+	default:
+		iov, start := c.iov[:0], 0
+		for _, l := range q.large {
+			if l.end > start {
+				iov = append(iov, q.arena[start:l.end])
+			}
+			iov = append(iov, l.payload)
+			start = l.end
+		}
+		if start < len(q.arena) {
+			iov = append(iov, q.arena[start:])
+		}
+		c.iov = iov
+		err = c.writev()
+	}
+	if !c.finSent {
+		c.framesOut += uint64(q.frames)
+	}
+	for i := range q.large {
+		c.pool.put(q.large[i].own)
+		q.large[i] = largePayload{}
+	}
+	q.large = q.large[:0]
+	q.arena = q.arena[:0]
+	if cap(q.arena) > maxKeptArena {
+		q.arena = nil
+	}
+	q.frames, q.pongs = 0, 0
+	return err
+}
+
+func (c *conn) write(b []byte) error {
+	c.writes++
+	c.setWriteDeadline()
+	if _, err := c.nc.Write(b); err != nil {
+		return c.writeFailed(err)
+	}
+	return nil
+}
+
+// writev sends c.iov; wmu is held.
+func (c *conn) writev() error {
+	c.writes++
+	c.setWriteDeadline()
+	c.iovw = c.iov
+	_, err := c.iovw.WriteTo(c.nc)
+	clear(c.iov) // the payloads go back to the pool: keep no reference
+	c.iov = c.iov[:0]
+	if err != nil {
+		return c.writeFailed(err)
+	}
+	return nil
+}
+
+func (c *conn) setWriteDeadline() {
+	now := time.Now()
+	c.nc.SetWriteDeadline(now.Add(c.t.writeTimeout))
+	// Close shortens the deadline after marking the connection dead; if
+	// ours replaced its, shorten it again.
+	if c.death.Load() != nil {
+		c.nc.SetWriteDeadline(now.Add(min(c.t.writeTimeout, closeFlushTimeout)))
+	}
+}
+
+func (c *conn) writeFailed(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it did not drain its socket for %s", c.remote, kernel.ErrPeerGone, c.t.writeTimeout))
+	}
+	return c.fail(slog.LevelInfo, fmt.Errorf("tcp-lv: connection %s: %w: %w", c.remote, kernel.ErrPeerGone, err))
+}
+
+// ReadFrame returns the next Request, Response, Cancel, GoAway or stream
+// frame; it answers Pings and swallows Pongs on the way. When ctx ends
+// first it returns ctx's error and keeps the partly read frame for the
+// next call.
+func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	if ctx.Done() != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// A read deadline in the past wakes the blocked read; no
+		// goroutine waits on ctx for us.
+		stop := context.AfterFunc(ctx, c.interrupt)
+		defer stop()
+	}
+	c.reading.Store(true)
+	defer c.reading.Store(false)
+	for {
+		pf, err := c.readFrame()
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) || c.Err() != nil {
+				return nil, c.readFailed(err)
+			}
+			// Interrupted by ctx, or by an earlier call's AfterFunc that
+			// fired late. Clearing first, then checking ctx, cannot miss a
+			// cancellation: one landing after the check sets the deadline
+			// again.
+			c.nc.SetReadDeadline(time.Time{})
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		switch pf.f.Type {
+		case kernel.FramePing:
+			c.answerPing(pf)
+			continue
+		case kernel.FramePong:
+			c.pool.putFrame(pf)
+			continue
+		case kernel.FrameResponse:
+			c.answered()
+		}
+		pf.f.SetOwner(pf)
+		return &pf.f, nil
+	}
+}
+
+// readFrame reads and decodes one frame, resuming a partly read one. The
+// length prefix is peeked, not consumed, until it is whole.
+func (c *conn) readFrame() (*pooledFrame, error) {
+	if c.body == nil {
+		prefix, err := c.br.Peek(kernel.FramePrefixLen)
+		if err != nil {
+			return nil, err
+		}
+		n, err := kernel.ReadFrameLength(prefix, c.t.maxFrame)
+		if err != nil {
+			return nil, c.protocolError(err)
+		}
+		c.br.Discard(kernel.FramePrefixLen)
+		c.body, c.got = c.pool.get(n)[:n], 0
+	}
+	for c.got < len(c.body) {
+		n, err := c.br.Read(c.body[c.got:])
+		c.got += n
+		if err != nil && c.got < len(c.body) {
+			return nil, err
+		}
+	}
+	pf := c.pool.getFrame(c)
+	pf.body, c.body = c.body, nil
+	if err := kernel.DecodeFrame(pf.body, &pf.f, &c.in); err != nil {
+		c.pool.putFrame(pf)
+		return nil, c.protocolError(err)
+	}
+	return pf, nil
+}
+
+// protocolError closes the connection on a frame it cannot accept; the
+// peer is not gone, we hung up.
+func (c *conn) protocolError(err error) error {
+	return c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: %w", c.remote, kernel.ErrClosed, err))
+}
+
+func (c *conn) readFailed(err error) error {
+	if dead := c.Err(); dead != nil {
+		return dead
+	}
+	switch {
+	case err == io.EOF && c.body == nil && c.br.Buffered() == 0:
+		return c.fail(slog.LevelDebug, fmt.Errorf("tcp-lv: connection %s: %w: it closed the connection", c.remote, kernel.ErrPeerGone))
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return c.fail(slog.LevelInfo, fmt.Errorf("tcp-lv: connection %s: %w: it closed the connection in the middle of a frame", c.remote, kernel.ErrPeerGone))
+	}
+	return c.fail(slog.LevelInfo, fmt.Errorf("tcp-lv: connection %s: %w: %w", c.remote, kernel.ErrPeerGone, err))
+}
+
+// answerPing queues a Pong carrying the Ping's payload. The read path never
+// writes itself: a peer that does not read must not stall our reading.
+func (c *conn) answerPing(pf *pooledFrame) {
+	body := pf.body
+	pf.body = nil
+	c.enqueue(&kernel.Frame{Type: kernel.FramePong, CallID: pf.f.CallID, Payload: pf.f.Payload}, body)
+	c.pool.putFrame(pf)
+	c.signalWriter()
+}
+
+func (c *conn) answered() {
+	for {
+		n := c.unanswered.Load()
+		if n <= 0 || c.unanswered.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// keepalive probes the peer while the connection waits for an answer and
+// hears nothing; see the package doc for why a reader alone is not enough.
+func (c *conn) keepalive() {
+	timer := time.NewTimer(c.t.keepaliveInterval)
+	defer timer.Stop()
+	seen := c.received.Load()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-timer.C:
+		}
+		now := c.received.Load()
+		if now != seen || !c.reading.Load() || c.unanswered.Load() <= 0 {
+			seen = now
+			timer.Reset(c.t.keepaliveInterval)
+			continue
+		}
+		c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil)
+		c.signalWriter()
+		timer.Reset(c.t.keepaliveTimeout)
+		select {
+		case <-c.done:
+			return
+		case <-timer.C:
+		}
+		// With nobody reading, an answer may be sitting unread in the
+		// socket: only a waiting reader that heard nothing proves silence.
+		if now := c.received.Load(); now == seen && c.reading.Load() {
+			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: no answer to keepalive within %s", c.remote, kernel.ErrPeerGone, c.t.keepaliveTimeout))
+			return
+		}
+		seen = c.received.Load()
+		timer.Reset(c.t.keepaliveInterval)
+	}
+}

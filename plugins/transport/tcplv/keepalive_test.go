@@ -1,0 +1,142 @@
+package tcplv
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+func keepaliveOptions(interval, timeout time.Duration) *Options {
+	o := testOptions()
+	o.KeepaliveInterval = kernel.Duration(interval)
+	o.KeepaliveTimeout = kernel.Duration(timeout)
+	return o
+}
+
+// TestBlackholedPeerIsDetectedWhileACallWaits: the peer's TCP stack
+// accepts and acknowledges, but nothing ever answers.
+func TestBlackholedPeerIsDetectedWhileACallWaits(t *testing.T) {
+	const interval, keepaliveTimeout = 50 * time.Millisecond, 100 * time.Millisecond
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		nc, err := hole.Accept()
+		if err == nil {
+			held <- nc
+		}
+		close(held)
+	}()
+	c := dial(t, newTransport(t, keepaliveOptions(interval, keepaliveTimeout)), hole.Addr().String())
+	defer func() {
+		if nc := <-held; nc != nil {
+			nc.Close()
+		}
+	}()
+
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Say"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.ReadFrame(timeout(t, 10*time.Second))
+	elapsed := time.Since(start)
+	if !errors.Is(err, kernel.ErrPeerGone) || !strings.Contains(err.Error(), "no answer to keepalive within 100ms") {
+		t.Fatalf("ReadFrame: %v, want peer gone: no answer to keepalive", err)
+	}
+	if bound := interval + keepaliveTimeout + 100*time.Millisecond; elapsed > bound {
+		t.Fatalf("detected after %v, want within %v", elapsed, bound)
+	}
+	if !errors.Is(c.Err(), kernel.ErrPeerGone) {
+		t.Fatalf("Err: %v", c.Err())
+	}
+}
+
+// TestKeepaliveKillsNoConnectionThatExpectsNothing: with no request
+// waiting for an answer, no side probes, whoever reads: an idle client
+// with nobody reading survives its own keepalive and the server's, whose
+// read loop always waits.
+func TestKeepaliveKillsNoConnectionThatExpectsNothing(t *testing.T) {
+	cases := []struct {
+		name                     string
+		clientReads, serverReads bool
+	}{
+		{"nobody reads", false, false},
+		{"the server reads, the client is idle", false, true},
+		{"the client reads without a request out", true, false},
+		{"both read", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := connPair(t, keepaliveOptions(10*time.Millisecond, 10*time.Millisecond))
+			reads := make(chan error, 2)
+			for _, r := range []struct {
+				c    *conn
+				read bool
+			}{{client, tc.clientReads}, {server, tc.serverReads}} {
+				if r.read {
+					go func() {
+						f, err := r.c.ReadFrame(context.Background())
+						if err == nil {
+							f.Release()
+						}
+						reads <- err
+					}()
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			if client.Err() != nil || server.Err() != nil {
+				t.Fatalf("keepalive killed an idle connection: client %v, server %v", client.Err(), server.Err())
+			}
+			client.Close()
+			server.Close()
+			if tc.clientReads {
+				<-reads
+			}
+			if tc.serverReads {
+				<-reads
+			}
+		})
+	}
+}
+
+// TestSlowButLivePeerIsNotKilled: the server takes many keepalive periods
+// to answer, but its reader answers the Pings meanwhile.
+func TestSlowButLivePeerIsNotKilled(t *testing.T) {
+	client, server := connPair(t, keepaliveOptions(10*time.Millisecond, 20*time.Millisecond))
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	req, err := server.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Release()
+	serverReads := make(chan error, 1)
+	go func() {
+		_, err := server.ReadFrame(context.Background())
+		serverReads <- err
+	}()
+	time.AfterFunc(300*time.Millisecond, func() {
+		server.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1})
+	})
+	resp, err := client.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("a slow but live peer was declared dead: %v", err)
+	}
+	resp.Release()
+	if n := client.received.Load(); n < 3 {
+		t.Fatalf("only %d reads while waiting 300ms: the Pings were not answered, so nothing was tested", n)
+	}
+	client.Close()
+	if err := <-serverReads; !errors.Is(err, kernel.ErrPeerGone) {
+		t.Fatalf("server's read after the client closed: %v", err)
+	}
+}

@@ -1,0 +1,165 @@
+package tcplv
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Name is the transport's config name.
+const Name = "tcp-lv"
+
+// Factory builds tcp-lv transports from config; init registers it.
+var Factory = kernel.NewFactory[kernel.Transport](Name,
+	"TCP (optionally TLS) with length-value frames, direct writes with coalescing, pooled buffers and keepalive",
+	DefaultOptions, New)
+
+func init() { kernel.RegisterTransport(Factory) }
+
+// Options configure a tcp-lv transport; the package doc lists the defaults.
+type Options struct {
+	// MaxFrameSize bounds the length field of frames read and written.
+	MaxFrameSize kernel.Size `json:"max_frame_size"`
+	// KeepaliveInterval is how long a waiting reader hears nothing before a
+	// Ping goes out; it is also the OS TCP keepalive interval.
+	KeepaliveInterval kernel.Duration `json:"keepalive_interval"`
+	// KeepaliveTimeout is how long the peer has to answer that Ping.
+	KeepaliveTimeout kernel.Duration `json:"keepalive_timeout"`
+	// WriteTimeout is how long a write may wait for the peer to drain its
+	// socket before the connection is killed.
+	WriteTimeout kernel.Duration `json:"write_timeout"`
+	// ReadBufferSize is the size of each connection's read buffer.
+	ReadBufferSize kernel.Size `json:"read_buffer_size"`
+	// TLS turns TLS on when not nil.
+	TLS *TLSOptions `json:"tls"`
+	// Logger receives the reasons connections are closed; nil means
+	// slog.Default(). Code only: config files cannot set it.
+	Logger *slog.Logger `json:"-"`
+}
+
+// TLSOptions configure TLS. One set serves both directions: a transport
+// that listens uses the server settings, one that dials the client ones.
+type TLSOptions struct {
+	CertFile           string `json:"cert_file"`
+	KeyFile            string `json:"key_file"`
+	CAFile             string `json:"ca_file"`
+	ClientCAFile       string `json:"client_ca_file"`
+	RequireClientCert  bool   `json:"require_client_cert"`
+	ServerName         string `json:"server_name"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
+}
+
+// DefaultOptions returns the options a config without an options block gets.
+func DefaultOptions() *Options {
+	return &Options{
+		MaxFrameSize:      kernel.DefaultMaxFrameSize,
+		KeepaliveInterval: kernel.Duration(10 * time.Second),
+		KeepaliveTimeout:  kernel.Duration(5 * time.Second),
+		WriteTimeout:      kernel.Duration(30 * time.Second),
+		ReadBufferSize:    64 << 10,
+	}
+}
+
+// maxLengthField is the largest value the 32-bit length prefix can hold.
+const maxLengthField = 1<<32 - 1
+
+func optionError(key, format string, args ...any) error {
+	return fmt.Errorf("tcp-lv: option %q: "+format, append([]any{key}, args...)...)
+}
+
+func (o *Options) validate() error {
+	if o.MaxFrameSize < kernel.FrameFixedLen || o.MaxFrameSize > maxLengthField {
+		return optionError("max_frame_size", "must be between %d and %d bytes (the length field is 32 bits), got %d",
+			kernel.FrameFixedLen, int64(maxLengthField), o.MaxFrameSize)
+	}
+	for _, d := range []struct {
+		key string
+		v   kernel.Duration
+	}{
+		{"keepalive_interval", o.KeepaliveInterval},
+		{"keepalive_timeout", o.KeepaliveTimeout},
+		{"write_timeout", o.WriteTimeout},
+	} {
+		if d.v <= 0 {
+			return optionError(d.key, "must be positive, got %s", d.v)
+		}
+	}
+	// bufio silently raises smaller sizes to 16.
+	if o.ReadBufferSize < 16 {
+		return optionError("read_buffer_size", "must be at least 16 bytes, got %d", o.ReadBufferSize)
+	}
+	return nil
+}
+
+// tlsConfigs builds the server and client configurations. server is nil
+// when no certificate is configured: such a transport can dial but not
+// listen.
+func (o *TLSOptions) tlsConfigs() (server, client *tls.Config, err error) {
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		if o.CertFile == "" {
+			return nil, nil, optionError("tls.cert_file", "is required with tls.key_file")
+		}
+		return nil, nil, optionError("tls.key_file", "is required with tls.cert_file")
+	}
+	if o.RequireClientCert && o.ClientCAFile == "" {
+		return nil, nil, optionError("tls.client_ca_file", "is required when tls.require_client_cert is true")
+	}
+	client = &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         o.ServerName,
+		InsecureSkipVerify: o.InsecureSkipVerify,
+	}
+	if o.CAFile != "" {
+		if client.RootCAs, err = loadCertPool("tls.ca_file", o.CAFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	var clientCAs *x509.CertPool
+	if o.ClientCAFile != "" {
+		if clientCAs, err = loadCertPool("tls.client_ca_file", o.ClientCAFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	if o.CertFile == "" {
+		return nil, client, nil
+	}
+	certPEM, err := os.ReadFile(o.CertFile)
+	if err != nil {
+		return nil, nil, optionError("tls.cert_file", "%w", err)
+	}
+	keyPEM, err := os.ReadFile(o.KeyFile)
+	if err != nil {
+		return nil, nil, optionError("tls.key_file", "%w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, optionError("tls.cert_file", "certificate %s with key %s: %w", o.CertFile, o.KeyFile, err)
+	}
+	client.Certificates = []tls.Certificate{cert}
+	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if clientCAs != nil {
+		server.ClientCAs = clientCAs
+		server.ClientAuth = tls.VerifyClientCertIfGiven
+		if o.RequireClientCert {
+			server.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return server, client, nil
+}
+
+func loadCertPool(key, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, optionError(key, "%w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, optionError(key, "no PEM certificate in %s", file)
+	}
+	return pool, nil
+}

@@ -1,0 +1,375 @@
+package tcplv
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+func TestOptionErrorsNameTheOption(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	os.WriteFile(notPEM, []byte("hello"), 0o600)
+	missing := filepath.Join(dir, "missing.pem")
+	cases := []struct {
+		name   string
+		mutate func(*Options)
+		want   []string
+	}{
+		{"max_frame_size below the fixed header", func(o *Options) { o.MaxFrameSize = 8 }, []string{`"max_frame_size"`, "between 16"}},
+		{"max_frame_size over 32 bits", func(o *Options) { o.MaxFrameSize = 1 << 32 }, []string{`"max_frame_size"`}},
+		{"keepalive_interval zero", func(o *Options) { o.KeepaliveInterval = 0 }, []string{`"keepalive_interval"`, "must be positive"}},
+		{"keepalive_timeout negative", func(o *Options) { o.KeepaliveTimeout = -1 }, []string{`"keepalive_timeout"`, "must be positive"}},
+		{"write_timeout zero", func(o *Options) { o.WriteTimeout = 0 }, []string{`"write_timeout"`, "must be positive"}},
+		{"read_buffer_size tiny", func(o *Options) { o.ReadBufferSize = 4 }, []string{`"read_buffer_size"`}},
+		{"key without certificate", func(o *Options) { o.TLS = &TLSOptions{KeyFile: missing} }, []string{`"tls.cert_file"`}},
+		{"certificate without key", func(o *Options) { o.TLS = &TLSOptions{CertFile: missing} }, []string{`"tls.key_file"`}},
+		{"client cert required without client CAs", func(o *Options) { o.TLS = &TLSOptions{RequireClientCert: true} }, []string{`"tls.client_ca_file"`}},
+		{"certificate file missing", func(o *Options) { o.TLS = &TLSOptions{CertFile: missing, KeyFile: notPEM} }, []string{`"tls.cert_file"`, "missing.pem"}},
+		{"ca_file without certificates", func(o *Options) { o.TLS = &TLSOptions{CAFile: notPEM} }, []string{`"tls.ca_file"`, "not.pem"}},
+		{"client_ca_file missing", func(o *Options) { o.TLS = &TLSOptions{ClientCAFile: missing} }, []string{`"tls.client_ca_file"`, "missing.pem"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tc.mutate(o)
+			_, err := New(o)
+			if err == nil {
+				t.Fatal("New accepted bad options")
+			}
+			for _, w := range append(tc.want, "tcp-lv: option ") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigOptionsReachTheTransport(t *testing.T) {
+	tr, err := kernel.NewTransport(Name, map[string]any{"max_frame_size": "1MiB", "keepalive_interval": "2s", "write_timeout": "1m"}, "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tr.(*transport)
+	if got.maxFrame != 1<<20 || got.keepaliveInterval != 2*time.Second || got.keepaliveTimeout != 5*time.Second || got.writeTimeout != time.Minute {
+		t.Fatalf("transport built from config: %+v", got)
+	}
+	if caps, ok := tr.(kernel.TransportCapabilities); !ok || !caps.LendsMemory() {
+		t.Fatal("tcp-lv must declare that it lends memory")
+	}
+	_, err = kernel.NewTransport(Name, map[string]any{"keepalive_timeout": "0s"}, "test.yaml")
+	if err == nil || !strings.Contains(err.Error(), `"keepalive_timeout"`) || !strings.Contains(err.Error(), "test.yaml") {
+		t.Fatalf("bad option from config: %v", err)
+	}
+}
+
+// TestPackageDocListsEveryOption keeps the doc comment in step with the
+// options structs.
+func TestPackageDocListsEveryOption(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[Options](), reflect.TypeFor[TLSOptions]()} {
+		for f := range typ.Fields() {
+			key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if key != "-" && !strings.Contains(string(doc), key) {
+				t.Errorf("doc.go does not describe option %q", key)
+			}
+		}
+	}
+}
+
+func TestListenerAddrIsDialableAndCloseEndsAccept(t *testing.T) {
+	tr := newTransport(t, testOptions())
+	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(ln.Addr(), ":0") {
+		t.Fatalf("Addr %q does not have the chosen port", ln.Addr())
+	}
+	if _, err := ln.Accept(timeout(t, 20*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Accept with an expiring ctx: %v", err)
+	}
+	// The interrupted Accept left the listener usable.
+	c := dial(t, tr, ln.Addr())
+	s, err := ln.Accept(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RemoteAddr() != c.LocalAddr() || s.LocalAddr() != c.RemoteAddr() {
+		t.Fatalf("addresses: server %s→%s, client %s→%s", s.LocalAddr(), s.RemoteAddr(), c.LocalAddr(), c.RemoteAddr())
+	}
+	pending := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept(context.Background())
+		pending <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-pending:
+		if !errors.Is(err, kernel.ErrClosed) {
+			t.Fatalf("pending Accept after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a pending Accept")
+	}
+	if _, err := ln.Accept(context.Background()); !errors.Is(err, kernel.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	// Connections accepted before stay open.
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("accepted connection after listener Close: %v", err)
+	}
+	f.Release()
+	s.Close()
+}
+
+func TestDialingAClosedPortFailsPromptlyNamingTheAddress(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	start := time.Now()
+	_, err = newTransport(t, testOptions()).Dial(timeout(t, 5*time.Second), addr)
+	if err == nil || !strings.Contains(err.Error(), "tcp-lv: dial "+addr) {
+		t.Fatalf("Dial to a closed port: %v", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Dial took %v to fail", el)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := newTransport(t, testOptions()).Dial(ctx, addr); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial with a cancelled ctx: %v", err)
+	}
+}
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, written as PEM files.
+type testPKI struct {
+	caFile, serverCert, serverKey, clientCert, clientKey string
+}
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+		k := newKey()
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+".pem", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", keyDER)
+	}
+	p := testPKI{caFile: write("ca.pem", "CERTIFICATE", caDER)}
+	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	return p
+}
+
+func TestTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	serverOpts := testOptions()
+	serverOpts.TLS = &TLSOptions{CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caFile, RequireClientCert: true}
+	ln := listen(t, newTransport(t, serverOpts))
+
+	// pair dials ln with a client certificate.
+	pair := func(t *testing.T) (client, server *conn) {
+		o := testOptions()
+		o.TLS = &TLSOptions{CAFile: pki.caFile, CertFile: pki.clientCert, KeyFile: pki.clientKey}
+		accepted := make(chan kernel.Conn, 1)
+		go func() {
+			s, _ := ln.Accept(timeout(t, 5*time.Second))
+			accepted <- s
+		}()
+		client = dial(t, newTransport(t, o), ln.Addr())
+		server, _ = (<-accepted).(*conn)
+		if server == nil {
+			t.Fatal("Accept failed")
+		}
+		t.Cleanup(func() { server.Close() })
+		return client, server
+	}
+
+	t.Run("round trip with a client certificate", func(t *testing.T) {
+		c, s := pair(t)
+		payload := pattern(100<<10, 5)
+		if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 4, Payload: append([]byte(nil), payload...)}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.CallID != 4 || string(f.Payload) != string(payload) {
+			t.Fatalf("got call %d with %d bytes", f.CallID, len(f.Payload))
+		}
+		f.Release()
+		if err := s.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if f, err = c.ReadFrame(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		f.Release()
+	})
+
+	t.Run("an interrupted read resumes inside a TLS record stream", func(t *testing.T) {
+		c, s := pair(t)
+		wire := encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 11, Payload: pattern(50<<10, 2)})
+		// Write through the client's TLS layer, a piece at a time.
+		c.nc.Write(wire[:20<<10])
+		if _, err := s.ReadFrame(timeout(t, 30*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("interrupted ReadFrame: %v", err)
+		}
+		c.nc.Write(wire[20<<10:])
+		f, err := s.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.CallID != 11 || string(f.Payload) != string(wire[len(wire)-50<<10:]) {
+			t.Fatalf("resumed frame: call %d with %d bytes", f.CallID, len(f.Payload))
+		}
+		f.Release()
+	})
+
+	t.Run("half-close delivers the last frame, then EOF", func(t *testing.T) {
+		c, s := pair(t)
+		if err := s.WriteFrame(&kernel.Frame{Type: kernel.FrameGoAway}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := c.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil || f.Type != kernel.FrameGoAway {
+			t.Fatalf("got %v %v, want the GoAway", f, err)
+		}
+		f.Release()
+		if _, err := c.ReadFrame(timeout(t, 5*time.Second)); !errors.Is(err, kernel.ErrPeerGone) {
+			t.Fatalf("after the GoAway: %v, want peer gone", err)
+		}
+	})
+
+	t.Run("a client without a certificate is refused", func(t *testing.T) {
+		o := testOptions()
+		o.TLS = &TLSOptions{CAFile: pki.caFile}
+		acceptCtx, cancelAccept := context.WithCancel(context.Background())
+		accepted := make(chan error, 1)
+		go func() {
+			s, err := ln.Accept(acceptCtx)
+			if err == nil {
+				s.Close()
+				err = errors.New("the server accepted a client without a certificate")
+			}
+			accepted <- err
+		}()
+		defer func() {
+			cancelAccept()
+			if err := <-accepted; !errors.Is(err, context.Canceled) {
+				t.Error(err)
+			}
+		}()
+		// With TLS 1.3 the client finishes its side of the handshake before
+		// the server checks its certificate: the refusal may come on Dial or
+		// on the first read.
+		c, err := newTransport(t, o).Dial(timeout(t, 5*time.Second), ln.Addr())
+		if err == nil {
+			defer c.Close()
+			_, err = c.ReadFrame(timeout(t, 5*time.Second))
+		}
+		if err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("client without a certificate: %v, want a refusal naming the certificate", err)
+		}
+	})
+
+	t.Run("a client that does not trust the server's CA gives up", func(t *testing.T) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if s, err := ln.Accept(ctx); err == nil {
+				s.Close()
+			}
+		}()
+		o := testOptions()
+		o.TLS = &TLSOptions{} // trusts the system roots only
+		_, err := newTransport(t, o).Dial(timeout(t, 5*time.Second), ln.Addr())
+		if err == nil || !strings.Contains(err.Error(), "TLS handshake") {
+			t.Fatalf("Dial: %v, want a TLS handshake failure", err)
+		}
+	})
+
+	t.Run("listening with TLS needs a certificate", func(t *testing.T) {
+		o := testOptions()
+		o.TLS = &TLSOptions{CAFile: pki.caFile}
+		_, err := newTransport(t, o).Listen(context.Background(), "127.0.0.1:0")
+		if err == nil || !strings.Contains(err.Error(), `"tls.cert_file"`) {
+			t.Fatalf("Listen: %v", err)
+		}
+	})
+}
