@@ -45,7 +45,9 @@ type CallInfo struct {
 	// Instance is, on the client, the instance the balancer picked.
 	Instance *Instance
 
-	reply any // client: where the response is decoded
+	reply  any        // client: where the response is decoded
+	client *callState // client: the call this info belongs to
+	server *callCtx   // server: the call this info belongs to
 }
 
 // SetRequestMetadata sets one request metadata entry, allocating the map on

@@ -1,0 +1,95 @@
+package kernel
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// callCtx is the context a server handler runs under. It is one allocation
+// per call (context.WithCancel plus WithValue plus WithDeadline would be
+// three to five) and is cancelled when the client cancels, the deadline the
+// client sent passes, or the connection dies.
+type callCtx struct {
+	parent   context.Context
+	mu       sync.Mutex
+	done     chan struct{} // created on first Done
+	err      error
+	deadline time.Time
+	timer    *time.Timer
+
+	id      uint64
+	refused bool // arrived while the server was draining: answered, not served
+	sc      *serverConn
+	desc    *methodDesc
+	info    CallInfo
+	out     Frame // the response frame, kept here so sending it does not allocate
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (c *callCtx) Deadline() (time.Time, bool) {
+	if c.deadline.IsZero() {
+		return c.parent.Deadline()
+	}
+	return c.deadline, true
+}
+
+func (c *callCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		if c.err != nil {
+			c.done = closedChan
+		} else {
+			c.done = make(chan struct{})
+		}
+	}
+	return c.done
+}
+
+func (c *callCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+type callInfoKey struct{}
+
+func (c *callCtx) Value(key any) any {
+	if key == (callInfoKey{}) {
+		return &c.info
+	}
+	return c.parent.Value(key)
+}
+
+func (c *callCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	} else {
+		c.done = closedChan
+	}
+}
+
+// CallInfoFrom returns the call a server handler is serving (its method,
+// peer, codec and metadata), or nil outside a handler. A handler may set
+// response metadata through it.
+func CallInfoFrom(ctx context.Context) *CallInfo {
+	ci, _ := ctx.Value(callInfoKey{}).(*CallInfo)
+	return ci
+}
+
+// IncomingMetadata returns the metadata the client sent with the call a
+// handler is serving.
+func IncomingMetadata(ctx context.Context) Metadata {
+	if ci := CallInfoFrom(ctx); ci != nil {
+		return ci.Metadata
+	}
+	return nil
+}

@@ -1,0 +1,378 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// clientConn multiplexes calls over one transport connection without a
+// dedicated reader goroutine. The goroutines waiting for answers take turns
+// reading (leader/follower): whoever waits while nobody reads becomes the
+// reader, hands other callers their answers, and when its own answer
+// arrives passes the reader role to another waiter. A lone caller therefore
+// writes its request and reads its reply itself, with no goroutine hand-off
+// at all, while 64 callers still share one connection.
+type clientConn struct {
+	conn Conn
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	nextID   uint64
+	pending  map[uint64]*callState
+	reader   *callState // holds the reader role; nil when nobody reads
+	waiters  waitList   // waiting callers that could take the role
+	draining bool       // GoAway received or pool retired: no new calls
+	dead     error
+	// goAwayLast is the last call id the server promised to serve, once it
+	// sent GoAway; a pending call with a higher id was never served.
+	goAway     bool
+	goAwayLast uint64
+	pool       *connPool
+}
+
+// callState is a client call's bookkeeping, pooled so that a call costs no
+// allocation of its own.
+type callState struct {
+	info CallInfo
+	req  Frame
+	id   uint64
+	wake chan struct{} // capacity 1: "your answer is in" or "you read now"
+	resp *Frame
+	err  error
+	done bool
+
+	prev, next *callState // waitList links
+	queued     bool
+}
+
+func (cs *callState) reset() {
+	select {
+	case <-cs.wake:
+	default:
+	}
+	wake := cs.wake
+	*cs = callState{wake: wake}
+}
+
+// beginAttempt clears what an earlier attempt of the same call (a retry)
+// left behind.
+func (cs *callState) beginAttempt() {
+	select {
+	case <-cs.wake:
+	default:
+	}
+	cs.id, cs.resp, cs.err, cs.done = 0, nil, nil, false
+}
+
+func (cs *callState) signal() {
+	select {
+	case cs.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitList is an intrusive list, so joining and leaving it allocates nothing.
+type waitList struct{ head, tail *callState }
+
+func (l *waitList) push(cs *callState) {
+	cs.queued, cs.prev, cs.next = true, l.tail, nil
+	if l.tail != nil {
+		l.tail.next = cs
+	} else {
+		l.head = cs
+	}
+	l.tail = cs
+}
+
+func (l *waitList) remove(cs *callState) {
+	if !cs.queued {
+		return
+	}
+	if cs.prev != nil {
+		cs.prev.next = cs.next
+	} else {
+		l.head = cs.next
+	}
+	if cs.next != nil {
+		cs.next.prev = cs.prev
+	} else {
+		l.tail = cs.prev
+	}
+	cs.queued, cs.prev, cs.next = false, nil, nil
+}
+
+// popLatest takes the most recent waiter: its stack and caches are warmest.
+func (l *waitList) popLatest() *callState {
+	cs := l.tail
+	if cs != nil {
+		l.remove(cs)
+	}
+	return cs
+}
+
+func (cc *clientConn) usable() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.dead == nil && !cc.draining
+}
+
+// retire lets the calls in flight finish, then closes.
+func (cc *clientConn) retire() {
+	cc.mu.Lock()
+	cc.draining = true
+	cc.closeIfIdleLocked()
+	cc.mu.Unlock()
+}
+
+func (cc *clientConn) closeIfIdleLocked() {
+	if cc.draining && cc.dead == nil && len(cc.pending) == 0 && cc.reader == nil {
+		cc.dead = errors.New("connection retired")
+		go cc.conn.Close()
+	}
+}
+
+// fail ends every pending call with Unavailable: the connection is gone and
+// nobody will answer them.
+func (cc *clientConn) fail(err error) {
+	cc.mu.Lock()
+	if cc.dead == nil {
+		cc.dead = err
+	}
+	st := &Status{Code: Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
+	unserved := &Status{Code: Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
+	for id, cs := range cc.pending {
+		delete(cc.pending, id)
+		cs.err, cs.done = st, true
+		if cc.goAway && id > cc.goAwayLast {
+			cs.err = unserved
+		}
+		cs.signal()
+	}
+	for cs := cc.waiters.popLatest(); cs != nil; cs = cc.waiters.popLatest() {
+		cs.signal()
+	}
+	cc.reader = nil
+	cc.mu.Unlock()
+	_ = cc.conn.Close()
+}
+
+// passReaderLocked hands the reader role to a waiter, if any.
+func (cc *clientConn) passReaderLocked() {
+	cc.reader = cc.waiters.popLatest()
+	if cc.reader != nil {
+		cc.reader.signal()
+	}
+	cc.closeIfIdleLocked()
+}
+
+// roundTrip sends one request on cc and waits for its answer, reading for
+// everyone while it waits if nobody else is.
+func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, req any) error {
+	cs := info.client
+	cs.beginAttempt()
+	codec := c.codec
+	buf := cc.conn.Buffer(sizeHint(codec, req))
+	payload, err := codec.Marshal(buf, req)
+	if err != nil {
+		cc.conn.Recycle(buf)
+		return Errorf(Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
+	}
+	f := &cs.req
+	*f = Frame{Type: FrameRequest, Flags: FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
+	if dl, ok := ctx.Deadline(); ok {
+		if f.Timeout = time.Until(dl); f.Timeout <= 0 {
+			cc.conn.Recycle(payload)
+			return Errorf(DeadlineExceeded, "call to %s: deadline passed before the request was sent", info.Method)
+		}
+	}
+
+	cc.mu.Lock()
+	if cc.dead != nil || cc.draining {
+		cc.mu.Unlock()
+		cc.conn.Recycle(payload)
+		return &Status{Code: Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the call was not sent", Retryable: true}
+	}
+	cc.nextID++
+	cs.id = cc.nextID
+	cc.pending[cs.id] = cs
+	cc.mu.Unlock()
+	f.CallID = cs.id
+
+	if err := cc.conn.WriteFrame(f); err != nil {
+		cc.mu.Lock()
+		delete(cc.pending, cs.id)
+		cc.mu.Unlock()
+		cc.fail(err)
+		return &Status{Code: Unavailable, Message: "send to " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
+	}
+	if err := cc.wait(ctx, cs, info); err != nil {
+		return err
+	}
+	return cc.finish(c, cs, info)
+}
+
+// wait blocks until cs is answered, the connection dies or ctx is done,
+// taking the reader role whenever it is free.
+func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) error {
+	done := ctx.Done()
+	for {
+		cc.mu.Lock()
+		if cs.done {
+			cc.waiters.remove(cs)
+			if cc.reader == cs {
+				cc.passReaderLocked()
+			}
+			cc.mu.Unlock()
+			return cs.err
+		}
+		if cc.reader == nil || cc.reader == cs {
+			cc.waiters.remove(cs)
+			cc.reader = cs
+			cc.mu.Unlock()
+			cc.readFor(ctx, cs)
+			if ctx.Err() == nil {
+				continue
+			}
+			cc.mu.Lock()
+		} else {
+			if !cs.queued {
+				cc.waiters.push(cs)
+			}
+			cc.mu.Unlock()
+			select {
+			case <-cs.wake:
+				continue
+			case <-done:
+			}
+			cc.mu.Lock()
+		}
+		// ctx is done; cc.mu is held.
+		if cs.done {
+			cc.waiters.remove(cs)
+			if cc.reader == cs {
+				cc.passReaderLocked()
+			}
+			cc.mu.Unlock()
+			return cs.err
+		}
+		cc.waiters.remove(cs)
+		if cc.reader == cs {
+			cc.passReaderLocked()
+		}
+		delete(cc.pending, cs.id)
+		cc.closeIfIdleLocked()
+		cc.mu.Unlock()
+		// Tell the server to stop working on it; its late answer, if any, is
+		// dropped as a response for an unknown call.
+		_ = cc.conn.WriteFrame(&Frame{Type: FrameCancel, CallID: cs.id})
+		return ctxStatus(ctx, info.Method)
+	}
+}
+
+func ctxStatus(ctx context.Context, method string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return Errorf(DeadlineExceeded, "call to %s: deadline exceeded while waiting for the answer", method)
+	}
+	return Errorf(Canceled, "call to %s: canceled by the caller", method)
+}
+
+// readFor reads frames and hands them out until cs's own answer arrives,
+// ctx is done, or the connection fails. It gives the reader role up before
+// returning.
+func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
+	for {
+		f, err := cc.conn.ReadFrame(ctx)
+		if err != nil {
+			if ctx.Err() != nil && cc.conn.Err() == nil {
+				cc.mu.Lock()
+				cc.passReaderLocked()
+				cc.mu.Unlock()
+				return
+			}
+			cc.fail(err)
+			return
+		}
+		switch f.Type {
+		case FrameResponse:
+			cc.mu.Lock()
+			t := cc.pending[f.CallID]
+			if t == nil {
+				cc.mu.Unlock()
+				cc.log.Debug("dropping a response for a call nobody waits for (cancelled or timed out)", "call_id", f.CallID, "peer", cc.conn.RemoteAddr())
+				f.Release()
+				continue
+			}
+			delete(cc.pending, f.CallID)
+			t.resp, t.done = f, true
+			// A finished call must not be offered the reader role: it is
+			// about to leave and would take the role with it.
+			cc.waiters.remove(t)
+			if t == cs {
+				cc.passReaderLocked()
+				cc.mu.Unlock()
+				return
+			}
+			cc.mu.Unlock()
+			t.signal()
+		case FrameGoAway:
+			cc.serverGoingAway(f.CallID, true)
+			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
+			f.Release()
+		default:
+			cc.log.Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID)
+			f.Release()
+		}
+	}
+}
+
+// serverGoingAway stops new calls on cc and steers picks away from its
+// instance for a while. With the GoAway itself, it also learns the last
+// call the server will serve.
+func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
+	cc.mu.Lock()
+	cc.draining = true
+	if fromGoAway {
+		cc.goAway, cc.goAwayLast = true, last
+	}
+	cc.mu.Unlock()
+	if cc.pool != nil {
+		cc.pool.markDown(goAwayAvoidance)
+	}
+}
+
+// finish turns the answer frame into the call's result.
+func (cc *clientConn) finish(c *Client, cs *callState, info *CallInfo) error {
+	f := cs.resp
+	cs.resp = nil
+	info.ResponseMetadata = f.Metadata
+	if f.Code != OK {
+		err := &Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&FlagRetryable != 0}
+		f.Release()
+		if err.Retryable {
+			// The server is draining; its GoAway may still be on the way.
+			cc.serverGoingAway(0, false)
+		}
+		return err
+	}
+	codec := c.codec
+	if f.Codec != "" && f.Codec != codec.Name() {
+		name := f.Codec
+		f.Release()
+		return Errorf(Internal, "server answered %s in codec %q, but the request was sent in %q", info.Method, name, codec.Name())
+	}
+	data := f.Payload
+	if codecAliases(codec) {
+		// The value will point into these bytes after we return: give it a
+		// copy the transport will never reuse.
+		data = append([]byte(nil), data...)
+	}
+	err := codec.Unmarshal(data, info.reply)
+	f.Release()
+	if err != nil {
+		return Errorf(Internal, "decode response of %s with %s: %v", info.Method, codec.Name(), err)
+	}
+	return nil
+}

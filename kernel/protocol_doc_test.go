@@ -1,0 +1,46 @@
+package kernel
+
+import (
+	"bytes"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestProtocolDocExample keeps the byte-by-byte example in docs/protocol.md
+// true: it is what AppendFrameHeader produces, and DecodeFrame reads it back.
+func TestProtocolDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Example")
+	if !ok {
+		t.Fatal("docs/protocol.md has no ## Example section")
+	}
+	_, block, _ := strings.Cut(rest, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	var hexDigits strings.Builder
+	for _, line := range strings.Split(block, "\n") {
+		// Each line is hex bytes, then two or more spaces, then a comment.
+		code, _, _ := strings.Cut(line, "  ")
+		hexDigits.WriteString(strings.ReplaceAll(code, " ", ""))
+	}
+	want, err := hex.DecodeString(hexDigits.String())
+	if err != nil {
+		t.Fatalf("example is not hex: %v", err)
+	}
+	f := &Frame{Type: FrameRequest, Flags: FlagEndStream, CallID: 1, Method: "Echo.Say", Codec: "protobuf", Payload: []byte{0x0a, 0x02, 0x68, 0x69}}
+	got := append(AppendFrameHeader(nil, f), f.Payload...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("docs/protocol.md example is out of date:\n doc: % x\n code: % x", want, got)
+	}
+	var back Frame
+	if err := DecodeFrame(got[FramePrefixLen:], &back, nil); err != nil {
+		t.Fatal(err)
+	}
+	if back.Method != f.Method || back.Codec != f.Codec || back.CallID != 1 || !bytes.Equal(back.Payload, f.Payload) {
+		t.Fatalf("decoded %+v", back)
+	}
+}

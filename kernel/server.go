@@ -1,0 +1,687 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server serves the methods registered on it over the configured transport
+// and codec, announces itself in the configured registry, and runs the
+// server-side filters around every call.
+type Server struct {
+	cfg       *Config
+	log       *slog.Logger
+	transport Transport
+	codecs    map[string]Codec
+	codec     Codec // the configured one, used when a request names none
+	registry  Registry
+	filters   []configuredFilter
+	chains    *filterChains
+	plugins   []any // everything built from config, closed on shutdown
+
+	mu       sync.Mutex
+	methods  map[string]*methodDesc
+	started  bool
+	listener Listener
+	instance Instance
+	conns    map[*serverConn]struct{}
+	stopped  chan struct{} // closed when Shutdown has finished
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	draining   atomic.Bool
+	inflight   atomic.Int64
+	idle       chan struct{} // signalled when inflight drops to 0 while draining
+	acceptDone chan struct{}
+	shutdown   sync.Once
+}
+
+type methodDesc struct {
+	name       string
+	newRequest func() any
+	handler    func(ctx context.Context, req any) (any, error)
+}
+
+// NewServer builds a server from cfg: it looks up every plugin by name and
+// builds it from its options. It does not listen yet; see Start and Serve.
+func NewServer(cfg *Config) (*Server, error) {
+	if cfg == nil {
+		cfg = DefaultConfig()
+	}
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:        cfg,
+		log:        slog.Default().With("component", "kernrpc.server", "service", cfg.Service),
+		codecs:     make(map[string]Codec),
+		methods:    make(map[string]*methodDesc),
+		conns:      make(map[*serverConn]struct{}),
+		idle:       make(chan struct{}, 1),
+		stopped:    make(chan struct{}),
+		acceptDone: make(chan struct{}),
+	}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	var err error
+	defer func() {
+		if err != nil {
+			s.closePlugins()
+		}
+	}()
+	if s.transport, err = NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source); err != nil {
+		return nil, err
+	}
+	s.plugins = append(s.plugins, s.transport)
+	if s.codec, err = NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source); err != nil {
+		return nil, err
+	}
+	s.codecs[s.codec.Name()] = s.codec
+	if s.registry, err = NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source); err != nil {
+		return nil, err
+	}
+	s.plugins = append(s.plugins, s.registry)
+	if s.filters, err = buildFilters(cfg, ServerSide); err != nil {
+		return nil, err
+	}
+	for _, f := range s.filters {
+		s.plugins = append(s.plugins, f.filter)
+	}
+	s.chains = newFilterChains(s.filters, s.invokeHandler)
+	return s, nil
+}
+
+func buildFilters(cfg *Config, side Side) ([]configuredFilter, error) {
+	var out []configuredFilter
+	for _, fc := range cfg.Filters {
+		if fc.Side != "" && fc.Side != "both" && fc.Side != side.String() {
+			continue
+		}
+		f, err := NewFilter(fc.Name, fc.Options, cfg.Source)
+		if err != nil {
+			for _, built := range out {
+				closeIfCloser(built.filter)
+			}
+			return nil, err
+		}
+		out = append(out, configuredFilter{name: fc.Name, filter: f, methods: fc.Methods})
+	}
+	return out, nil
+}
+
+func closeIfCloser(p any) error {
+	if c, ok := p.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+func (s *Server) closePlugins() {
+	for _, p := range s.plugins {
+		if err := closeIfCloser(p); err != nil {
+			s.log.Warn("closing plugin", "plugin", fmt.Sprintf("%T", p), "err", err)
+		}
+	}
+}
+
+// Handle registers a typed handler for method (any string; by convention
+// "Service.Method"). Req and Resp are the message types the codec decodes
+// and encodes (for protobuf, generated message structs). Register every
+// method before Start.
+func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context, req *Req) (*Resp, error)) {
+	if err := s.Register(method, func() any { return new(Req) }, func(ctx context.Context, req any) (any, error) {
+		return h(ctx, req.(*Req))
+	}); err != nil {
+		panic(err)
+	}
+}
+
+// Register adds a handler for method without generics: newRequest returns a
+// fresh value to decode a request into, and handler answers it. Handle is
+// the typed front end; Register suits gateways and reflection.
+func (s *Server) Register(method string, newRequest func() any, handler func(ctx context.Context, req any) (any, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case method == "":
+		return errors.New("kernrpc: Register: empty method name")
+	case s.started:
+		return fmt.Errorf("kernrpc: Register %q: the server has started; register every method before Start", method)
+	case s.methods[method] != nil:
+		return fmt.Errorf("kernrpc: Register %q: method registered twice", method)
+	}
+	s.methods[method] = &methodDesc{name: method, newRequest: newRequest, handler: handler}
+	return nil
+}
+
+// Methods lists the registered methods, sorted.
+func (s *Server) Methods() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.methods))
+	for m := range s.methods {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Start listens, registers the instance in the registry and starts
+// accepting connections. It returns once the server is reachable.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("kernrpc: Start: the server has already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	ln, err := s.transport.Listen(ctx, s.cfg.Address)
+	if err != nil {
+		return fmt.Errorf("kernrpc: listen on %s with %s: %w", s.cfg.Address, s.cfg.Transport.Name, err)
+	}
+	addr := ln.Addr()
+	if s.cfg.Advertise != "" {
+		addr = s.cfg.Advertise
+	}
+	inst := Instance{
+		Service:  s.cfg.Service,
+		ID:       s.cfg.Server.InstanceID,
+		Address:  addr,
+		Metadata: map[string]string{"transport": s.cfg.Transport.Name, "codec": s.codec.Name()},
+	}
+	for k, v := range s.cfg.Server.Metadata {
+		inst.Metadata[k] = v
+	}
+	if inst.ID == "" {
+		inst.ID = s.cfg.Service + "@" + addr
+	}
+	s.mu.Lock()
+	s.listener, s.instance = ln, inst
+	s.mu.Unlock()
+	go s.acceptLoop(ln)
+	if s.cfg.Service != "" {
+		if err := s.registry.Register(ctx, inst, s.cfg.Server.RegisterTTL.D()); err != nil {
+			_ = ln.Close()
+			<-s.acceptDone
+			return fmt.Errorf("kernrpc: register %s at %s in %s: %w", inst.Service, inst.Address, s.cfg.Registry.Name, err)
+		}
+	}
+	s.log.Info("serving", "address", addr, "transport", s.cfg.Transport.Name, "codec", s.codec.Name(), "registry", s.cfg.Registry.Name)
+	return nil
+}
+
+// Addr is the address clients dial; empty before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.instance.Address
+}
+
+// Instance is what the server registered; zero before Start.
+func (s *Server) Instance() Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.instance
+}
+
+// Serve starts the server and blocks until ctx is done (then shuts down
+// gracefully within the configured shutdown_timeout) or Shutdown is called.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownTimeout.D())
+		defer cancel()
+		return s.Shutdown(sctx)
+	case <-s.stopped:
+		return nil
+	}
+}
+
+func (s *Server) acceptLoop(ln Listener) {
+	defer close(s.acceptDone)
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := ln.Accept(s.baseCtx)
+		if err != nil {
+			if errors.Is(err, ErrClosed) || s.baseCtx.Err() != nil || s.draining.Load() {
+				return
+			}
+			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		sc := &serverConn{srv: s, conn: c, calls: make(map[uint64]*callCtx)}
+		s.mu.Lock()
+		if s.draining.Load() {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		s.conns[sc] = struct{}{}
+		s.mu.Unlock()
+		go sc.readLoop()
+	}
+}
+
+// Shutdown stops the server gracefully: it stops accepting, sends every
+// connected client a GoAway (new calls go elsewhere; calls that still
+// arrive are refused as retryable), waits for in-flight calls until ctx is
+// done, then closes the connections (cancelling what still runs),
+// deregisters the instance and closes the plugins. It is safe to call more
+// than once; later calls wait for the first.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdown.Do(func() { err = s.doShutdown(ctx) })
+	<-s.stopped
+	return err
+}
+
+func (s *Server) doShutdown(ctx context.Context) error {
+	defer close(s.stopped)
+	s.mu.Lock()
+	s.draining.Store(true)
+	ln, started := s.listener, s.started
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	if !started || ln == nil {
+		s.cancelBase()
+		s.closePlugins()
+		return nil
+	}
+	_ = ln.Close()
+	<-s.acceptDone
+	for _, sc := range conns {
+		sc.goAway()
+	}
+	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
+	var drainErr error
+	for s.inflight.Load() > 0 {
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			drainErr = fmt.Errorf("kernrpc: shutdown: %d calls still in flight when the deadline passed; they were cancelled: %w", s.inflight.Load(), ctx.Err())
+		}
+		if drainErr != nil {
+			break
+		}
+	}
+	s.cancelBase()
+	s.closeConns(ctx)
+	var errs []error
+	if drainErr != nil {
+		errs = append(errs, drainErr)
+	}
+	if s.cfg.Service != "" {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.registry.Deregister(dctx, s.instance); err != nil {
+			errs = append(errs, fmt.Errorf("kernrpc: deregister %s: %w", s.instance.ID, err))
+		}
+		cancel()
+	}
+	s.closePlugins()
+	s.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// closeConns ends the connections of a drained server. Where the transport
+// can half-close, it does, and waits (briefly) for each client to close
+// its side: a request already on its way is then read and left unserved
+// rather than lost in a reset, and the client resends it elsewhere.
+func (s *Server) closeConns(ctx context.Context) {
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	for _, sc := range conns {
+		if hc, ok := sc.conn.(HalfCloser); ok && hc.CloseWrite() == nil {
+			select {
+			case <-sc.conn.Done():
+			case <-grace.C:
+			case <-ctx.Done():
+			}
+		}
+		_ = sc.conn.Close()
+	}
+}
+
+// closeGrace bounds how long a drained server waits for its clients to
+// close their side of the connections.
+const closeGrace = time.Second
+
+func (s *Server) callEnded() {
+	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Server) invokeHandler(ctx context.Context, info *CallInfo, req any) (any, error) {
+	return info.server.desc.handler(ctx, req)
+}
+
+// serverConn is one client connection on the server side.
+type serverConn struct {
+	srv  *Server
+	conn Conn
+
+	readState atomic.Int32 // reading, servingInline or handedOff
+	takeover  *time.Timer  // owned by whoever holds the reading role
+
+	mu     sync.Mutex
+	calls  map[uint64]*callCtx
+	closed bool
+	// lastAccepted is the highest call id accepted for serving. Once the
+	// server drains, no higher id is served, and the GoAway says so: the
+	// client may then safely resend any higher-numbered call.
+	lastAccepted uint64
+}
+
+// goAway tells the client to send new calls elsewhere, naming the last call
+// this connection will serve.
+func (sc *serverConn) goAway() {
+	sc.mu.Lock()
+	last := sc.lastAccepted
+	sc.mu.Unlock()
+	_ = sc.conn.WriteFrame(&Frame{Type: FrameGoAway, CallID: last})
+}
+
+// readLoop reads frames until the connection dies. A request is served by
+// the goroutine that read it, which is already running, so it costs no
+// hand-off. When more requests are already waiting, a new reader starts
+// first so they are served in parallel; otherwise the request is served
+// inline, and a timer hands the reading to a new goroutine only if the
+// handler runs long. A lone caller thus costs the server no goroutine
+// creation and no wake-up per call.
+func (sc *serverConn) readLoop() {
+	for {
+		f, err := sc.conn.ReadFrame(context.Background())
+		if err != nil {
+			sc.close(err)
+			return
+		}
+		switch f.Type {
+		case FrameRequest:
+			c := sc.begin(f)
+			if c == nil {
+				f.Release()
+				continue
+			}
+			if sc.moreWaiting() {
+				go sc.readLoop()
+				sc.serve(c, f)
+				return
+			}
+			if !sc.serveInline(c, f) {
+				return
+			}
+			continue
+		case FrameCancel:
+			sc.mu.Lock()
+			c := sc.calls[f.CallID]
+			sc.mu.Unlock()
+			if c != nil {
+				c.cancel(context.Canceled)
+			}
+		case FrameGoAway:
+			// The client is leaving; its calls still get answers.
+		default:
+			sc.srv.log.Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+		}
+		f.Release()
+	}
+}
+
+const (
+	reading       = iota // the read loop holds the reading role
+	servingInline        // the reader is serving a call; the timer may take over
+	handedOff            // the timer took over: another goroutine reads now
+)
+
+// inlineBudget is how long a call served inline may keep the connection
+// unread before another goroutine takes over reading (the runtime's timer
+// granularity may stretch it to about a millisecond on an idle machine).
+const inlineBudget = 50 * time.Microsecond
+
+func (sc *serverConn) moreWaiting() bool {
+	b, ok := sc.conn.(BufferedReader)
+	return ok && b.Buffered() > 0
+}
+
+// serveInline serves c on the reading goroutine and reports whether that
+// goroutine still holds the reading role afterwards.
+func (sc *serverConn) serveInline(c *callCtx, f *Frame) bool {
+	sc.readState.Store(servingInline)
+	if sc.takeover == nil {
+		sc.takeover = time.AfterFunc(inlineBudget, sc.takeOverReading)
+	} else {
+		sc.takeover.Reset(inlineBudget)
+	}
+	sc.serve(c, f)
+	if sc.readState.CompareAndSwap(servingInline, reading) {
+		sc.takeover.Stop()
+		return true
+	}
+	return false
+}
+
+// takeOverReading runs on the timer's goroutine when an inline call ran
+// past its budget: this goroutine becomes the reader.
+func (sc *serverConn) takeOverReading() {
+	if sc.readState.CompareAndSwap(servingInline, handedOff) {
+		sc.readLoop()
+	}
+}
+
+// begin records a request so a Cancel can find it. A duplicate call id is a
+// protocol error the client made: answer it without serving.
+func (sc *serverConn) begin(f *Frame) *callCtx {
+	c := &callCtx{parent: sc.srv.baseCtx, id: f.CallID, sc: sc}
+	c.info.server = c
+	sc.mu.Lock()
+	if sc.closed {
+		sc.mu.Unlock()
+		return nil
+	}
+	if _, dup := sc.calls[f.CallID]; dup {
+		sc.mu.Unlock()
+		sc.srv.log.Warn("request reuses the id of a call in flight; refusing it", "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+		sc.reply(&Frame{Type: FrameResponse, Flags: FlagEndStream, CallID: f.CallID, Code: InvalidArgument,
+			Message: "call id " + fmt.Sprint(f.CallID) + " is already in flight on this connection"})
+		return nil
+	}
+	sc.calls[f.CallID] = c
+	// Checked under sc.mu, which goAway also takes after draining is set:
+	// a call is either counted in the GoAway or refused, never both.
+	if sc.srv.draining.Load() {
+		c.refused = true
+	} else {
+		sc.lastAccepted = max(sc.lastAccepted, f.CallID)
+	}
+	sc.mu.Unlock()
+	sc.srv.inflight.Add(1)
+	return c
+}
+
+func (sc *serverConn) end(c *callCtx) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	sc.mu.Lock()
+	delete(sc.calls, c.id)
+	sc.mu.Unlock()
+	c.cancel(context.Canceled)
+	sc.srv.callEnded()
+}
+
+func (sc *serverConn) reply(f *Frame) {
+	if err := sc.conn.WriteFrame(f); err != nil {
+		sc.srv.log.Debug("response not sent: connection gone", "call_id", f.CallID, "err", err)
+	}
+}
+
+// serve runs one unary call: decode, filters and handler, encode, reply.
+func (sc *serverConn) serve(c *callCtx, f *Frame) {
+	s := sc.srv
+	defer sc.end(c)
+	out := &c.out
+	out.Type, out.Flags, out.CallID = FrameResponse, FlagEndStream, c.id
+
+	resp, codec, err := sc.run(c, f)
+	if codec != nil {
+		out.Codec = codec.Name()
+	}
+	if err == nil {
+		buf := sc.conn.Buffer(sizeHint(codec, resp))
+		out.Payload, err = codec.Marshal(buf, resp)
+		if err != nil {
+			sc.conn.Recycle(buf)
+			out.Payload = nil
+			err = Errorf(Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
+		}
+	}
+	if err != nil {
+		st := StatusOf(err)
+		out.Code, out.Message = st.Code, st.Message
+		if st.Code == OK {
+			out.Code = Unknown
+		}
+		if st.Retryable {
+			out.Flags |= FlagRetryable
+		}
+	}
+	out.Metadata = c.info.ResponseMetadata
+	if err := sc.conn.WriteFrame(out); err != nil {
+		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+	}
+}
+
+// run decodes the request and passes it through the filters to the
+// handler. It releases f as soon as nothing can read from it any more.
+func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, err error) {
+	s := sc.srv
+	released := false
+	defer func() {
+		if !released {
+			f.Release()
+		}
+	}()
+	codec = s.codec
+	if f.Codec != "" && f.Codec != codec.Name() {
+		if codec = s.codecs[f.Codec]; codec == nil {
+			return nil, nil, Errorf(InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", f.Codec, s.codecNames())
+		}
+	}
+	c.info.Method, c.info.Side, c.info.Codec = f.Method, ServerSide, codec.Name()
+	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
+	if c.refused {
+		return nil, codec, &Status{Code: Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
+	}
+	if f.Flags&FlagStream != 0 {
+		return nil, codec, Errorf(Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
+	}
+	desc := s.methods[f.Method]
+	if desc == nil {
+		return nil, codec, Errorf(Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
+	}
+	c.desc = desc
+	if f.Timeout > 0 {
+		c.deadline = time.Now().Add(f.Timeout)
+		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
+	}
+	req := desc.newRequest()
+	if err := codec.Unmarshal(f.Payload, req); err != nil {
+		return nil, codec, Errorf(InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
+	}
+	if !codecAliases(codec) {
+		f.Release()
+		released = true
+	}
+	resp, err = sc.invoke(c, req)
+	return resp, codec, err
+}
+
+// invoke runs the chain, turning a panic into status Internal so that one
+// bad handler costs one call, not the server.
+func (sc *serverConn) invoke(c *callCtx, req any) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("handler panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, Errorf(Internal, "handler for %s panicked: %v", c.info.Method, r)
+		}
+	}()
+	return sc.srv.chains.forMethod(c.info.Method)(c, &c.info, req)
+}
+
+func sizeHint(codec Codec, v any) int {
+	if s, ok := codec.(CodecSizer); ok {
+		return s.Size(v)
+	}
+	return 0
+}
+
+func (s *Server) codecNames() string {
+	names := make([]string, 0, len(s.codecs))
+	for n := range s.codecs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+func (s *Server) methodList() string {
+	m := s.Methods()
+	if len(m) == 0 {
+		return "no methods"
+	}
+	return strings.Join(m, ", ")
+}
+
+// close is called once the connection is dead: calls still running are
+// cancelled, since nobody can receive their answers.
+func (sc *serverConn) close(err error) {
+	sc.mu.Lock()
+	sc.closed = true
+	calls := make([]*callCtx, 0, len(sc.calls))
+	for _, c := range sc.calls {
+		calls = append(calls, c)
+	}
+	sc.mu.Unlock()
+	for _, c := range calls {
+		c.cancel(context.Canceled)
+	}
+	_ = sc.conn.Close()
+	s := sc.srv
+	s.mu.Lock()
+	delete(s.conns, sc)
+	s.mu.Unlock()
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerGone) || errors.Is(err, io.EOF) {
+		s.log.Debug("connection closed", "peer", sc.conn.RemoteAddr(), "reason", err)
+	} else {
+		s.log.Warn("connection closed", "peer", sc.conn.RemoteAddr(), "reason", err)
+	}
+}

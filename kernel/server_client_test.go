@@ -1,0 +1,665 @@
+package kernel_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
+	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
+	"github.com/kernrpc/kernrpc/plugins/transport/tcplv"
+)
+
+// testConfig gives each test its own registry namespace, so tests running
+// one after another never see each other's servers.
+func testConfig(t testing.TB) *kernel.Config {
+	cfg := kernel.DefaultConfig()
+	cfg.Service = "echo"
+	cfg.Registry.Options = map[string]any{"namespace": t.Name()}
+	cfg.Transport.Options = map[string]any{"keepalive_interval": "100ms", "keepalive_timeout": "200ms"}
+	return cfg
+}
+
+func echo(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil }
+
+// startServer starts a server with the echo handler plus extra handlers.
+func startServer(t testing.TB, cfg *kernel.Config, extra func(*kernel.Server)) *kernel.Server {
+	t.Helper()
+	srv, err := kernel.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel.Handle(srv, "Echo.Echo", echo)
+	if extra != nil {
+		extra(srv)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return srv
+}
+
+func newClient(t testing.TB, cfg *kernel.Config) *kernel.Client {
+	t.Helper()
+	cli, err := kernel.NewClient(cfg, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func TestCallModels(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, nil)
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+
+	var resp echopb.Echo
+	if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "sync"}, &resp); err != nil || resp.Text != "sync" {
+		t.Fatalf("Call: %v, %q", err, resp.Text)
+	}
+
+	var goResp echopb.Echo
+	call := cli.Go(ctx, "Echo.Echo", &echopb.Echo{Text: "async"}, &goResp, nil)
+	select {
+	case done := <-call.Done:
+		if done.Err != nil || goResp.Text != "async" {
+			t.Fatalf("Go: %v, %q", done.Err, goResp.Text)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Go: no answer within 5s")
+	}
+
+	got := make(chan string, 1)
+	var cbResp echopb.Echo
+	cli.CallFunc(ctx, "Echo.Echo", &echopb.Echo{Text: "callback"}, &cbResp, func(c *kernel.Call) {
+		if c.Err != nil {
+			got <- "error: " + c.Err.Error()
+			return
+		}
+		got <- c.Response.(*echopb.Echo).Text
+	})
+	select {
+	case s := <-got:
+		if s != "callback" {
+			t.Fatalf("CallFunc: got %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("CallFunc: callback not run within 5s")
+	}
+}
+
+func TestManyConcurrentCallersOverOneConnectionGetTheirOwnAnswers(t *testing.T) {
+	cfg := testConfig(t)
+	var slowest atomic.Int64
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			// Answer out of order, so matching by call id is really tested.
+			d := time.Duration(len(req.Payload)%7) * 100 * time.Microsecond
+			slowest.Store(max(slowest.Load(), int64(d)))
+			time.Sleep(d)
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	const callers, perCaller = 64, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := range perCaller {
+				want := fmt.Sprintf("caller %d call %d", g, i)
+				req := &echopb.Echo{Text: want, Payload: bytes.Repeat([]byte{byte(g)}, g+i)}
+				var resp echopb.Echo
+				if err := cli.Call(context.Background(), "Echo.Jitter", req, &resp); err != nil {
+					errs <- err
+					return
+				}
+				if resp.Text != want || !bytes.Equal(resp.Payload, req.Payload) {
+					errs <- fmt.Errorf("caller %d got %q, want %q", g, resp.Text, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestClientDeadlineCancelsServerHandlerContext(t *testing.T) {
+	cfg := testConfig(t)
+	handlerErr := make(chan error, 1)
+	var sawDeadline atomic.Bool
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			_, ok := ctx.Deadline()
+			sawDeadline.Store(ok)
+			select {
+			case <-ctx.Done():
+				handlerErr <- ctx.Err()
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Second):
+				handlerErr <- errors.New("handler context never cancelled")
+				return req, nil
+			}
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := cli.Call(ctx, "Echo.Block", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.DeadlineExceeded {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("call returned after %v; the deadline was 150ms", el)
+	}
+	select {
+	case herr := <-handlerErr:
+		if !errors.Is(herr, context.DeadlineExceeded) && !errors.Is(herr, context.Canceled) {
+			t.Fatalf("handler ctx err = %v", herr)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("server handler's context was not cancelled")
+	}
+	if !sawDeadline.Load() {
+		t.Error("handler's context had no deadline; the client's deadline did not travel")
+	}
+	// The connection survives: the late or missing answer does not poison it.
+	var resp echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "after"}, &resp); err != nil || resp.Text != "after" {
+		t.Fatalf("call after a timed-out call: %v %q", err, resp.Text)
+	}
+}
+
+func TestClientCancellationReachesServer(t *testing.T) {
+	cfg := testConfig(t)
+	handlerErr := make(chan error, 1)
+	started := make(chan struct{})
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			close(started)
+			<-ctx.Done()
+			handlerErr <- ctx.Err()
+			return nil, ctx.Err()
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	if err := cli.Call(ctx, "Echo.Block", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
+		t.Fatalf("err = %v, want Canceled", err)
+	}
+	select {
+	case herr := <-handlerErr:
+		if !errors.Is(herr, context.Canceled) {
+			t.Fatalf("handler ctx err = %v, want Canceled", herr)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("cancellation did not reach the handler")
+	}
+}
+
+func TestMetadataTravelsBothWays(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.MD", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			in := kernel.IncomingMetadata(ctx)
+			kernel.CallInfoFrom(ctx).SetResponseMetadata("seen", in["tenant"])
+			return &echopb.Echo{Text: in["request-id"]}, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx := kernel.WithMetadata(context.Background(), kernel.Metadata{"tenant": "acme", "request-id": "r-42"})
+	var resp echopb.Echo
+	md, err := cli.CallWithMetadata(ctx, "Echo.MD", &echopb.Echo{}, &resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Text != "r-42" || md["seen"] != "acme" {
+		t.Fatalf("request metadata seen as %q, response metadata %v", resp.Text, md)
+	}
+}
+
+func TestErrorsCarryStatusAndConnectionSurvives(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Fail", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, kernel.Errorf(kernel.NotFound, "no such %s", req.Text)
+		})
+		kernel.Handle(s, "Echo.Panic", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			panic("handler bug")
+		})
+		kernel.Handle(s, "Echo.BadReply", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return &echopb.Echo{Text: "\xff\xfe not utf-8"}, nil // protobuf refuses to encode it
+		})
+		kernel.Handle(s, "Echo.Plain", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, errors.New("plain error")
+		})
+	})
+	cli := newClient(t, cfg)
+	cases := []struct {
+		method  string
+		req     *echopb.Echo
+		code    kernel.Code
+		message string
+	}{
+		{"Echo.Fail", &echopb.Echo{Text: "thing"}, kernel.NotFound, "no such thing"},
+		{"Echo.Nope", &echopb.Echo{}, kernel.Unimplemented, `method "Echo.Nope" is not served here`},
+		{"Echo.Panic", &echopb.Echo{}, kernel.Internal, "panicked: handler bug"},
+		{"Echo.BadReply", &echopb.Echo{}, kernel.Internal, "encode response of Echo.BadReply"},
+		{"Echo.Plain", &echopb.Echo{}, kernel.Unknown, "plain error"},
+		{"Echo.Echo", &echopb.Echo{Text: "\xff bad request"}, kernel.Internal, "encode request of Echo.Echo"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method, func(t *testing.T) {
+			err := cli.Call(context.Background(), tc.method, tc.req, &echopb.Echo{})
+			st := kernel.StatusOf(err)
+			if st == nil || st.Code != tc.code || !strings.Contains(st.Message, tc.message) {
+				t.Fatalf("err = %v, want %v containing %q", err, tc.code, tc.message)
+			}
+			var resp echopb.Echo
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "still up"}, &resp); err != nil || resp.Text != "still up" {
+				t.Fatalf("call after the failure: %v", err)
+			}
+		})
+	}
+}
+
+// rawConn dials the server with the transport alone, to send what a
+// well-behaved client never would.
+func rawConn(t *testing.T, addr string) kernel.Conn {
+	t.Helper()
+	tr, err := tcplv.New(tcplv.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func roundTripRaw(t *testing.T, c kernel.Conn, f *kernel.Frame) *kernel.Frame {
+	t.Helper()
+	if err := c.WriteFrame(f); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.ReadFrame(ctx)
+	if err != nil {
+		t.Fatalf("no answer to %v: %v", f.Type, err)
+	}
+	return got
+}
+
+func TestServerAnswersBadRequestsAndKeepsTheConnection(t *testing.T) {
+	cfg := testConfig(t)
+	srv := startServer(t, cfg, nil)
+	c := rawConn(t, srv.Addr())
+
+	// A frame type a server never expects, for a call id nobody uses: ignored.
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 999}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		req  kernel.Frame
+		code kernel.Code
+		msg  string
+	}{
+		{"garbage payload", kernel.Frame{Method: "Echo.Echo", Codec: "protobuf", Payload: []byte{0xff, 0xff, 0xff}}, kernel.InvalidArgument, "decode request of Echo.Echo"},
+		{"codec not loaded", kernel.Frame{Method: "Echo.Echo", Codec: "xml"}, kernel.InvalidArgument, `codec "xml" is not loaded`},
+		{"streaming not supported", kernel.Frame{Method: "Echo.Echo", Flags: kernel.FlagStream}, kernel.Unimplemented, "stream"},
+		{"valid request", kernel.Frame{Method: "Echo.Echo", Codec: "protobuf", Payload: []byte{0x12, 0x02, 'o', 'k'}}, kernel.OK, ""},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.Type, req.CallID = kernel.FrameRequest, uint64(i+1)
+			req.Flags |= kernel.FlagEndStream
+			resp := roundTripRaw(t, c, &req)
+			defer resp.Release()
+			if resp.Type != kernel.FrameResponse || resp.CallID != req.CallID {
+				t.Fatalf("got %v for call %d, want the Response to call %d", resp.Type, resp.CallID, req.CallID)
+			}
+			if resp.Code != tc.code || !strings.Contains(resp.Message, tc.msg) {
+				t.Fatalf("got %v %q, want %v containing %q", resp.Code, resp.Message, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+func TestUnknownPluginInConfig(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Transport.Name = "nope"
+	_, err := kernel.NewServer(cfg)
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "tcp-lv") {
+		t.Fatalf("err = %v, want it to name nope and list tcp-lv", err)
+	}
+	cfg = testConfig(t)
+	cfg.Transport.Options = map[string]any{"max_frame_sise": "1MiB"}
+	_, err = kernel.NewClient(cfg, "echo")
+	if err == nil || !strings.Contains(err.Error(), `"max_frame_sise"`) || !strings.Contains(err.Error(), `"tcp-lv"`) {
+		t.Fatalf("err = %v, want it to name the transport and the key", err)
+	}
+}
+
+type orderFilter struct {
+	name string
+	log  *[]string
+	mu   *sync.Mutex
+}
+
+func (f orderFilter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	f.mu.Lock()
+	*f.log = append(*f.log, info.Side.String()+":"+f.name)
+	f.mu.Unlock()
+	if info.Side == kernel.ClientSide {
+		info.SetRequestMetadata("via-"+f.name, "1")
+	}
+	if f.name == "deny" && info.Method == "Echo.Secret" {
+		return nil, kernel.Errorf(kernel.PermissionDenied, "denied by filter")
+	}
+	return next(ctx, info, req)
+}
+
+var (
+	filterLogMu sync.Mutex
+	filterLog   []string
+)
+
+func init() {
+	for _, name := range []string{"first", "second", "deny"} {
+		kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-" + name, New: func(any) (kernel.Filter, error) {
+			return orderFilter{name: name, log: &filterLog, mu: &filterLogMu}, nil
+		}})
+	}
+}
+
+func TestFiltersRunInConfiguredOrderOnBothSides(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernel.FilterConfig{
+		{Name: "test-first"},
+		{Name: "test-second"},
+		{Name: "test-deny", Side: "server", Methods: []string{"Echo.Sec*"}},
+	}
+	var seen kernel.Metadata
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Secret", echo)
+		kernel.Handle(s, "Echo.Look", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			seen = kernel.IncomingMetadata(ctx)
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	filterLogMu.Lock()
+	filterLog = nil
+	filterLogMu.Unlock()
+	if err := cli.Call(context.Background(), "Echo.Look", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	filterLogMu.Lock()
+	got := strings.Join(filterLog, " ")
+	filterLogMu.Unlock()
+	if want := "client:first client:second server:first server:second"; got != want {
+		t.Errorf("filter order %q, want %q", got, want)
+	}
+	if seen["via-first"] != "1" || seen["via-second"] != "1" {
+		t.Errorf("metadata added by client filters did not arrive: %v", seen)
+	}
+	err := cli.Call(context.Background(), "Echo.Secret", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.PermissionDenied {
+		t.Fatalf("err = %v, want the method-scoped filter to reject with PermissionDenied", err)
+	}
+}
+
+func TestGracefulShutdownUnderLoadLosesNoCall(t *testing.T) {
+	cfg := testConfig(t)
+	slow := func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			time.Sleep(2 * time.Millisecond)
+			return req, nil
+		})
+	}
+	a := startServer(t, cfg, slow)
+	startServer(t, cfg, slow)
+	cli := newClient(t, cfg)
+
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var resp echopb.Echo
+				if err := cli.Call(context.Background(), "Echo.Slow", &echopb.Echo{Text: "x"}, &resp); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				} else {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := a.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d calls failed during a graceful shutdown; first: %v", failed.Load(), ok.Load()+failed.Load(), firstErr.Load())
+	}
+	if ok.Load() < 50 {
+		t.Fatalf("only %d calls completed; the load did not run", ok.Load())
+	}
+}
+
+func TestShutdownDrainsInFlightCalls(t *testing.T) {
+	cfg := testConfig(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	srv := startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			entered <- struct{}{}
+			<-release
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	results := make(chan error, 4)
+	for range 4 {
+		go func() { results <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
+	}
+	for range 4 {
+		<-entered
+	}
+	shutdownDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shutdownDone <- srv.Shutdown(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// A new call now is refused as retryable (or cannot connect), never lost.
+	err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Unavailable {
+		t.Errorf("call during shutdown: %v, want Unavailable", err)
+	}
+	select {
+	case err := <-shutdownDone:
+		t.Fatalf("shutdown returned (%v) while calls were in flight", err)
+	default:
+	}
+	close(release)
+	for range 4 {
+		if err := <-results; err != nil {
+			t.Errorf("in-flight call lost in shutdown: %v", err)
+		}
+	}
+	if err := <-shutdownDone; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if insts, _ := kernel.NewRegistry("memory", map[string]any{"namespace": t.Name()}, ""); insts != nil {
+		got, _ := insts.Resolve(context.Background(), "echo")
+		if len(got) != 0 {
+			t.Errorf("instance still registered after shutdown: %v", got)
+		}
+		_ = insts.Close()
+	}
+}
+
+// TestHelperServerProcess is not a test: it is the server process that the
+// kill tests start, so that a real process can be killed.
+func TestHelperServerProcess(t *testing.T) {
+	if os.Getenv("KERNRPC_HELPER_SERVER") != "1" {
+		t.Skip("helper process for the kill tests")
+	}
+	cfg := kernel.DefaultConfig()
+	cfg.Service = "echo"
+	srv, err := kernel.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel.Handle(srv, "Echo.Echo", echo)
+	kernel.Handle(srv, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("ADDR", srv.Addr())
+	select {}
+}
+
+func startServerProcess(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServerProcess$")
+	cmd.Env = append(os.Environ(), "KERNRPC_HELPER_SERVER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var addr string
+	buf := make([]byte, 256)
+	deadline := time.Now().Add(10 * time.Second)
+	var acc []byte
+	for addr == "" && time.Now().Before(deadline) {
+		n, err := out.Read(buf)
+		acc = append(acc, buf[:n]...)
+		if i := bytes.Index(acc, []byte("ADDR ")); i >= 0 {
+			if j := bytes.IndexByte(acc[i:], '\n'); j > 0 {
+				addr = string(acc[i+5 : i+j])
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatalf("helper server printed no address: %q", acc)
+	}
+	return cmd, addr
+}
+
+func TestDeadServerFailsPendingCallsWithUnavailable(t *testing.T) {
+	cases := []struct {
+		name  string
+		kill  func(*exec.Cmd)
+		bound time.Duration
+	}{
+		// The OS closes a killed process's sockets: the client hears at once.
+		{"killed", func(c *exec.Cmd) { _ = c.Process.Signal(syscall.SIGKILL) }, 2 * time.Second},
+		// A stopped process keeps its sockets open but answers nothing: only
+		// keepalive (100ms interval + 200ms timeout here) can tell.
+		{"frozen", func(c *exec.Cmd) { _ = c.Process.Signal(syscall.SIGSTOP) }, 2 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, addr := startServerProcess(t)
+			cfg := testConfig(t)
+			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+			cli := newClient(t, cfg)
+			var resp echopb.Echo
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "alive"}, &resp); err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			errs := make(chan error, 4)
+			for range 4 {
+				go func() { errs <- cli.Call(context.Background(), "Echo.Hang", &echopb.Echo{}, &echopb.Echo{}) }()
+			}
+			time.Sleep(100 * time.Millisecond)
+			start := time.Now()
+			tc.kill(cmd)
+			for range 4 {
+				select {
+				case err := <-errs:
+					if kernel.CodeOf(err) != kernel.Unavailable {
+						t.Errorf("pending call ended with %v, want Unavailable", err)
+					}
+				case <-time.After(tc.bound + time.Second):
+					t.Fatalf("pending call still waiting %v after the server died", time.Since(start))
+				}
+			}
+			if el := time.Since(start); el > tc.bound {
+				t.Errorf("pending calls failed after %v, want within %v", el, tc.bound)
+			}
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+		})
+	}
+}
+
+func BenchmarkCallInProcess16B(b *testing.B) {
+	cfg := testConfig(b)
+	startServer(b, cfg, nil)
+	cli := newClient(b, cfg)
+	req := &echopb.Echo{Payload: make([]byte, 16)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		var resp echopb.Echo
+		if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
