@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kernrpc.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPluginsListsTheBuiltins(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"plugins", "-v"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"transport  tcp-lv", "codec      protobuf", "registry   memory", "balancer   round-robin", `"max_frame_size"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plugins output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestServeWithAnUnknownTransportExitsNonZeroNamingIt(t *testing.T) {
+	cfg := writeConfig(t, "service: echo\ntransport: {name: nope}\n")
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-config", cfg}, &out, &errOut)
+	if code == 0 {
+		t.Fatal("exit 0 for an unknown transport")
+	}
+	for _, want := range []string{`"nope"`, "tcp-lv", "forgotten import"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q: %s", want, errOut.String())
+		}
+	}
+}
+
+func TestBadInvocations(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, 2, "Usage:"},
+		{"unknown command", []string{"srve"}, 2, `unknown command "srve"`},
+		{"serve without config", []string{"serve"}, 1, "pass -config FILE"},
+		{"missing config file", []string{"serve", "-config", "/nonexistent/kernrpc.yaml"}, 1, "/nonexistent/kernrpc.yaml"},
+		{"unknown flag", []string{"plugins", "-x"}, 2, "flag provided but not defined"},
+		{"stray argument", []string{"plugins", "extra"}, 2, "unexpected arguments"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), tc.args, &out, &errOut)
+			if code != tc.code || !strings.Contains(errOut.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d mentioning %q", code, errOut.String(), tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, cmd := range []string{"serve", "call", "plugins"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{cmd, "-h"}, &out, &errOut); code != 0 {
+			t.Errorf("%s -h: exit %d", cmd, code)
+		}
+		if !strings.Contains(errOut.String(), "Usage: kernrpc "+cmd) {
+			t.Errorf("%s -h printed %q", cmd, errOut.String())
+		}
+	}
+}
+
+func TestServeThenCall(t *testing.T) {
+	cfg := writeConfig(t, "service: echo\naddress: 127.0.0.1:0\nregistry: {name: memory, options: {namespace: cmd-test}}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
+	addrRE := regexp.MustCompile(`serving echo on (\S+) `)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		cancel()
+		t.Fatalf("serve did not start: %s %s", out.String(), errOut.String())
+	}
+	var callOut, callErr bytes.Buffer
+	if code := run(context.Background(), []string{"call", "-config", cfg, "-addr", addr, "-text", "ping"}, &callOut, &callErr); code != 0 {
+		t.Errorf("call: exit %d: %s", code, callErr.String())
+	}
+	if !strings.Contains(callOut.String(), `Echo.Echo answered "ping"`) {
+		t.Errorf("call printed %q", callOut.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d after a graceful stop: %s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}

@@ -1,0 +1,15 @@
+// Package all registers every built-in kernrpc plugin. Import it for its
+// side effects in binaries that want every built-in plugin:
+//
+//	import _ "github.com/kernrpc/kernrpc/plugins/all"
+//
+// Libraries should import only the plugins they need, so that their users
+// do not link the others.
+package all
+
+import (
+	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
+	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
+	_ "github.com/kernrpc/kernrpc/plugins/transport/tcplv"
+)
