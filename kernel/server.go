@@ -49,6 +49,19 @@ type methodDesc struct {
 	name       string
 	newRequest func() any
 	handler    func(ctx context.Context, req any) (any, error)
+	// slowCalls counts down the calls still to be served off the reader
+	// since one of them outran the inline watchdog.
+	slowCalls atomic.Int32
+}
+
+// latelySlow reports whether a call of d should be served off the reader.
+// A nil d (unknown method) is answered at once, so it is served inline.
+func (d *methodDesc) latelySlow() bool {
+	if d == nil || d.slowCalls.Load() <= 0 {
+		return false
+	}
+	d.slowCalls.Add(-1)
+	return true
 }
 
 // NewServer builds a server from cfg: it looks up every plugin by name and
@@ -389,8 +402,12 @@ type serverConn struct {
 	srv  *Server
 	conn Conn
 
-	readState atomic.Int32 // reading, servingInline or handedOff
-	takeover  *time.Timer  // owned by whoever holds the reading role
+	readState     atomic.Int32  // reading, servingInline or handedOff
+	inlineSeq     atomic.Uint64 // counts calls served inline
+	inlineDesc    atomic.Pointer[methodDesc]
+	watchdog      atomic.Pointer[time.Timer] // made by the first inline call
+	watchdogArmed atomic.Bool
+	watchedSeq    uint64 // inlineSeq at the watchdog's last tick; only watch touches it
 
 	mu     sync.Mutex
 	calls  map[uint64]*callCtx
@@ -412,11 +429,11 @@ func (sc *serverConn) goAway() {
 
 // readLoop reads frames until the connection dies. A request is served by
 // the goroutine that read it, which is already running, so it costs no
-// hand-off. When more requests are already waiting, a new reader starts
-// first so they are served in parallel; otherwise the request is served
-// inline, and a timer hands the reading to a new goroutine only if the
-// handler runs long. A lone caller thus costs the server no goroutine
-// creation and no wake-up per call.
+// hand-off. When more requests are already waiting, or the method has
+// lately been slow, a new reader starts first so that others are not held
+// up; otherwise the request is served inline, and a watchdog hands the
+// reading to a new goroutine only if the handler runs long. A lone caller
+// thus costs the server no goroutine creation and no wake-up per call.
 func (sc *serverConn) readLoop() {
 	for {
 		f, err := sc.conn.ReadFrame(context.Background())
@@ -431,12 +448,13 @@ func (sc *serverConn) readLoop() {
 				f.Release()
 				continue
 			}
-			if sc.moreWaiting() {
+			desc := sc.srv.methods[f.Method]
+			if sc.moreWaiting() || desc.latelySlow() {
 				go sc.readLoop()
 				sc.serve(c, f)
 				return
 			}
-			if !sc.serveInline(c, f) {
+			if !sc.serveInline(c, f, desc) {
 				return
 			}
 			continue
@@ -458,14 +476,19 @@ func (sc *serverConn) readLoop() {
 
 const (
 	reading       = iota // the read loop holds the reading role
-	servingInline        // the reader is serving a call; the timer may take over
-	handedOff            // the timer took over: another goroutine reads now
+	servingInline        // the reader is serving a call; the watchdog may take over
+	handedOff            // the watchdog took over: another goroutine reads now
 )
 
-// inlineBudget is how long a call served inline may keep the connection
-// unread before another goroutine takes over reading (the runtime's timer
-// granularity may stretch it to about a millisecond on an idle machine).
-const inlineBudget = 50 * time.Microsecond
+// watchdogPeriod is how often a connection serving calls inline checks
+// that the call it serves has not kept the connection unread for a whole
+// period. An inline call blocks reading for at most two periods, once per
+// method: the method then counts as slow and is served off the reader.
+const watchdogPeriod = time.Millisecond
+
+// slowMethodCalls is how many calls of a method that outran the watchdog
+// are served off the reader before it is tried inline again.
+const slowMethodCalls = 1024
 
 func (sc *serverConn) moreWaiting() bool {
 	b, ok := sc.conn.(BufferedReader)
@@ -473,28 +496,47 @@ func (sc *serverConn) moreWaiting() bool {
 }
 
 // serveInline serves c on the reading goroutine and reports whether that
-// goroutine still holds the reading role afterwards.
-func (sc *serverConn) serveInline(c *callCtx, f *Frame) bool {
+// goroutine still holds the reading role afterwards. The watchdog timer is
+// not armed per call (a timer per call costs a netpoller wake-up each): it
+// ticks while inline calls keep coming and lapses when they stop.
+func (sc *serverConn) serveInline(c *callCtx, f *Frame, desc *methodDesc) bool {
+	sc.inlineSeq.Add(1)
+	sc.inlineDesc.Store(desc)
 	sc.readState.Store(servingInline)
-	if sc.takeover == nil {
-		sc.takeover = time.AfterFunc(inlineBudget, sc.takeOverReading)
-	} else {
-		sc.takeover.Reset(inlineBudget)
+	if !sc.watchdogArmed.Load() && sc.watchdogArmed.CompareAndSwap(false, true) {
+		if t := sc.watchdog.Load(); t != nil {
+			t.Reset(watchdogPeriod)
+		} else {
+			// Stopped until stored, so that watch always finds it.
+			t = time.AfterFunc(time.Hour, sc.watch)
+			sc.watchdog.Store(t)
+			t.Reset(watchdogPeriod)
+		}
 	}
 	sc.serve(c, f)
-	if sc.readState.CompareAndSwap(servingInline, reading) {
-		sc.takeover.Stop()
-		return true
-	}
-	return false
+	return sc.readState.CompareAndSwap(servingInline, reading)
 }
 
-// takeOverReading runs on the timer's goroutine when an inline call ran
-// past its budget: this goroutine becomes the reader.
-func (sc *serverConn) takeOverReading() {
-	if sc.readState.CompareAndSwap(servingInline, handedOff) {
+// watch runs on the timer's goroutine. If the same inline call is still
+// running since the last tick, this goroutine takes over the reading.
+func (sc *serverConn) watch() {
+	seq := sc.inlineSeq.Load()
+	if seq == sc.watchedSeq && sc.readState.Load() == servingInline &&
+		sc.readState.CompareAndSwap(servingInline, handedOff) {
+		if d := sc.inlineDesc.Load(); d != nil {
+			d.slowCalls.Store(slowMethodCalls)
+		}
+		sc.watchdogArmed.Store(false)
 		sc.readLoop()
+		return
 	}
+	if seq == sc.watchedSeq {
+		// No inline call for a whole period: let the watchdog lapse.
+		sc.watchdogArmed.Store(false)
+		return
+	}
+	sc.watchedSeq = seq
+	sc.watchdog.Load().Reset(watchdogPeriod)
 }
 
 // begin records a request so a Cancel can find it. A duplicate call id is a
@@ -673,6 +715,9 @@ func (sc *serverConn) close(err error) {
 	sc.mu.Unlock()
 	for _, c := range calls {
 		c.cancel(context.Canceled)
+	}
+	if t := sc.watchdog.Load(); t != nil {
+		t.Stop()
 	}
 	_ = sc.conn.Close()
 	s := sc.srv

@@ -222,6 +222,38 @@ func TestClientCancellationReachesServer(t *testing.T) {
 	}
 }
 
+// A lone request is served on the goroutine that read it; a handler that
+// then blocks must not keep the connection unread for other calls.
+func TestBlockedHandlerDoesNotStallOtherCallsOnItsConnection(t *testing.T) {
+	cfg := testConfig(t)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			close(entered)
+			<-release
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg) // pool_size 1: both calls share one connection
+	held := make(chan error, 1)
+	go func() { held <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
+	<-entered
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var resp echopb.Echo
+		err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "past"}, &resp)
+		cancel()
+		if err != nil || resp.Text != "past" {
+			t.Fatalf("call %d while another handler blocks: %v", i, err)
+		}
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("held call: %v", err)
+	}
+}
+
 func TestMetadataTravelsBothWays(t *testing.T) {
 	cfg := testConfig(t)
 	startServer(t, cfg, func(s *kernel.Server) {
