@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	_ "github.com/kernrpc/kernrpc/plugins/all"
+)
+
+// The system under test: kernrpc with its default plugins (tcp-lv
+// transport, protobuf codec, round-robin balancer, one connection per
+// instance) and no filters. The client finds the server through the memory
+// registry's static list, so no registry traffic is measured.
+
+func init() {
+	registerSystem(&system{name: "kernrpc", label: "kernrpc", serve: serveKernRPC, dial: dialKernRPC})
+}
+
+// kernrpcService is the service name both sides agree on.
+const kernrpcService = "echo"
+
+func serveKernRPC(ctx context.Context, addr string) (string, func(context.Context) error, error) {
+	cfg := kernel.DefaultConfig()
+	cfg.Service = kernrpcService
+	cfg.Address = addr
+	srv, err := kernel.NewServer(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("kernrpc: new server: %w", err)
+	}
+	kernel.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		return req, nil
+	})
+	if err := srv.Start(ctx); err != nil {
+		return "", nil, fmt.Errorf("kernrpc: start: %w", err)
+	}
+	return srv.Addr(), srv.Shutdown, nil
+}
+
+func dialKernRPC(_ context.Context, addr string) (echoClient, error) {
+	cfg := kernel.DefaultConfig()
+	cfg.Registry = kernel.PluginConfig{
+		Name:    "memory",
+		Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
+	}
+	cli, err := kernel.NewClient(cfg, kernrpcService)
+	if err != nil {
+		return nil, fmt.Errorf("kernrpc: new client for %s: %w", addr, err)
+	}
+	return kernrpcClient{cli}, nil
+}
+
+type kernrpcClient struct{ c *kernel.Client }
+
+func (c kernrpcClient) newCaller(payload []byte) callFunc {
+	req := &echopb.Echo{Payload: payload}
+	resp := &echopb.Echo{}
+	return func(ctx context.Context) (int, error) {
+		err := c.c.Call(ctx, "Echo.Echo", req, resp)
+		return len(resp.Payload), err
+	}
+}
+
+func (c kernrpcClient) Close() error { return c.c.Close() }

@@ -1,0 +1,248 @@
+// Command benchmarks measures kernrpc against grpc-go and net/rpc on the
+// same machine in the same run: echo calls over loopback, every server in
+// a process of its own, rounds of the three interleaved. Run it from the
+// module root:
+//
+//	go run ./benchmarks
+//
+// It prints progress on stderr, then markdown tables on stdout, and writes
+// the same markdown to benchmarks/results/. See README.md for how to read it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `Usage: go run ./benchmarks [flags]
+
+Measures echo calls over loopback with kernrpc (tcp-lv transport, protobuf
+codec), grpc-go (unary, default options) and net/rpc (gob), side by side.
+Each server runs in its own process (this binary, re-executed); the callers
+run in this process and share one client per system. For every payload and
+callers value (a cell), the systems take turns round by round.
+
+Per cell and system it reports calls/s, latency mean/p50/p99, and per call
+the heap allocations and CPU time of the client and of the server process,
+then kernrpc's ratio to each peer. A full default run takes about 2.5 minutes.
+
+Flags:
+`
+
+const examples = `
+Examples:
+  go run ./benchmarks                                   # the full matrix
+  go run ./benchmarks -payloads=16 -callers=1 -rounds=1 # a quick look
+  go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
+  go run ./benchmarks -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
+`
+
+func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func mainCode(args []string, stdout, stderr io.Writer) int {
+	if isServe(args) {
+		return serveMain(args)
+	}
+	o, out, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "benchmarks: %v\nRun with -h for usage.\n", err)
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "benchmarks: cannot find this binary to run the servers: %v\n", err)
+		return 1
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "benchmarks: -profile: %v\n", err)
+			return 1
+		}
+		stop, err := startCPUProfile(filepath.Join(o.profileDir, "client.pprof"))
+		if err != nil {
+			fmt.Fprintf(stderr, "benchmarks: -profile: %v\n", err)
+			return 1
+		}
+		defer stop()
+		fmt.Fprintf(stderr, "benchmarks: CPU profiles go to %s; look with go tool pprof -top %s/server-kernrpc.pprof\n", o.profileDir, o.profileDir)
+	}
+
+	cells := len(o.payloads) * len(o.callers)
+	est := time.Duration(cells*o.rounds*len(o.systems)) * (o.warmup + o.duration + 50*time.Millisecond)
+	fmt.Fprintf(stderr, "benchmarks: %d cells × %d systems × %d rounds, about %s\n", cells, len(o.systems), o.rounds, est.Round(time.Second))
+	b, err := runBenchmarks(ctx, exe, o)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "benchmarks: interrupted; servers stopped, no results written")
+			return 130
+		}
+		fmt.Fprintf(stderr, "benchmarks: %v\n", err)
+		return 1
+	}
+	md := b.markdown(commandLine(args))
+	fmt.Fprint(stdout, md)
+	if out == "-" {
+		return 0
+	}
+	if out == "" {
+		out = defaultOutPath(b.started)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		fmt.Fprintf(stderr, "benchmarks: cannot create the results directory: %v (use -out to write elsewhere)\n", err)
+		return 1
+	}
+	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		fmt.Fprintf(stderr, "benchmarks: cannot write results: %v (use -out to write elsewhere)\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Results written to %s\n", out)
+	return 0
+}
+
+// parseFlags returns the options and the -out path ("" for the default).
+func parseFlags(args []string, stderr io.Writer) (options, string, error) {
+	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, examples)
+	}
+	o := options{progress: stderr}
+	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per round")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per system and cell; results add all rounds up")
+	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured calls before each round, on the round's fresh client")
+	payloads := fs.String("payloads", "16,64KiB", "payload sizes, comma-separated; B, KiB and MiB suffixes")
+	callers := fs.String("callers", "1,4,64", "concurrent callers per client, comma-separated")
+	systemList := fs.String("systems", strings.Join(systemOrder, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
+	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles: client.pprof (this process) and server-<system>.pprof")
+	out := fs.String("out", "", "results file (default benchmarks/results/<UTC date-time>.md; - for none)")
+	if err := fs.Parse(args); err != nil {
+		return o, "", err
+	}
+	if fs.NArg() > 0 {
+		return o, "", fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+	}
+	var err error
+	if o.duration <= 0 || o.warmup < 0 || o.rounds < 1 {
+		return o, "", errors.New("-duration must be positive, -warmup not negative and -rounds at least 1")
+	}
+	if o.payloads, err = parseList(*payloads, parseSize); err != nil {
+		return o, "", fmt.Errorf("-payloads: %w", err)
+	}
+	if o.callers, err = parseList(*callers, parseCallers); err != nil {
+		return o, "", fmt.Errorf("-callers: %w", err)
+	}
+	if o.systems, err = lookupSystems(splitList(*systemList)); err != nil {
+		return o, "", err
+	}
+	return o, *out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseList(s string, parse func(string) (int, error)) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		v, err := parse(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// maxPayload keeps a request and its echo under the 4 MiB message limit
+// that grpc-go and kernrpc apply by default.
+const maxPayload = 1 << 20
+
+func parseSize(s string) (int, error) {
+	num, mult := s, 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	v, err := strconv.Atoi(num)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q: want a byte count such as 16, 512B, 64KiB or 1MiB", s)
+	}
+	if v*mult > maxPayload {
+		return 0, fmt.Errorf("size %q is over %s, the most every system accepts by default", s, sizeName(maxPayload))
+	}
+	return v * mult, nil
+}
+
+func parseCallers(s string) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 || v > 10000 {
+		return 0, fmt.Errorf("bad callers count %q: want an integer from 1 to 10000", s)
+	}
+	return v, nil
+}
+
+// commandLine is how to repeat this run. Under go run the binary lives in
+// a temporary directory, so it is shown as go run ./benchmarks instead.
+func commandLine(args []string) string {
+	cmd := filepath.Base(os.Args[0])
+	if strings.Contains(os.Args[0], "go-build") {
+		cmd = "go run ./benchmarks"
+	}
+	for _, a := range args {
+		if strings.ContainsAny(a, " \t\"'$") {
+			a = strconv.Quote(a)
+		}
+		cmd += " " + a
+	}
+	return cmd
+}
+
+// defaultOutPath is benchmarks/results/<time>.md under the module root,
+// found by walking up from the working directory, so that the results land
+// in the same place whether run from the root or from benchmarks/.
+func defaultOutPath(t time.Time) string {
+	name := t.UTC().Format("2006-01-02T15-04-05Z") + ".md"
+	dir, err := os.Getwd()
+	for err == nil {
+		if data, rerr := os.ReadFile(filepath.Join(dir, "go.mod")); rerr == nil && strings.Contains(string(data), "module github.com/kernrpc/kernrpc\n") {
+			return filepath.Join(dir, "benchmarks", "results", name)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return filepath.Join("results", name)
+}

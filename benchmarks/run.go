@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// options is a parsed command line, minus output.
+type options struct {
+	duration time.Duration // measured time per round
+	warmup   time.Duration // unmeasured calls before each round's window
+	rounds   int
+	payloads []int
+	callers  []int
+	systems  []*system
+	progress io.Writer // where progress lines go (stderr)
+	// profileDir, when set, receives CPU profiles: client.pprof for this
+	// process (every system's client), server-<system>.pprof per server.
+	profileDir string
+}
+
+// cell is one point of the matrix: every system runs it, rounds interleaved.
+type cell struct {
+	payload int // bytes
+	callers int // concurrent callers sharing one client
+}
+
+// result is one system's rounds of one cell, added up. Rates are totals
+// over totals (calls over measured time), not averages of per-round rates,
+// and latencies come from the merged histogram of every round.
+type result struct {
+	calls    uint64
+	elapsed  time.Duration
+	hist     histogram
+	client   procStats     // the harness process over the measured windows
+	server   procStats     // the server process over the same windows
+	others   time.Duration // CPU time other processes took meanwhile
+	roundQPS []float64
+}
+
+func (r *result) qps() float64 { return float64(r.calls) / r.elapsed.Seconds() }
+
+// perCall divides a total over the measured calls.
+func (r *result) perCall(total float64) float64 {
+	if r.calls == 0 {
+		return 0
+	}
+	return total / float64(r.calls)
+}
+
+// spread is half the range of the round rates, relative to the overall
+// rate: how much to trust a difference of a few percent.
+func (r *result) spread() float64 {
+	if len(r.roundQPS) < 2 {
+		return 0
+	}
+	lo, hi := r.roundQPS[0], r.roundQPS[0]
+	for _, q := range r.roundQPS {
+		lo, hi = min(lo, q), max(hi, q)
+	}
+	return (hi - lo) / 2 / r.qps()
+}
+
+// benchmark is a finished run: the matrix and a result per cell and system.
+type benchmark struct {
+	opts     options
+	cells    []cell
+	results  map[cell][]*result // indexed like opts.systems
+	started  time.Time
+	finished time.Time
+}
+
+func (o *options) cells() []cell {
+	var cs []cell
+	for _, p := range o.payloads {
+		for _, c := range o.callers {
+			cs = append(cs, cell{payload: p, callers: c})
+		}
+	}
+	return cs
+}
+
+// runBenchmarks starts one server process per system (re-executing exe),
+// runs every cell, and stops the servers whatever happens. Within a cell the
+// systems take turns round by round, so that a noisy second on the machine
+// hits all of them alike rather than one system's whole measurement.
+func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, error) {
+	b := &benchmark{opts: o, cells: o.cells(), results: map[cell][]*result{}, started: time.Now()}
+	servers := make([]*serverProcess, len(o.systems))
+	defer func() {
+		for _, s := range servers {
+			if s != nil {
+				s.stop()
+			}
+		}
+	}()
+	for i, sys := range o.systems {
+		s, err := startServer(ctx, exe, sys, o.profileDir)
+		if err != nil {
+			return nil, err
+		}
+		servers[i] = s
+	}
+
+	totalRounds := len(b.cells) * o.rounds * len(o.systems)
+	done := 0
+	for ci, c := range b.cells {
+		results := make([]*result, len(o.systems))
+		for i := range results {
+			results[i] = &result{}
+		}
+		b.results[c] = results
+		for round := 1; round <= o.rounds; round++ {
+			for i, sys := range o.systems {
+				res := results[i]
+				rr, err := runRound(ctx, sys, servers[i], c, o)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s, %d callers, round %d: %w", sys.label, sizeName(c.payload), c.callers, round, err)
+				}
+				res.add(rr)
+				done++
+				left := time.Duration(totalRounds-done) * (o.warmup + o.duration + 50*time.Millisecond)
+				noisy := ""
+				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
+					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
+				}
+				fmt.Fprintf(o.progress, "cell %d/%d (%s, callers %d)  round %d/%d  %-8s %8s calls/s  p99 %6s µs  (cell so far %s calls/s)  ~%s left%s\n",
+					ci+1, len(b.cells), sizeName(c.payload), c.callers, round, o.rounds, sys.label,
+					fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()), left.Round(time.Second), noisy)
+			}
+		}
+	}
+	b.finished = time.Now()
+	for i, s := range servers {
+		servers[i] = nil
+		if err := s.stop(); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// roundResult is one measured window of one system.
+type roundResult struct {
+	elapsed        time.Duration
+	hist           histogram
+	client, server procStats
+	others         time.Duration // CPU time of every other process; 0 without /proc
+}
+
+func (r *roundResult) qps() float64 { return float64(r.hist.n) / r.elapsed.Seconds() }
+
+func (r *result) add(rr *roundResult) {
+	r.calls += rr.hist.n
+	r.elapsed += rr.elapsed
+	r.hist.merge(&rr.hist)
+	r.client.mallocs += rr.client.mallocs
+	r.client.cpu += rr.client.cpu
+	r.server.mallocs += rr.server.mallocs
+	r.server.cpu += rr.server.cpu
+	r.others += rr.others
+	r.roundQPS = append(r.roundQPS, rr.qps())
+}
+
+// Caller phases: calls during warm-up and after the window are not counted.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// runRound makes a fresh client, runs c.callers callers through a warm-up
+// and a measured window, and returns what the window saw.
+//
+// The window's edges are where the counters are read: the server's stats
+// (which allocate in the harness, to parse the answer) are taken outside
+// the client's snapshots, and nothing between the two client snapshots
+// allocates except the callers' calls, so the client's allocations per call
+// are the framework's own.
+func runRound(ctx context.Context, sys *system, srv *serverProcess, c cell, o options) (*roundResult, error) {
+	// Garbage from the previous round (another system's) is collected now,
+	// not on this system's CPU time.
+	runtime.GC()
+	cli, err := sys.dial(ctx, srv.addr)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+
+	var phase atomic.Int32
+	hists := make([]*histogram, c.callers)
+	errs := make(chan error, c.callers)
+	var wg sync.WaitGroup
+	for i := range hists {
+		hists[i] = new(histogram)
+		payload := make([]byte, c.payload)
+		for j := range payload {
+			payload[j] = byte(i + j)
+		}
+		call := cli.newCaller(payload)
+		h := hists[i]
+		wg.Go(func() {
+			if err := callLoop(ctx, call, len(payload), &phase, h); err != nil {
+				errs <- err
+			}
+		})
+	}
+	stopCallers := func() error {
+		phase.Store(phaseStop)
+		if err := waitGroupTimeout(&wg, childWait); err != nil {
+			return fmt.Errorf("%w; %s", err, dumpHang(ctx, sys, srv))
+		}
+		return nil
+	}
+
+	timer := time.NewTimer(o.warmup) // made here: Reset below does not allocate
+	defer timer.Stop()
+	if err := sleep(ctx, timer, errs); err != nil {
+		return nil, errors.Join(err, stopCallers())
+	}
+	srvStart, err := srv.stats(ctx)
+	if err != nil {
+		return nil, errors.Join(err, stopCallers())
+	}
+	busyStart, haveBusy := machineBusy()
+	cliStart := readProcStats()
+	phase.Store(phaseMeasure)
+	t0 := time.Now()
+	timer.Reset(o.duration)
+	err = sleep(ctx, timer, errs)
+	phase.Store(phaseStop)
+	elapsed := time.Since(t0)
+	cliEnd := readProcStats()
+	busyEnd, _ := machineBusy()
+	if err != nil {
+		return nil, errors.Join(err, stopCallers())
+	}
+	srvEnd, err := srv.stats(ctx)
+	if werr := stopCallers(); err == nil {
+		err = werr
+	}
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	rr := &roundResult{elapsed: elapsed, client: cliEnd.sub(cliStart), server: srvEnd.sub(srvStart)}
+	if haveBusy {
+		rr.others = max(0, busyEnd-busyStart-rr.client.cpu-rr.server.cpu)
+	}
+	for _, h := range hists {
+		rr.hist.merge(h)
+	}
+	if rr.hist.n == 0 {
+		return nil, fmt.Errorf("no call completed in %s; lengthen -duration", o.duration)
+	}
+	return rr, nil
+}
+
+// callLoop calls until the phase says stop, recording each call's latency
+// while the window is open. One clock read per call: a call's end is the
+// next one's start.
+func callLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32, h *histogram) error {
+	start := time.Now()
+	for {
+		n, err := call(ctx)
+		end := time.Now()
+		if err != nil {
+			return fmt.Errorf("call failed: %w", err)
+		}
+		if n != want {
+			return fmt.Errorf("echo came back with %d bytes, sent %d", n, want)
+		}
+		switch phase.Load() {
+		case phaseMeasure:
+			h.record(end.Sub(start))
+		case phaseStop:
+			return nil
+		}
+		start = end
+	}
+}
+
+// sleep waits for timer, a caller's failure or ctx, whichever comes first.
+func sleep(ctx context.Context, timer *time.Timer, errs <-chan error) error {
+	select {
+	case <-timer.C:
+		return nil
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func waitGroupTimeout(wg *sync.WaitGroup, d time.Duration) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return errors.New("callers still busy " + d.String() + " after the round ended: a call hangs (is the server process alive?)")
+	}
+}
+
+// dumpHang writes the goroutine stacks of the harness and of the server to
+// files, for finding out where a hanging call is stuck, and says where.
+func dumpHang(ctx context.Context, sys *system, srv *serverProcess) string {
+	base := filepath.Join(os.TempDir(), fmt.Sprintf("kernrpc-bench-hang-%s-%d", sys.name, os.Getpid()))
+	msg := "goroutine stacks: client in " + base + "-client.txt"
+	if err := dumpGoroutines(base + "-client.txt"); err != nil {
+		msg = "client stacks not written: " + err.Error()
+	}
+	if err := srv.dump(ctx, base+"-server.txt"); err != nil {
+		return msg + "; server stacks not written: " + err.Error()
+	}
+	return msg + ", server in " + base + "-server.txt"
+}
+
+// noisyShare is the share of the machine's CPU time other processes may
+// take during a window before the run is reported as disturbed.
+const noisyShare = 0.05
+
+// othersShare is the fraction of the machine's CPU capacity over elapsed
+// that other processes used.
+func othersShare(others, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	return float64(others) / (float64(elapsed) * float64(runtime.NumCPU()))
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"math/bits"
+	"time"
+)
+
+// histogram records call latencies in fixed log-linear buckets: values below
+// 128 ns are exact, and every power of two above is split into 64 buckets, so
+// a percentile read from it is within 1/64 (1.6%) of the true value. It is a
+// plain array, allocated once per caller before a round starts, so recording
+// a call costs a few instructions and never allocates: the harness's own
+// per-call work must not show up in the client's allocations per call.
+//
+// A histogram belongs to one goroutine while it records; merge them after.
+type histogram struct {
+	counts [histBuckets]uint64
+	n      uint64
+	sum    uint64 // nanoseconds, exact, for the mean
+	max    uint64
+}
+
+const (
+	histSubBits = 6                    // 64 buckets per power of two
+	histExact   = 2 << histSubBits     // values below this have a bucket each
+	histMaxExp  = 40 - histSubBits - 1 // covers up to 2^40 ns (18 minutes)
+	histBuckets = (histMaxExp + 2) << histSubBits
+	histMaxNs   = uint64(1)<<40 - 1
+)
+
+// bucketOf maps a value in nanoseconds to its bucket. For v >= 128 the
+// bucket is shift*64 + (v >> shift) where shift keeps the top 7 bits of v,
+// so buckets stay contiguous with the exact ones below.
+func bucketOf(v uint64) int {
+	if v < histExact {
+		return int(v)
+	}
+	if v > histMaxNs {
+		v = histMaxNs
+	}
+	shift := bits.Len64(v) - (histSubBits + 1)
+	return shift<<histSubBits + int(v>>shift)
+}
+
+// bucketMid is the value a bucket stands for when percentiles are read: the
+// middle of the range of values that land in it.
+func bucketMid(b int) uint64 {
+	if b < histExact {
+		return uint64(b)
+	}
+	shift := b>>histSubBits - 1
+	lo := uint64(b-shift<<histSubBits) << shift
+	return lo + (uint64(1)<<shift)/2
+}
+
+// record adds one latency.
+func (h *histogram) record(d time.Duration) {
+	v := uint64(0)
+	if d > 0 {
+		v = uint64(d)
+	}
+	h.counts[bucketOf(v)]++
+	h.n++
+	h.sum += v
+	if v > h.max {
+		h.max = v
+	}
+}
+
+// merge adds o's samples to h.
+func (h *histogram) merge(o *histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.sum += o.sum
+	h.max = max(h.max, o.max)
+}
+
+// mean is exact (from the sum), not read from buckets.
+func (h *histogram) mean() time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	return time.Duration(h.sum / h.n)
+}
+
+// quantile returns the latency below which a fraction q of the calls fell,
+// to the histogram's resolution; never more than the largest seen.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(h.n) + 0.5)
+	rank = min(max(rank, 1), h.n)
+	if rank == h.n {
+		return time.Duration(h.max)
+	}
+	var seen uint64
+	for b, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			return time.Duration(min(bucketMid(b), h.max))
+		}
+	}
+	return time.Duration(h.max)
+}

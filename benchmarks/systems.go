@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// system is one RPC framework under test: how a child process serves echo
+// with it, and how the harness calls that server. Each peer file (grpc.go,
+// netrpc.go, kernrpc.go) registers one from init.
+type system struct {
+	name  string // as given to -systems and -serve: kernrpc, grpc, netrpc
+	label string // as shown in tables: kernrpc, grpc-go, net/rpc
+	// serve starts an echo server listening on addr (host:port, port 0 for
+	// any) and returns the address clients dial and a function that stops
+	// the server. It runs in the child process.
+	serve func(ctx context.Context, addr string) (listening string, stop func(context.Context) error, err error)
+	// dial makes one client to addr. Every caller of a round shares it, as
+	// an application shares one grpc.ClientConn or one kernrpc client.
+	dial func(ctx context.Context, addr string) (echoClient, error)
+}
+
+// echoClient is one framework client, shared by the callers of a round.
+type echoClient interface {
+	// newCaller returns a function that makes one echo call carrying
+	// payload and returns the length of the payload that came back. Each
+	// caller gets its own request and response messages, made here, so
+	// that calling it allocates nothing beyond what the framework does.
+	newCaller(payload []byte) callFunc
+	Close() error
+}
+
+type callFunc func(ctx context.Context) (echoed int, err error)
+
+// systemOrder is the order systems run in within a cell and appear in
+// tables; kernrpc first, then its peers.
+var systemOrder = []string{"kernrpc", "grpc", "netrpc"}
+
+var systems = map[string]*system{}
+
+func registerSystem(s *system) {
+	if _, dup := systems[s.name]; dup || !slices.Contains(systemOrder, s.name) {
+		panic("benchmarks: system " + s.name + " registered twice or missing from systemOrder")
+	}
+	systems[s.name] = s
+}
+
+// lookupSystems resolves a -systems list, keeping systemOrder so that rounds
+// interleave and tables read the same way whatever order was typed.
+func lookupSystems(names []string) ([]*system, error) {
+	var out []*system
+	for _, want := range systemOrder {
+		if slices.Contains(names, want) {
+			s, ok := systems[want]
+			if !ok {
+				return nil, fmt.Errorf("system %q is not built into this binary", want)
+			}
+			out = append(out, s)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(systemOrder, n) {
+			return nil, fmt.Errorf("unknown system %q in -systems; known: %s", n, strings.Join(systemOrder, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-systems is empty; give at least one of %s", strings.Join(systemOrder, ", "))
+	}
+	return out, nil
+}
