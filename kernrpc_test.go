@@ -325,3 +325,23 @@ func TestUnknownPluginOptionIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig feeds arbitrary bytes through both config readers: a
+// config file is input from outside, so any of it must end in a config or
+// an error, never a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("service: echo\ntransport: {name: tcp-lv, options: {max_frame_size: 4MiB}}\n"), true)
+	f.Add([]byte("filters:\n  - {name: log, side: server, methods: [\"Echo.*\"]}\nclient: {timeout: ${T:-1s}}\n"), true)
+	f.Add([]byte(`{"service":"echo","client":{"pool_size":2,"timeout":"2s"}}`), false)
+	f.Add([]byte("a: &x [*x]\n"), true)
+	f.Fuzz(func(t *testing.T, data []byte, yaml bool) {
+		source := "fuzz.json"
+		if yaml {
+			source = "fuzz.yaml"
+		}
+		cfg, err := kernrpc.ParseConfig(data, source)
+		if err == nil && cfg == nil {
+			t.Fatal("no config and no error")
+		}
+	})
+}
