@@ -50,8 +50,24 @@ type methodDesc struct {
 	newRequest func() any
 	handler    func(ctx context.Context, req any) (any, error)
 	// slowCalls counts down the calls still to be served off the reader
-	// since one of them outran the inline watchdog.
-	slowCalls atomic.Int32
+	// since the method proved slow; overBudget counts burst calls in a row
+	// that took longer than burstBudget.
+	slowCalls  atomic.Int32
+	overBudget atomic.Int32
+}
+
+// noteBurstCall learns from how long a call served inline in a burst took.
+func (d *methodDesc) noteBurstCall(took time.Duration) {
+	if took <= burstBudget {
+		if d.overBudget.Load() != 0 {
+			d.overBudget.Store(0)
+		}
+		return
+	}
+	if d.overBudget.Add(1) >= overBudgetStreak {
+		d.overBudget.Store(0)
+		d.slowCalls.Store(slowMethodCalls)
+	}
 }
 
 // latelySlow reports whether a call of d should be served off the reader.
@@ -429,11 +445,14 @@ func (sc *serverConn) goAway() {
 
 // readLoop reads frames until the connection dies. A request is served by
 // the goroutine that read it, which is already running, so it costs no
-// hand-off. When more requests are already waiting, or the method has
-// lately been slow, a new reader starts first so that others are not held
-// up; otherwise the request is served inline, and a watchdog hands the
-// reading to a new goroutine only if the handler runs long. A lone caller
-// thus costs the server no goroutine creation and no wake-up per call.
+// hand-off: a lone caller costs the server no goroutine creation and no
+// wake-up per call. When more requests are already buffered (a burst),
+// they are served one after another on the same goroutine and their
+// answers queued, so the burst is answered in one write. A method that has
+// lately been slow (it outran the watchdog, or burstBudget in a burst) is
+// served on its own goroutine after starting a new reader, so that it
+// holds nobody up; and a watchdog hands the reading to a new goroutine if
+// an inline call runs long.
 func (sc *serverConn) readLoop() {
 	for {
 		f, err := sc.conn.ReadFrame(context.Background())
@@ -449,12 +468,12 @@ func (sc *serverConn) readLoop() {
 				continue
 			}
 			desc := sc.srv.methods[f.Method]
-			if sc.moreWaiting() || desc.latelySlow() {
+			if desc.latelySlow() {
 				go sc.readLoop()
-				sc.serve(c, f)
+				sc.serve(c, f, false)
 				return
 			}
-			if !sc.serveInline(c, f, desc) {
+			if !sc.serveInline(c, f, desc, sc.moreWaiting()) {
 				return
 			}
 			continue
@@ -486,6 +505,17 @@ const (
 // method: the method then counts as slow and is served off the reader.
 const watchdogPeriod = time.Millisecond
 
+// burstBudget is the longest a call may take to be served inline while
+// more requests of its connection wait behind it: below it, serving the
+// burst on one goroutine and answering in one write beats spreading it
+// over goroutines; above it, the waiting costs more than that saves.
+const burstBudget = 50 * time.Microsecond
+
+// overBudgetStreak is how many calls in a row must outrun burstBudget
+// before the method counts as slow: one call descheduled or caught by the
+// garbage collector says nothing about the method.
+const overBudgetStreak = 4
+
 // slowMethodCalls is how many calls of a method that outran the watchdog
 // are served off the reader before it is tried inline again.
 const slowMethodCalls = 1024
@@ -499,7 +529,7 @@ func (sc *serverConn) moreWaiting() bool {
 // goroutine still holds the reading role afterwards. The watchdog timer is
 // not armed per call (a timer per call costs a netpoller wake-up each): it
 // ticks while inline calls keep coming and lapses when they stop.
-func (sc *serverConn) serveInline(c *callCtx, f *Frame, desc *methodDesc) bool {
+func (sc *serverConn) serveInline(c *callCtx, f *Frame, desc *methodDesc, burst bool) bool {
 	sc.inlineSeq.Add(1)
 	sc.inlineDesc.Store(desc)
 	sc.readState.Store(servingInline)
@@ -513,7 +543,18 @@ func (sc *serverConn) serveInline(c *callCtx, f *Frame, desc *methodDesc) bool {
 			t.Reset(watchdogPeriod)
 		}
 	}
-	sc.serve(c, f)
+	if !burst {
+		sc.serve(c, f, false)
+		return sc.readState.CompareAndSwap(servingInline, reading)
+	}
+	// In a burst the calls queued behind this one wait for it: a method
+	// that takes longer than a few syscalls would save is served off the
+	// reader from now on, in parallel.
+	start := time.Now()
+	sc.serve(c, f, true)
+	if desc != nil {
+		desc.noteBurstCall(time.Since(start))
+	}
 	return sc.readState.CompareAndSwap(servingInline, reading)
 }
 
@@ -587,7 +628,7 @@ func (sc *serverConn) reply(f *Frame) {
 }
 
 // serve runs one unary call: decode, filters and handler, encode, reply.
-func (sc *serverConn) serve(c *callCtx, f *Frame) {
+func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 	s := sc.srv
 	defer sc.end(c)
 	out := &c.out
@@ -617,7 +658,11 @@ func (sc *serverConn) serve(c *callCtx, f *Frame) {
 		}
 	}
 	out.Metadata = c.info.ResponseMetadata
-	if err := sc.conn.WriteFrame(out); err != nil {
+	write := sc.conn.WriteFrame
+	if q, ok := sc.conn.(FrameQueuer); ok && burst {
+		write = q.QueueFrame
+	}
+	if err := write(out); err != nil {
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
 	}
 }

@@ -254,6 +254,40 @@ func TestBlockedHandlerDoesNotStallOtherCallsOnItsConnection(t *testing.T) {
 	}
 }
 
+// Requests that arrive together are served one after another on the
+// reading goroutine while that is cheap; a slow method must not be
+// serialised that way: its calls from one connection run in parallel.
+func TestSlowHandlersOnOneConnectionRunInParallel(t *testing.T) {
+	cfg := testConfig(t)
+	var running, most atomic.Int32
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(3 * time.Millisecond)
+			running.Add(-1)
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg) // one connection
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				if err := cli.Call(context.Background(), "Echo.Slow", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m < 4 {
+		t.Fatalf("at most %d of 8 concurrent calls to a slow method ran at once; they were serialised", m)
+	}
+}
+
 func TestMetadataTravelsBothWays(t *testing.T) {
 	cfg := testConfig(t)
 	startServer(t, cfg, func(s *kernel.Server) {

@@ -103,3 +103,11 @@ type HalfCloser interface {
 type BufferedReader interface {
 	Buffered() int
 }
+
+// FrameQueuer is an optional Conn interface: QueueFrame is WriteFrame that
+// never writes on the caller's goroutine but adds f to the batch the
+// connection's writer sends next. A server answering a burst of requests
+// from one connection uses it, so that the answers share a syscall.
+type FrameQueuer interface {
+	QueueFrame(f *Frame) error
+}

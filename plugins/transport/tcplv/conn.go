@@ -178,7 +178,14 @@ func (c *conn) Close() error {
 
 // WriteFrame writes f now if the socket is free, else queues it for
 // whoever writes next; either way it never waits for another write.
-func (c *conn) WriteFrame(f *kernel.Frame) error {
+func (c *conn) WriteFrame(f *kernel.Frame) error { return c.writeFrame(f, false) }
+
+// QueueFrame sends f with the writer goroutine's next batch and never on
+// the caller's goroutine, so that frames produced back to back share a
+// syscall.
+func (c *conn) QueueFrame(f *kernel.Frame) error { return c.writeFrame(f, true) }
+
+func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	if err := c.Err(); err != nil {
 		c.pool.put(f.Payload)
 		return err
@@ -194,7 +201,7 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
 	}
-	if !c.wmu.TryLock() {
+	if queue || !c.wmu.TryLock() {
 		c.enqueue(f, f.Payload)
 		c.signalWriter()
 		return nil

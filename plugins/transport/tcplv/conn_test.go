@@ -418,3 +418,31 @@ func TestBufferedCountsBytesReadFrameCanTakeWithoutWaiting(t *testing.T) {
 		t.Fatalf("Buffered after both frames = %d", n)
 	}
 }
+
+func TestQueuedFramesLeaveTogetherInOrderWithoutAFlushCall(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	const n = 32
+	for i := range n {
+		f := &kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i + 1), Payload: pattern(16+i, byte(i))}
+		if err := server.QueueFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := timeout(t, 5*time.Second)
+	for i := range n {
+		f, err := client.ReadFrame(ctx)
+		if err != nil {
+			t.Fatalf("frame %d of %d queued never arrived: %v", i+1, n, err)
+		}
+		if f.CallID != uint64(i+1) || !bytes.Equal(f.Payload, pattern(16+i, byte(i))) {
+			t.Fatalf("frame %d: got call %d with %d bytes", i+1, f.CallID, len(f.Payload))
+		}
+		f.Release()
+	}
+	server.wmu.Lock()
+	writes, frames := server.writes, server.framesOut
+	server.wmu.Unlock()
+	if frames != n || writes >= frames {
+		t.Errorf("%d queued frames took %d writes; queueing should batch them", frames, writes)
+	}
+}
