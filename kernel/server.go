@@ -64,6 +64,11 @@ func (d *methodDesc) noteBurstCall(took time.Duration) {
 		}
 		return
 	}
+	d.noteSlowCall()
+}
+
+// noteSlowCall counts one slow call of d; a streak of them makes d slow.
+func (d *methodDesc) noteSlowCall() {
 	if d.overBudget.Add(1) >= overBudgetStreak {
 		d.overBudget.Store(0)
 		d.slowCalls.Store(slowMethodCalls)
@@ -501,8 +506,9 @@ const (
 
 // watchdogPeriod is how often a connection serving calls inline checks
 // that the call it serves has not kept the connection unread for a whole
-// period. An inline call blocks reading for at most two periods, once per
-// method: the method then counts as slow and is served off the reader.
+// period. An inline call blocks reading for at most two periods; after
+// overBudgetStreak such calls in a row the method counts as slow and is
+// served off the reader. (One late call may just have been descheduled.)
 const watchdogPeriod = time.Millisecond
 
 // burstBudget is the longest a call may take to be served inline while
@@ -511,9 +517,9 @@ const watchdogPeriod = time.Millisecond
 // over goroutines; above it, the waiting costs more than that saves.
 const burstBudget = 50 * time.Microsecond
 
-// overBudgetStreak is how many calls in a row must outrun burstBudget
-// before the method counts as slow: one call descheduled or caught by the
-// garbage collector says nothing about the method.
+// overBudgetStreak is how many calls in a row must outrun burstBudget or
+// the watchdog before the method counts as slow: one call descheduled or
+// caught by the garbage collector says nothing about the method.
 const overBudgetStreak = 4
 
 // slowMethodCalls is how many calls of a method that outran the watchdog
@@ -565,7 +571,7 @@ func (sc *serverConn) watch() {
 	if seq == sc.watchedSeq && sc.readState.Load() == servingInline &&
 		sc.readState.CompareAndSwap(servingInline, handedOff) {
 		if d := sc.inlineDesc.Load(); d != nil {
-			d.slowCalls.Store(slowMethodCalls)
+			d.noteSlowCall()
 		}
 		sc.watchdogArmed.Store(false)
 		sc.readLoop()
