@@ -159,6 +159,15 @@ func (cc *clientConn) fail(err error) {
 	_ = cc.conn.Close()
 }
 
+// leaveLocked takes cs out of the waiters and, if it holds the reader
+// role, hands the role on: cs is about to return to its caller.
+func (cc *clientConn) leaveLocked(cs *callState) {
+	cc.waiters.remove(cs)
+	if cc.reader == cs {
+		cc.passReaderLocked()
+	}
+}
+
 // passReaderLocked hands the reader role to a waiter, if any.
 func (cc *clientConn) passReaderLocked() {
 	cc.reader = cc.waiters.popLatest()
@@ -221,10 +230,7 @@ func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) e
 	for {
 		cc.mu.Lock()
 		if cs.done {
-			cc.waiters.remove(cs)
-			if cc.reader == cs {
-				cc.passReaderLocked()
-			}
+			cc.leaveLocked(cs)
 			cc.mu.Unlock()
 			return cs.err
 		}
@@ -250,17 +256,10 @@ func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) e
 			cc.mu.Lock()
 		}
 		// ctx is done; cc.mu is held.
+		cc.leaveLocked(cs)
 		if cs.done {
-			cc.waiters.remove(cs)
-			if cc.reader == cs {
-				cc.passReaderLocked()
-			}
 			cc.mu.Unlock()
 			return cs.err
-		}
-		cc.waiters.remove(cs)
-		if cc.reader == cs {
-			cc.passReaderLocked()
 		}
 		delete(cc.pending, cs.id)
 		cc.closeIfIdleLocked()

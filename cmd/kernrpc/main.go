@@ -103,11 +103,20 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// loadConfig reads the config both commands take; a config that names no
+// service means the built-in echo service.
 func loadConfig(path string) (*kernel.Config, error) {
 	if path == "" {
 		return nil, errors.New("no config: pass -config FILE (see examples/echo/kernrpc.yaml)")
 	}
-	return kernrpc.LoadConfig(path)
+	cfg, err := kernrpc.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Service == "" {
+		cfg.Service = "echo"
+	}
+	return cfg, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -119,9 +128,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
-	}
-	if cfg.Service == "" {
-		cfg.Service = "echo"
 	}
 	srv, err := kernel.NewServer(cfg)
 	if err != nil {
@@ -155,9 +161,6 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
-	}
-	if cfg.Service == "" {
-		cfg.Service = "echo"
 	}
 	if *addr != "" {
 		cfg.Registry = kernel.PluginConfig{Name: "memory", Options: map[string]any{
