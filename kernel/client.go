@@ -24,7 +24,7 @@ type Client struct {
 	balancer  Balancer
 	chains    *filterChains
 	filtered  bool
-	plugins   []any
+	plugins   *plugins
 
 	pools       atomic.Pointer[map[string]*connPool]
 	poolsMu     sync.Mutex // serialises copy-on-write updates of pools
@@ -62,36 +62,19 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	c.callStates.New = func() any { return &callState{wake: make(chan struct{}, 1)} }
 	empty := map[string]*connPool{}
 	c.pools.Store(&empty)
-	var err error
+	ps, err := buildPlugins(cfg, ClientSide)
+	if err != nil {
+		return nil, err
+	}
+	c.plugins = ps
+	c.transport, c.codec, c.registry, c.balancer = ps.transport, ps.codec, ps.registry, ps.balancer
+	c.filtered = len(ps.filters) > 0
+	c.chains = newFilterChains(ps.filters, c.invokeRemote)
 	defer func() {
 		if err != nil {
-			c.closePlugins()
+			ps.close(c.log)
 		}
 	}()
-	if c.transport, err = NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source); err != nil {
-		return nil, err
-	}
-	c.plugins = append(c.plugins, c.transport)
-	if c.codec, err = NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source); err != nil {
-		return nil, err
-	}
-	if c.registry, err = NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source); err != nil {
-		return nil, err
-	}
-	c.plugins = append(c.plugins, c.registry)
-	if c.balancer, err = NewBalancer(cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source); err != nil {
-		return nil, err
-	}
-	c.plugins = append(c.plugins, c.balancer)
-	var filters []configuredFilter
-	if filters, err = buildFilters(cfg, ClientSide); err != nil {
-		return nil, err
-	}
-	for _, f := range filters {
-		c.plugins = append(c.plugins, f.filter)
-	}
-	c.filtered = len(filters) > 0
-	c.chains = newFilterChains(filters, c.invokeRemote)
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()
@@ -138,14 +121,6 @@ func (c *Client) follow(updates <-chan []Instance) {
 	}
 }
 
-func (c *Client) closePlugins() {
-	for _, p := range c.plugins {
-		if err := closeIfCloser(p); err != nil {
-			c.log.Warn("closing plugin", "plugin", fmt.Sprintf("%T", p), "err", err)
-		}
-	}
-}
-
 // Close closes every connection (calls in flight fail with Unavailable)
 // and the plugins the client built. It is idempotent.
 func (c *Client) Close() error {
@@ -161,7 +136,7 @@ func (c *Client) Close() error {
 	empty := map[string]*connPool{}
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
-	c.closePlugins()
+	c.plugins.close(c.log)
 	return nil
 }
 

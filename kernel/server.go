@@ -24,9 +24,8 @@ type Server struct {
 	codecs    map[string]Codec
 	codec     Codec // the configured one, used when a request names none
 	registry  Registry
-	filters   []configuredFilter
 	chains    *filterChains
-	plugins   []any // everything built from config, closed on shutdown
+	plugins   *plugins // everything built from config, closed on shutdown
 
 	mu       sync.Mutex
 	methods  map[string]*methodDesc
@@ -105,66 +104,16 @@ func NewServer(cfg *Config) (*Server, error) {
 		stopped:    make(chan struct{}),
 		acceptDone: make(chan struct{}),
 	}
-	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-	var err error
-	defer func() {
-		if err != nil {
-			s.closePlugins()
-		}
-	}()
-	if s.transport, err = NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source); err != nil {
+	ps, err := buildPlugins(cfg, ServerSide)
+	if err != nil {
 		return nil, err
 	}
-	s.plugins = append(s.plugins, s.transport)
-	if s.codec, err = NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source); err != nil {
-		return nil, err
-	}
+	s.plugins = ps
+	s.transport, s.codec, s.registry = ps.transport, ps.codec, ps.registry
 	s.codecs[s.codec.Name()] = s.codec
-	if s.registry, err = NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source); err != nil {
-		return nil, err
-	}
-	s.plugins = append(s.plugins, s.registry)
-	if s.filters, err = buildFilters(cfg, ServerSide); err != nil {
-		return nil, err
-	}
-	for _, f := range s.filters {
-		s.plugins = append(s.plugins, f.filter)
-	}
-	s.chains = newFilterChains(s.filters, s.invokeHandler)
+	s.chains = newFilterChains(ps.filters, s.invokeHandler)
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
-}
-
-func buildFilters(cfg *Config, side Side) ([]configuredFilter, error) {
-	var out []configuredFilter
-	for _, fc := range cfg.Filters {
-		if fc.Side != "" && fc.Side != "both" && fc.Side != side.String() {
-			continue
-		}
-		f, err := NewFilter(fc.Name, fc.Options, cfg.Source)
-		if err != nil {
-			for _, built := range out {
-				closeIfCloser(built.filter)
-			}
-			return nil, err
-		}
-		out = append(out, configuredFilter{name: fc.Name, filter: f, methods: fc.Methods})
-	}
-	return out, nil
-}
-
-func closeIfCloser(p any) error {
-	if c, ok := p.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-func (s *Server) closePlugins() {
-	for _, p := range s.plugins {
-		if err := closeIfCloser(p); err != nil {
-			s.log.Warn("closing plugin", "plugin", fmt.Sprintf("%T", p), "err", err)
-		}
-	}
 }
 
 // Handle registers a typed handler for method (any string; by convention
@@ -338,7 +287,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	if !started || ln == nil {
 		s.cancelBase()
-		s.closePlugins()
+		s.plugins.close(s.log)
 		return nil
 	}
 	_ = ln.Close()
@@ -371,7 +320,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
-	s.closePlugins()
+	s.plugins.close(s.log)
 	s.log.Info("stopped")
 	return errors.Join(errs...)
 }
