@@ -32,7 +32,9 @@
 //	                             (default: the host of the dialed address)
 //	  insecure_skip_verify false do not verify the server's certificate
 //
-// A TLS handshake must finish within keepalive_interval + keepalive_timeout.
+// A TLS handshake must finish within keepalive_interval + keepalive_timeout;
+// each runs on a goroutine of its own, so a client that stalls in its
+// handshake holds up no other.
 //
 // Writes hand no work to another goroutine when the connection is idle: the
 // caller of WriteFrame writes its frame itself. When a write is in flight the

@@ -89,13 +89,20 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	if err != nil {
 		return nil, fmt.Errorf("tcp-lv: listen %s: %w", addr, err)
 	}
-	return &listener{
+	l := &listener{
 		t:      t,
 		ln:     ln.(*net.TCPListener),
 		addr:   ln.Addr().String(),
 		turn:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
-	}, nil
+	}
+	if t.tlsOn {
+		l.ready = make(chan kernel.Conn)
+		l.shaking = make(map[*net.TCPConn]struct{})
+		l.loops.Add(1)
+		go l.acceptTLS()
+	}
+	return l, nil
 }
 
 // Dial connects to addr (host:port), completing the TLS handshake if
@@ -155,14 +162,32 @@ type listener struct {
 	turn      chan struct{} // capacity 1: held by the Accept in progress
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	// With TLS, a goroutine accepts and each handshake runs on its own
+	// goroutine, so that a client that connects and never finishes its
+	// handshake holds up nobody else; Accept takes finished ones from ready.
+	ready   chan kernel.Conn
+	mu      sync.Mutex
+	shaking map[*net.TCPConn]struct{} // handshakes in progress, closed by Close
+	loops   sync.WaitGroup            // the accept goroutine and the handshakes
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// Accept waits for the next connection and completes its TLS handshake.
-// A client whose handshake fails is logged and skipped.
+// Accept waits for the next connection; with TLS, for the next one whose
+// handshake succeeded (a failed handshake is logged and skipped).
 func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
+	if l.ready != nil {
+		select {
+		case c := <-l.ready:
+			return c, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.closed:
+			return nil, l.closedError()
+		}
+	}
 	select {
 	case l.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -198,18 +223,69 @@ func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
 			}
 			continue
 		}
-		if !l.t.tlsOn {
-			return l.t.startTCP(tcp, nil), nil
-		}
-		tc := tls.Server(tcp, l.t.serverTLS)
-		if err := l.t.handshake(ctx, tcp, tc); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		return l.t.startTCP(tcp, nil), nil
+	}
+}
+
+// acceptTLS accepts until the listener closes, starting a handshake
+// goroutine per connection.
+func (l *listener) acceptTLS() {
+	defer l.loops.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		tcp, err := l.ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
 			}
-			l.t.log.Warn("tcp-lv: TLS handshake failed; connection refused", "listener", l.addr, "remote", tcp.RemoteAddr().String(), "err", err)
+			l.t.log.Warn("tcp-lv: accept failed; retrying", "listener", l.addr, "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-l.closed:
+				return
+			}
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		return l.t.startTCP(tcp, tc), nil
+		backoff = 5 * time.Millisecond
+		l.mu.Lock()
+		select {
+		case <-l.closed:
+			l.mu.Unlock()
+			tcp.Close()
+			return
+		default:
+		}
+		l.shaking[tcp] = struct{}{}
+		l.loops.Add(1)
+		l.mu.Unlock()
+		go l.shake(tcp)
+	}
+}
+
+// shake runs one server handshake and hands the connection to Accept.
+func (l *listener) shake(tcp *net.TCPConn) {
+	defer l.loops.Done()
+	tc := tls.Server(tcp, l.t.serverTLS)
+	err := l.t.handshake(context.Background(), tcp, tc)
+	l.mu.Lock()
+	delete(l.shaking, tcp)
+	l.mu.Unlock()
+	if err != nil {
+		select {
+		case <-l.closed:
+		default:
+			l.t.log.Warn("tcp-lv: TLS handshake failed; connection refused", "listener", l.addr, "remote", tcp.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	c := l.t.startTCP(tcp, tc)
+	select {
+	case l.ready <- c:
+	case <-l.closed:
+		c.Close()
 	}
 }
 
@@ -224,10 +300,16 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
+		l.mu.Lock()
 		close(l.closed)
+		for tcp := range l.shaking {
+			tcp.Close()
+		}
+		l.mu.Unlock()
 		if err = l.ln.Close(); err != nil {
 			err = fmt.Errorf("tcp-lv: close listener %s: %w", l.addr, err)
 		}
+		l.loops.Wait()
 	})
 	return err
 }

@@ -349,19 +349,47 @@ func TestTLS(t *testing.T) {
 	})
 
 	t.Run("a client that does not trust the server's CA gives up", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		acceptDone := make(chan struct{})
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
+			defer close(acceptDone)
 			if s, err := ln.Accept(ctx); err == nil {
 				s.Close()
 			}
 		}()
+		// This Accept must not outlive the subtest and take the next one's
+		// connection.
+		defer func() { cancel(); <-acceptDone }()
 		o := testOptions()
 		o.TLS = &TLSOptions{} // trusts the system roots only
 		_, err := newTransport(t, o).Dial(timeout(t, 5*time.Second), ln.Addr())
 		if err == nil || !strings.Contains(err.Error(), "TLS handshake") {
 			t.Fatalf("Dial: %v, want a TLS handshake failure", err)
 		}
+	})
+
+	t.Run("a client that never finishes its handshake holds up nobody", func(t *testing.T) {
+		// Connects and says nothing: its handshake waits out its timeout
+		// (keepalive interval + timeout, 15s by default) on its own goroutine.
+		stalled, err := net.Dial("tcp", ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stalled.Close()
+		time.Sleep(20 * time.Millisecond)
+		start := time.Now()
+		c, s := pair(t)
+		if el := time.Since(start); el > 5*time.Second {
+			t.Fatalf("a good client waited %v behind a stalled handshake", el)
+		}
+		if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := s.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Release()
 	})
 
 	t.Run("listening with TLS needs a certificate", func(t *testing.T) {
