@@ -635,6 +635,10 @@ func TestHelperServerProcess(t *testing.T) {
 }
 
 func startServerProcess(t *testing.T) (*exec.Cmd, string) {
+	return startServerProcessTB(t)
+}
+
+func startServerProcessTB(t testing.TB) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServerProcess$")
 	cmd.Env = append(os.Environ(), "KERNRPC_HELPER_SERVER=1")
@@ -724,6 +728,26 @@ func BenchmarkCallInProcess16B(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var resp echopb.Echo
+		if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCallOtherProcess16B calls a server in a process of its own, as
+// users deploy it; compare with tcp-lv's BenchmarkPingPong16B (the same
+// bytes without the kernel) to see what the kernel adds.
+func BenchmarkCallOtherProcess16B(b *testing.B) {
+	cmd, addr := startServerProcessTB(b)
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cfg := testConfig(b)
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cli := newClient(b, cfg)
+	req := &echopb.Echo{Payload: make([]byte, 16)}
+	var resp echopb.Echo
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
 		if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
 			b.Fatal(err)
 		}
