@@ -394,7 +394,14 @@ func (sc *serverConn) goAway() {
 	sc.mu.Lock()
 	last := sc.lastAccepted
 	sc.mu.Unlock()
-	_ = sc.conn.WriteFrame(&Frame{Type: FrameGoAway, CallID: last})
+	f := &Frame{Type: FrameGoAway, CallID: last}
+	// Queued where the transport can: a client that stopped reading must
+	// not hold the shutdown up until its write times out.
+	if q, ok := sc.conn.(FrameQueuer); ok {
+		_ = q.QueueFrame(f)
+		return
+	}
+	_ = sc.conn.WriteFrame(f)
 }
 
 // readLoop reads frames until the connection dies. A request is served by
