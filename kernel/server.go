@@ -394,14 +394,7 @@ func (sc *serverConn) goAway() {
 	sc.mu.Lock()
 	last := sc.lastAccepted
 	sc.mu.Unlock()
-	f := &Frame{Type: FrameGoAway, CallID: last}
-	// Queued where the transport can: a client that stopped reading must
-	// not hold the shutdown up until its write times out.
-	if q, ok := sc.conn.(FrameQueuer); ok {
-		_ = q.QueueFrame(f)
-		return
-	}
-	_ = sc.conn.WriteFrame(f)
+	sc.queue(&Frame{Type: FrameGoAway, CallID: last})
 }
 
 // readLoop reads frames until the connection dies. A request is served by
@@ -555,7 +548,7 @@ func (sc *serverConn) begin(f *Frame) *callCtx {
 	if _, dup := sc.calls[f.CallID]; dup {
 		sc.mu.Unlock()
 		sc.srv.log.Warn("request reuses the id of a call in flight; refusing it", "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
-		sc.reply(&Frame{Type: FrameResponse, Flags: FlagEndStream, CallID: f.CallID, Code: InvalidArgument,
+		sc.queue(&Frame{Type: FrameResponse, Flags: FlagEndStream, CallID: f.CallID, Code: InvalidArgument,
 			Message: "call id " + fmt.Sprint(f.CallID) + " is already in flight on this connection"})
 		return nil
 	}
@@ -583,9 +576,16 @@ func (sc *serverConn) end(c *callCtx) {
 	sc.srv.callEnded()
 }
 
-func (sc *serverConn) reply(f *Frame) {
-	if err := sc.conn.WriteFrame(f); err != nil {
-		sc.srv.log.Debug("response not sent: connection gone", "call_id", f.CallID, "err", err)
+// queue sends f without writing on the caller's goroutine where the
+// transport allows: the read loop and Shutdown use it, and neither may
+// wait on a peer that does not read.
+func (sc *serverConn) queue(f *Frame) {
+	write := sc.conn.WriteFrame
+	if q, ok := sc.conn.(FrameQueuer); ok {
+		write = q.QueueFrame
+	}
+	if err := write(f); err != nil {
+		sc.srv.log.Debug("frame not sent: connection gone", "type", f.Type, "call_id", f.CallID, "err", err)
 	}
 }
 
