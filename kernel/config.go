@@ -430,8 +430,19 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Size is a byte count that config files write as 4194304 or "4MiB".
 type Size int64
 
-// MarshalJSON writes s as an integer.
-func (s Size) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(s), 10)), nil }
+// MarshalJSON writes s the way a person would in a config file: "4MiB" or
+// "64KiB" when it is a whole number of those, else an integer.
+func (s Size) MarshalJSON() ([]byte, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.mult == 0 {
+			return []byte(`"` + strconv.FormatInt(int64(s)/u.mult, 10) + u.suffix + `"`), nil
+		}
+	}
+	return []byte(strconv.FormatInt(int64(s), 10)), nil
+}
 
 // UnmarshalJSON reads an integer or a string with a unit: B, KiB, MiB, GiB
 // (powers of 1024) or KB, MB, GB (powers of 1000).

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,25 @@ func TestParseSize(t *testing.T) {
 		if _, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) succeeded; want an error", in)
 		}
+	}
+}
+
+func TestSizeAndDurationRoundTripThroughJSON(t *testing.T) {
+	type opts struct {
+		S Size     `json:"s"`
+		D Duration `json:"d"`
+	}
+	for _, in := range []opts{{4 << 20, Duration(5 * time.Second)}, {65536, Duration(250 * time.Millisecond)}, {1000, 0}, {0, Duration(time.Hour)}} {
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out opts
+		if err := json.Unmarshal(b, &out); err != nil || out != in {
+			t.Errorf("%+v -> %s -> %+v, %v", in, b, out, err)
+		}
+	}
+	if b, _ := json.Marshal(Size(4 << 20)); string(b) != `"4MiB"` {
+		t.Errorf("4 MiB marshals as %s, want \"4MiB\"", b)
 	}
 }
