@@ -422,6 +422,7 @@ func (sc *serverConn) readLoop() {
 				continue
 			}
 			desc := sc.srv.methods[f.Method]
+			c.desc = desc
 			if desc.latelySlow() {
 				go sc.readLoop()
 				sc.serve(c, f, false)
@@ -653,11 +654,10 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, err erro
 	if f.Flags&FlagStream != 0 {
 		return nil, codec, Errorf(Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
 	}
-	desc := s.methods[f.Method]
+	desc := c.desc
 	if desc == nil {
 		return nil, codec, Errorf(Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
 	}
-	c.desc = desc
 	if f.Timeout > 0 {
 		c.deadline = time.Now().Add(f.Timeout)
 		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
