@@ -301,7 +301,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		select {
 		case <-s.idle:
 		case <-ctx.Done():
-			drainErr = fmt.Errorf("kernrpc: shutdown: %d calls still in flight when the deadline passed; they were cancelled: %w", s.inflight.Load(), ctx.Err())
+			drainErr = fmt.Errorf("kernrpc: shutdown: deadline passed with calls still in flight (%d); they were cancelled: %w", s.inflight.Load(), ctx.Err())
 		}
 		if drainErr != nil {
 			break

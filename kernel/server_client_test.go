@@ -786,3 +786,82 @@ func TestRequestReusingAnIDInFlightIsRefused(t *testing.T) {
 		t.Fatalf("the held call ended as call %d %v %q", first.CallID, first.Code, first.Message)
 	}
 }
+
+func TestShutdownDeadlineCancelsWhatStillRuns(t *testing.T) {
+	cfg := testConfig(t)
+	handlerCtxErr := make(chan error, 1)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	srv := startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Stubborn", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			close(entered)
+			<-ctx.Done() // told to stop when the shutdown deadline passes
+			handlerCtxErr <- ctx.Err()
+			<-release
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	callErr := make(chan error, 1)
+	go func() { callErr <- cli.Call(context.Background(), "Echo.Stubborn", &echopb.Echo{}, &echopb.Echo{}) }()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err == nil || !strings.Contains(err.Error(), "calls still in flight (1)") {
+		t.Fatalf("Shutdown = %v, want it to report the call it had to abandon", err)
+	}
+	select {
+	case herr := <-handlerCtxErr:
+		if herr == nil {
+			t.Fatal("handler context not cancelled")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the handler's context was not cancelled when the shutdown deadline passed")
+	}
+	select {
+	case err := <-callErr:
+		if kernel.CodeOf(err) != kernel.Unavailable {
+			t.Fatalf("abandoned call ended with %v, want Unavailable", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the abandoned call never returned")
+	}
+}
+
+func TestClientCloseFailsCallsInFlight(t *testing.T) {
+	cfg := testConfig(t)
+	entered := make(chan struct{})
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			close(entered)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	})
+	cli, err := kernel.NewClient(cfg, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	callErr := make(chan error, 1)
+	go func() { callErr <- cli.Call(context.Background(), "Echo.Hang", &echopb.Echo{}, &echopb.Echo{}) }()
+	<-entered
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-callErr:
+		if kernel.CodeOf(err) != kernel.Unavailable {
+			t.Fatalf("call in flight at Close ended with %v, want Unavailable", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close left a call waiting")
+	}
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
+		t.Fatalf("call after Close: %v, want Canceled (client closed)", err)
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
