@@ -13,7 +13,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/kernel"
-	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
+	_ "github.com/kernrpc/kernrpc/plugins/all"
 )
 
 // writeConfig writes content to a file called name in a fresh directory.
@@ -344,4 +344,29 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatal("no config and no error")
 		}
 	})
+}
+
+// TestReadmeConfigExample keeps the README's config example true: it
+// parses, and every plugin it names builds with the options it gives.
+func TestReadmeConfigExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
+	if !ok {
+		t.Fatal("README.md has no yaml block")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	cfg, err := kernrpc.ParseConfig([]byte(block), "README.md.yaml")
+	if err != nil {
+		t.Fatalf("README's config example: %v", err)
+	}
+	srv, err := kernel.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("README's config example does not build a server: %v", err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
