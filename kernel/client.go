@@ -31,6 +31,9 @@ type Client struct {
 	closed      atomic.Bool
 	stopWatch   context.CancelFunc
 	watchDone   chan struct{}
+	life        context.Context // ends with Close: bounds background dials
+	endLife     context.CancelFunc
+	dials       sync.WaitGroup
 	callStates  sync.Pool
 	dialTimeout time.Duration
 }
@@ -92,6 +95,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 		return nil, err
 	}
 	c.stopWatch = stop
+	c.life, c.endLife = context.WithCancel(context.Background())
 	go c.follow(updates)
 	return c, nil
 }
@@ -127,6 +131,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.endLife()
 	c.stopWatch()
 	<-c.watchDone
 	c.poolsMu.Lock()
@@ -136,6 +141,7 @@ func (c *Client) Close() error {
 	empty := map[string]*connPool{}
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
+	c.dials.Wait()
 	c.plugins.close(c.log)
 	return nil
 }
@@ -294,7 +300,7 @@ func (c *Client) conn(ctx context.Context, addr string) (*clientConn, error) {
 		}
 		old := *c.pools.Load()
 		if p = old[addr]; p == nil {
-			p = &connPool{client: c, addr: addr, conns: make([]*clientConn, c.cfg.Client.PoolSize)}
+			p = &connPool{client: c, addr: addr, conns: make([]*clientConn, c.cfg.Client.PoolSize), dialing: make([]*pendingDial, c.cfg.Client.PoolSize)}
 			next := make(map[string]*connPool, len(old)+1)
 			for k, v := range old {
 				next[k] = v
@@ -317,7 +323,18 @@ type connPool struct {
 
 	mu      sync.Mutex
 	conns   []*clientConn
+	dialing []*pendingDial // per slot, while a dial is under way
 	retired bool
+}
+
+// pendingDial is a connection being dialled for a pool slot. The dial runs
+// on its own goroutine, bounded by dial_timeout and the client's life but
+// not by any one caller's deadline: a caller in a hurry gives up waiting,
+// and the connection is there for the next one.
+type pendingDial struct {
+	done chan struct{}
+	cc   *clientConn
+	err  error
 }
 
 func (p *connPool) get(ctx context.Context) (*clientConn, error) {
@@ -326,29 +343,57 @@ func (p *connPool) get(ctx context.Context) (*clientConn, error) {
 		i = int(p.next.Add(1) % uint32(len(p.conns)))
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if cc := p.conns[i]; cc != nil && cc.usable() {
+		p.mu.Unlock()
 		return cc, nil
 	}
 	if p.retired {
+		p.mu.Unlock()
 		return nil, &Status{Code: Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	}
+	d := p.dialing[i]
+	if d == nil {
+		d = &pendingDial{done: make(chan struct{})}
+		p.dialing[i] = d
+		p.client.dials.Add(1)
+		go p.dial(i, d)
+	}
+	p.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.cc, d.err
+	case <-ctx.Done():
+		return nil, ctxStatus(ctx, "connecting to "+p.addr)
+	}
+}
+
+// dial connects slot i and tells whoever waits through d.
+func (p *connPool) dial(i int, d *pendingDial) {
 	c := p.client
-	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
+	defer c.dials.Done()
+	ctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
 	defer cancel()
-	conn, err := c.transport.Dial(dctx, p.addr)
-	if err != nil {
+	conn, err := c.transport.Dial(ctx, p.addr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer close(d.done)
+	p.dialing[i] = nil
+	switch {
+	case err != nil:
 		p.markDown(dialAvoidance)
 		// Nothing was sent, so another instance may take the call.
-		return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("dial %s with %s: %v", p.addr, c.cfg.Transport.Name, err), Retryable: true}
+		d.err = &Status{Code: Unavailable, Message: fmt.Sprintf("dial %s with %s: %v", p.addr, c.cfg.Transport.Name, err), Retryable: true}
+	case p.retired:
+		_ = conn.Close()
+		d.err = &Status{Code: Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
+	default:
+		p.downUntil.Store(0)
+		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*callState), log: c.log, pool: p}
+		if old := p.conns[i]; old != nil {
+			old.retire()
+		}
+		p.conns[i] = d.cc
 	}
-	p.downUntil.Store(0)
-	cc := &clientConn{conn: conn, pending: make(map[uint64]*callState), log: c.log, pool: p}
-	if old := p.conns[i]; old != nil {
-		old.retire()
-	}
-	p.conns[i] = cc
-	return cc, nil
 }
 
 func (p *connPool) markDown(d time.Duration) { p.downUntil.Store(time.Now().Add(d).UnixNano()) }

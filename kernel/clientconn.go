@@ -267,15 +267,16 @@ func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) e
 		// Tell the server to stop working on it; its late answer, if any, is
 		// dropped as a response for an unknown call.
 		_ = cc.conn.WriteFrame(&Frame{Type: FrameCancel, CallID: cs.id})
-		return ctxStatus(ctx, info.Method)
+		return ctxStatus(ctx, "waiting for the answer to "+info.Method)
 	}
 }
 
-func ctxStatus(ctx context.Context, method string) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return Errorf(DeadlineExceeded, "call to %s: deadline exceeded while waiting for the answer", method)
+// ctxStatus is the status of a call whose caller gave up during stage.
+func ctxStatus(ctx context.Context, stage string) error {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		return Errorf(DeadlineExceeded, "deadline exceeded %s", stage)
 	}
-	return Errorf(Canceled, "call to %s: canceled by the caller", method)
+	return Errorf(Canceled, "canceled by the caller %s", stage)
 }
 
 // readFor reads frames and hands them out until cs's own answer arrives,

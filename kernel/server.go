@@ -49,24 +49,26 @@ type methodDesc struct {
 	newRequest func() any
 	handler    func(ctx context.Context, req any) (any, error)
 	// slowCalls counts down the calls still to be served off the reader
-	// since the method proved slow; overBudget counts burst calls in a row
-	// that took longer than burstBudget.
+	// since the method proved slow; overBudget is its score of slow calls
+	// (see noteBurstCall).
 	slowCalls  atomic.Int32
 	overBudget atomic.Int32
 }
 
-// noteBurstCall learns from how long a call served inline in a burst took.
+// noteBurstCall learns from how long a call served inline in a burst took:
+// a slow call raises the method's score, a quick one lowers it, so a method
+// whose calls are mostly slow gets there even if quick ones (cancelled or
+// failing early, say) come between.
 func (d *methodDesc) noteBurstCall(took time.Duration) {
 	if took <= burstBudget {
-		if d.overBudget.Load() != 0 {
-			d.overBudget.Store(0)
+		for n := d.overBudget.Load(); n > 0 && !d.overBudget.CompareAndSwap(n, n-1); n = d.overBudget.Load() {
 		}
 		return
 	}
 	d.noteSlowCall()
 }
 
-// noteSlowCall counts one slow call of d; a streak of them makes d slow.
+// noteSlowCall counts one slow call of d; enough of them make d slow.
 func (d *methodDesc) noteSlowCall() {
 	if d.overBudget.Add(1) >= overBudgetStreak {
 		d.overBudget.Store(0)
@@ -467,9 +469,9 @@ const watchdogPeriod = time.Millisecond
 // over goroutines; above it, the waiting costs more than that saves.
 const burstBudget = 50 * time.Microsecond
 
-// overBudgetStreak is how many calls in a row must outrun burstBudget or
-// the watchdog before the method counts as slow: one call descheduled or
-// caught by the garbage collector says nothing about the method.
+// overBudgetStreak is how far a method's score must climb (slow calls
+// count up, quick ones down) before it counts as slow: one call
+// descheduled or caught by the garbage collector says nothing about it.
 const overBudgetStreak = 4
 
 // slowMethodCalls is how many calls of a method that outran the watchdog

@@ -865,3 +865,75 @@ func TestClientCloseFailsCallsInFlight(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// Callers that give up at random moments hand the reader role around in
+// every order the leader/follower scheme allows: no call may hang, lose its
+// answer or get another's, whoever was reading when a caller left.
+func TestCallersGivingUpAtRandomNeverStrandTheOthers(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernel.Server) {
+		kernel.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			select {
+			case <-time.After(time.Duration(len(req.Payload)) * 50 * time.Microsecond):
+				return req, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+	})
+	cli := newClient(t, cfg)
+	const callers, perCaller = 32, 60
+	var wg sync.WaitGroup
+	var answered, gaveUp atomic.Int64
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := range perCaller {
+				n := (g*7 + i*13) % 40 // handler time: 0 to 2ms; deadlines 50µs to 14.55ms, or 1s
+				limit := time.Duration((g*11+i*5)%30) * 500 * time.Microsecond
+				if i%3 == 0 {
+					limit = time.Second // some callers are patient, even on a loaded machine
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), limit+50*time.Microsecond)
+				want := fmt.Sprintf("%d/%d", g, i)
+				var resp echopb.Echo
+				err := cli.Call(ctx, "Echo.Jitter", &echopb.Echo{Text: want, Payload: make([]byte, n)}, &resp)
+				cancel()
+				switch kernel.CodeOf(err) {
+				case kernel.OK:
+					if resp.Text != want {
+						errs <- fmt.Errorf("call %s got the answer to %s", want, resp.Text)
+						return
+					}
+					answered.Add(1)
+				case kernel.DeadlineExceeded:
+					gaveUp.Add(1)
+				default:
+					errs <- fmt.Errorf("call %s: %v", want, err)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("calls stranded: %d answered, %d gave up, of %d", answered.Load(), gaveUp.Load(), callers*perCaller)
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The connection is still sound afterwards.
+	var resp echopb.Echo
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "after"}, &resp); err != nil || resp.Text != "after" {
+		t.Fatalf("call after the storm: %v", err)
+	}
+	if answered.Load() == 0 || gaveUp.Load() == 0 {
+		t.Fatalf("%d answered and %d gave up: the mix this test needs did not happen", answered.Load(), gaveUp.Load())
+	}
+}
