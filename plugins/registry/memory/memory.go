@@ -79,7 +79,7 @@ type Registry struct {
 	mu      sync.Mutex
 	closed  bool
 	owned   map[instanceKey]time.Duration // what this registry registered, with its ttl
-	keeper  *leaseKeeper                  // nil until the first Register
+	keeper  *timedLoop                    // nil until the first Register
 	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc
 	// keeperStopped is set by stopKeeper (tests): leases are no longer
 	// renewed, so this registry's instances expire as if its process died.
@@ -313,47 +313,11 @@ func (r *Registry) renewLeases(now time.Time) time.Duration {
 	return shortest
 }
 
-// leaseKeeper is the goroutine of one Registry that renews its leases every
-// ttl/3 (of the shortest ttl it holds).
-type leaseKeeper struct {
-	poke chan struct{} // a Register happened: recompute the period
-	quit chan struct{}
-	done chan struct{}
-}
-
-func startLeaseKeeper(r *Registry) *leaseKeeper {
-	k := &leaseKeeper{poke: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
-	go k.run(r)
-	return k
-}
-
-func (k *leaseKeeper) wake() {
-	select {
-	case k.poke <- struct{}{}:
-	default:
-	}
-}
-
-func (k *leaseKeeper) stop() {
-	close(k.quit)
-	<-k.done
-}
-
-func (k *leaseKeeper) run(r *Registry) {
-	defer close(k.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		period := time.Hour // nothing held: sleep until poked
-		if ttl := r.renewLeases(time.Now()); ttl > 0 {
-			period = max(ttl/3, time.Millisecond)
-		}
-		timer.Reset(period)
-		select {
-		case <-k.quit:
-			return
-		case <-k.poke:
-		case <-timer.C:
-		}
-	}
+// startLeaseKeeper starts the goroutine that renews r's leases every ttl/3
+// (of the shortest ttl it holds).
+func startLeaseKeeper(r *Registry) *timedLoop {
+	return startTimedLoop(func(now time.Time) (time.Duration, bool) {
+		ttl := r.renewLeases(now)
+		return max(ttl/3, time.Millisecond), ttl > 0
+	})
 }

@@ -62,7 +62,7 @@ type serviceState struct {
 type store struct {
 	namespace string
 	refs      int // open registries; guarded by stores' mutex
-	reaper    *expiryReaper
+	reaper    *timedLoop
 
 	mu       sync.Mutex
 	services map[string]*serviceState
@@ -103,11 +103,7 @@ func (s *store) put(inst kernel.Instance, owner *Registry, expires time.Time) {
 func (s *store) remove(key instanceKey, owner *Registry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc := s.services[key.service]
-	if svc == nil {
-		return
-	}
-	e := svc.entries[key.id]
+	svc, e := s.lookupLocked(key)
 	if e == nil || (owner != nil && e.owner != owner) {
 		return
 	}
@@ -116,15 +112,20 @@ func (s *store) remove(key instanceKey, owner *Registry) {
 	s.dropIfUnusedLocked(key.service, svc)
 }
 
+// lookupLocked finds key's service and entry; either may be nil.
+func (s *store) lookupLocked(key instanceKey) (*serviceState, *entry) {
+	svc := s.services[key.service]
+	if svc == nil {
+		return nil, nil
+	}
+	return svc, svc.entries[key.id]
+}
+
 // renew moves key's expiry to expires if owner still holds its lease.
 func (s *store) renew(key instanceKey, owner *Registry, expires time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc := s.services[key.service]
-	if svc == nil {
-		return false
-	}
-	e := svc.entries[key.id]
+	_, e := s.lookupLocked(key)
 	if e == nil || e.owner != owner {
 		return false
 	}
@@ -135,11 +136,7 @@ func (s *store) renew(key instanceKey, owner *Registry, expires time.Time) bool 
 func (s *store) setLoad(key instanceKey, load kernel.Load) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc := s.services[key.service]
-	if svc == nil {
-		return false
-	}
-	e := svc.entries[key.id]
+	svc, e := s.lookupLocked(key)
 	if e == nil {
 		return false
 	}
@@ -258,50 +255,11 @@ func (w *watcher) sendLocked(set []kernel.Instance) {
 	}
 }
 
-// expiryReaper is the goroutine of one store that removes instances whose
+// startExpiryReaper starts the goroutine that removes s's instances whose
 // lease ended, at the earliest expiry, whether or not anyone resolves.
-type expiryReaper struct {
-	poke chan struct{} // an instance was added: its expiry may come first
-	quit chan struct{}
-	done chan struct{}
-}
-
-func startExpiryReaper(s *store) *expiryReaper {
-	r := &expiryReaper{poke: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
-	go r.run(s)
-	return r
-}
-
-// wake makes the reaper scan again. It never blocks: one pending poke is
-// enough, since the scan that consumes it sees every entry added before.
-func (r *expiryReaper) wake() {
-	select {
-	case r.poke <- struct{}{}:
-	default:
-	}
-}
-
-func (r *expiryReaper) stop() {
-	close(r.quit)
-	<-r.done
-}
-
-func (r *expiryReaper) run(s *store) {
-	defer close(r.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := time.Now()
-		wait := time.Hour // nothing to expire: sleep until poked
-		if next := s.expire(now); !next.IsZero() {
-			wait = next.Sub(now)
-		}
-		timer.Reset(wait)
-		select {
-		case <-r.quit:
-			return
-		case <-r.poke:
-		case <-timer.C:
-		}
-	}
+func startExpiryReaper(s *store) *timedLoop {
+	return startTimedLoop(func(now time.Time) (time.Duration, bool) {
+		next := s.expire(now)
+		return next.Sub(now), !next.IsZero()
+	})
 }
