@@ -56,6 +56,19 @@ func startServer(t testing.TB, cfg *kernel.Config, extra func(*kernel.Server)) *
 	return srv
 }
 
+// receive waits up to d for a value from ch; what says what did not
+// happen in time.
+func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s (waited %v)", what, d)
+		panic("unreachable")
+	}
+}
+
 func newClient(t testing.TB, cfg *kernel.Config) *kernel.Client {
 	t.Helper()
 	cli, err := kernel.NewClient(cfg, "echo")
@@ -79,13 +92,9 @@ func TestCallModels(t *testing.T) {
 
 	var goResp echopb.Echo
 	call := cli.Go(ctx, "Echo.Echo", &echopb.Echo{Text: "async"}, &goResp, nil)
-	select {
-	case done := <-call.Done:
-		if done.Err != nil || goResp.Text != "async" {
-			t.Fatalf("Go: %v, %q", done.Err, goResp.Text)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Go: no answer within 5s")
+	done := receive(t, call.Done, 5*time.Second, "Go: no answer")
+	if done.Err != nil || goResp.Text != "async" {
+		t.Fatalf("Go: %v, %q", done.Err, goResp.Text)
 	}
 
 	got := make(chan string, 1)
@@ -97,13 +106,9 @@ func TestCallModels(t *testing.T) {
 		}
 		got <- c.Response.(*echopb.Echo).Text
 	})
-	select {
-	case s := <-got:
-		if s != "callback" {
-			t.Fatalf("CallFunc: got %q", s)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("CallFunc: callback not run within 5s")
+	s := receive(t, got, 5*time.Second, "CallFunc: callback not run")
+	if s != "callback" {
+		t.Fatalf("CallFunc: got %q", s)
 	}
 }
 
@@ -176,13 +181,9 @@ func TestClientDeadlineCancelsServerHandlerContext(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("call returned after %v; the deadline was 150ms", el)
 	}
-	select {
-	case herr := <-handlerErr:
-		if !errors.Is(herr, context.DeadlineExceeded) && !errors.Is(herr, context.Canceled) {
-			t.Fatalf("handler ctx err = %v", herr)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("server handler's context was not cancelled")
+	herr := receive(t, handlerErr, 3*time.Second, "server handler's context was not cancelled")
+	if !errors.Is(herr, context.DeadlineExceeded) && !errors.Is(herr, context.Canceled) {
+		t.Fatalf("handler ctx err = %v", herr)
 	}
 	if !sawDeadline.Load() {
 		t.Error("handler's context had no deadline; the client's deadline did not travel")
@@ -212,13 +213,9 @@ func TestClientCancellationReachesServer(t *testing.T) {
 	if err := cli.Call(ctx, "Echo.Block", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
 		t.Fatalf("err = %v, want Canceled", err)
 	}
-	select {
-	case herr := <-handlerErr:
-		if !errors.Is(herr, context.Canceled) {
-			t.Fatalf("handler ctx err = %v, want Canceled", herr)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("cancellation did not reach the handler")
+	herr := receive(t, handlerErr, 3*time.Second, "cancellation did not reach the handler")
+	if !errors.Is(herr, context.Canceled) {
+		t.Fatalf("handler ctx err = %v, want Canceled", herr)
 	}
 }
 
@@ -812,21 +809,13 @@ func TestShutdownDeadlineCancelsWhatStillRuns(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "calls still in flight (1)") {
 		t.Fatalf("Shutdown = %v, want it to report the call it had to abandon", err)
 	}
-	select {
-	case herr := <-handlerCtxErr:
-		if herr == nil {
-			t.Fatal("handler context not cancelled")
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the handler's context was not cancelled when the shutdown deadline passed")
+	herr := receive(t, handlerCtxErr, 3*time.Second, "the handler's context was not cancelled when the shutdown deadline passed")
+	if herr == nil {
+		t.Fatal("handler context not cancelled")
 	}
-	select {
-	case err := <-callErr:
-		if kernel.CodeOf(err) != kernel.Unavailable {
-			t.Fatalf("abandoned call ended with %v, want Unavailable", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the abandoned call never returned")
+	err = receive(t, callErr, 3*time.Second, "the abandoned call never returned")
+	if kernel.CodeOf(err) != kernel.Unavailable {
+		t.Fatalf("abandoned call ended with %v, want Unavailable", err)
 	}
 }
 
@@ -850,13 +839,9 @@ func TestClientCloseFailsCallsInFlight(t *testing.T) {
 	if err := cli.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-callErr:
-		if kernel.CodeOf(err) != kernel.Unavailable {
-			t.Fatalf("call in flight at Close ended with %v, want Unavailable", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close left a call waiting")
+	err = receive(t, callErr, 3*time.Second, "Close left a call waiting")
+	if kernel.CodeOf(err) != kernel.Unavailable {
+		t.Fatalf("call in flight at Close ended with %v, want Unavailable", err)
 	}
 	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
 		t.Fatalf("call after Close: %v, want Canceled (client closed)", err)
