@@ -245,14 +245,21 @@ func (c *Client) invokeRemote(ctx context.Context, info *CallInfo, req any) (any
 			}
 			return nil, Errorf(Unavailable, "pick an instance of %q for %s: %v", c.service, info.Method, err)
 		}
+		p, err := c.pool(inst.Address)
+		if err != nil {
+			return nil, err
+		}
 		// An instance that refused a dial or said GoAway moments ago is
 		// passed over while the balancer offers others.
-		if picks++; picks <= maxSkippedPicks && c.avoiding(inst.Address) {
+		if picks++; picks <= maxSkippedPicks && p.avoided() {
 			attempt--
 			continue
 		}
 		info.Instance, info.Peer = inst, inst.Address
-		err = c.roundTrip(ctx, inst, info, req)
+		var cc *clientConn
+		if cc, err = p.get(ctx); err == nil {
+			err = cc.roundTrip(ctx, c, info, req)
+		}
 		if obs, ok := c.balancer.(PickObserver); ok {
 			obs.Done(inst, err)
 		}
@@ -272,25 +279,9 @@ const (
 	goAwayAvoidance = 5 * time.Second
 )
 
-func (c *Client) avoiding(addr string) bool {
-	p := (*c.pools.Load())[addr]
-	if p == nil {
-		return false
-	}
-	until := p.downUntil.Load()
-	return until != 0 && time.Now().UnixNano() < until
-}
-
-func (c *Client) roundTrip(ctx context.Context, inst *Instance, info *CallInfo, req any) error {
-	cc, err := c.conn(ctx, inst.Address)
-	if err != nil {
-		return err
-	}
-	return cc.roundTrip(ctx, c, info, req)
-}
-
-// conn returns a live connection to addr from its pool, dialling if needed.
-func (c *Client) conn(ctx context.Context, addr string) (*clientConn, error) {
+// pool returns the connection pool of the instance at addr, making it on
+// first use.
+func (c *Client) pool(addr string) (*connPool, error) {
 	p := (*c.pools.Load())[addr]
 	if p == nil {
 		c.poolsMu.Lock()
@@ -310,7 +301,7 @@ func (c *Client) conn(ctx context.Context, addr string) (*clientConn, error) {
 		}
 		c.poolsMu.Unlock()
 	}
-	return p.get(ctx)
+	return p, nil
 }
 
 // connPool holds the connections to one instance. Calls spread over them;
@@ -394,6 +385,12 @@ func (p *connPool) dial(i int, d *pendingDial) {
 		}
 		p.conns[i] = d.cc
 	}
+}
+
+// avoided reports whether picks of this instance are passed over for now.
+func (p *connPool) avoided() bool {
+	until := p.downUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
 }
 
 func (p *connPool) markDown(d time.Duration) { p.downUntil.Store(time.Now().Add(d).UnixNano()) }
