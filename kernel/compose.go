@@ -53,7 +53,7 @@ func buildPlugins(cfg *Config, side Side) (p *plugins, err error) {
 		if err != nil {
 			return p, err
 		}
-		p.filters = append(p.filters, configuredFilter{name: fc.Name, filter: f, methods: fc.Methods})
+		p.filters = append(p.filters, configuredFilter{filter: f, methods: fc.Methods})
 		p.built = append(p.built, f)
 	}
 	return p, nil

@@ -89,7 +89,6 @@ func (f FilterFunc) Invoke(ctx context.Context, info *CallInfo, req any, next In
 
 // configuredFilter is a filter with the scope its config gave it.
 type configuredFilter struct {
-	name    string
 	filter  Filter
 	methods []string // empty: every method
 }

@@ -121,7 +121,7 @@ func (f *Frame) Release() {
 	}
 }
 
-// Reset clears every field but keeps nothing: use it before reusing a Frame.
+// Reset clears f for reuse, owner included.
 func (f *Frame) Reset() { *f = Frame{} }
 
 // FrameHeaderLen returns how many bytes AppendFrameHeader writes for f.

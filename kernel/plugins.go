@@ -18,9 +18,6 @@ const (
 	KindFilter    Kind = "filter"
 )
 
-// Kinds lists every plugin kind, in the order configs and listings use.
-var Kinds = []Kind{KindTransport, KindCodec, KindRegistry, KindBalancer, KindFilter}
-
 // Factory says how to build one plugin of kind T from its config: the
 // plugin's name, its options with defaults, and a constructor. A plugin
 // package declares one and registers it from init:

@@ -45,7 +45,6 @@ type Server struct {
 }
 
 type methodDesc struct {
-	name       string
 	newRequest func() any
 	handler    func(ctx context.Context, req any) (any, error)
 	// slowCalls counts down the calls still to be served off the reader
@@ -144,7 +143,7 @@ func (s *Server) Register(method string, newRequest func() any, handler func(ctx
 	case s.methods[method] != nil:
 		return fmt.Errorf("kernrpc: Register %q: method registered twice", method)
 	}
-	s.methods[method] = &methodDesc{name: method, newRequest: newRequest, handler: handler}
+	s.methods[method] = &methodDesc{newRequest: newRequest, handler: handler}
 	return nil
 }
 

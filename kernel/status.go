@@ -71,9 +71,6 @@ func Errorf(c Code, format string, args ...any) error {
 	return &Status{Code: c, Message: fmt.Sprintf(format, args...)}
 }
 
-// NewStatus returns a *Status with the given code and message.
-func NewStatus(c Code, msg string) *Status { return &Status{Code: c, Message: msg} }
-
 // StatusOf converts any error into a *Status: nil gives nil, a *Status found
 // by errors.As is returned as is, context errors map to Canceled and
 // DeadlineExceeded, and anything else is Unknown.
