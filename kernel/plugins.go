@@ -116,19 +116,35 @@ func (t *pluginTable[T]) infos() []PluginInfo {
 	return out
 }
 
-// build looks name up, decodes options into its defaults, and builds it.
-// source names where the options came from (a config file) for errors.
+// build looks name up and builds it from options.
 func (t *pluginTable[T]) build(name string, options map[string]any, source string) (T, error) {
-	var zero T
 	f, err := t.lookup(name)
 	if err != nil {
+		var zero T
 		return zero, err
+	}
+	return f.build(t.kind, options, source)
+}
+
+// Build decodes options (an already-parsed config tree; nil for defaults)
+// strictly into the factory's defaults and builds the plugin, the way a
+// config naming it would. It serves plugins that are not registered, such
+// as one under test in plugintest. source names where the options came
+// from, for error messages.
+func (f Factory[T]) Build(options map[string]any, source string) (T, error) {
+	return f.build(kindOf[T](), options, source)
+}
+
+func (f Factory[T]) build(kind Kind, options map[string]any, source string) (T, error) {
+	var zero T
+	if f.New == nil {
+		return zero, fmt.Errorf("kernrpc: %s %q has a nil New", kind, f.Name)
 	}
 	var opts any
 	if f.NewOptions != nil {
 		opts = f.NewOptions()
 		if err := DecodeOptions(options, opts); err != nil {
-			return zero, &OptionError{Kind: t.kind, Plugin: name, Source: source, Err: err}
+			return zero, &OptionError{Kind: kind, Plugin: f.Name, Source: source, Err: err}
 		}
 	} else if len(options) > 0 {
 		keys := make([]string, 0, len(options))
@@ -136,13 +152,31 @@ func (t *pluginTable[T]) build(name string, options map[string]any, source strin
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		return zero, &OptionError{Kind: t.kind, Plugin: name, Source: source, Key: keys[0], Err: fmt.Errorf("unknown key: %s %q takes no options", t.kind, name)}
+		return zero, &OptionError{Kind: kind, Plugin: f.Name, Source: source, Key: keys[0], Err: fmt.Errorf("unknown key: %s %q takes no options", kind, f.Name)}
 	}
 	p, err := f.New(opts)
 	if err != nil {
-		return zero, fmt.Errorf("%s %q (%s): %w", t.kind, name, sourceOr(source), err)
+		return zero, fmt.Errorf("%s %q (%s): %w", kind, f.Name, sourceOr(source), err)
 	}
 	return p, nil
+}
+
+// kindOf names the plugin kind of T, for errors.
+func kindOf[T any]() Kind {
+	var zero T
+	switch any(&zero).(type) {
+	case *Transport:
+		return KindTransport
+	case *Codec:
+		return KindCodec
+	case *Registry:
+		return KindRegistry
+	case *Balancer:
+		return KindBalancer
+	case *Filter:
+		return KindFilter
+	}
+	return Kind("plugin")
 }
 
 func sourceOr(s string) string {

@@ -111,3 +111,22 @@ func TestPluginWithoutOptionsRejectsAnyOption(t *testing.T) {
 		t.Fatalf("err = %v, want an error naming option x", err)
 	}
 }
+
+// An unregistered factory (a plugin under test) builds the way a config
+// naming it would, and its errors name the kind, plugin and key.
+func TestFactoryBuildWithoutRegistering(t *testing.T) {
+	f := NewFactory[Filter]("delta", "test filter", func() *testFilterOptions { return &testFilterOptions{Rate: 1} },
+		func(o *testFilterOptions) (Filter, error) { return nopFilter{}, nil })
+	if _, err := f.Build(map[string]any{"rate": 2}, "t.yaml"); err != nil {
+		t.Fatalf("Build with good options: %v", err)
+	}
+	_, err := f.Build(map[string]any{"raet": 2}, "t.yaml")
+	for _, want := range []string{`filter "delta"`, `option "raet"`, "t.yaml"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Build with an unknown key: err = %v, want it to mention %q", err, want)
+		}
+	}
+	if _, err := (Factory[Codec]{Name: "nil-new"}).Build(nil, ""); err == nil || !strings.Contains(err.Error(), `codec "nil-new" has a nil New`) {
+		t.Errorf("Build of a factory without New: err = %v, want one naming the codec", err)
+	}
+}
