@@ -1,0 +1,44 @@
+package protobuf_test
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
+	"github.com/kernrpc/kernrpc/plugintest"
+)
+
+func TestConformance(t *testing.T) {
+	plugintest.Codec(t, protobuf.Factory, plugintest.CodecConfig{Samples: echoSamples()})
+}
+
+// echoSamples are echo messages covering each field: short text, a 64 KiB
+// payload (every byte value, so no encoding shortcut hides a bug), and
+// multi-byte unicode text.
+func echoSamples() []plugintest.CodecSample {
+	payload := make([]byte, 64<<10)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	msgs := []struct {
+		name string
+		msg  *echopb.Echo
+	}{
+		{"small", &echopb.Echo{Text: "hello, kernrpc", Payload: []byte{0, 1, 2, 0xff}}},
+		{"64KiB", &echopb.Echo{Text: "big", Payload: payload}},
+		{"unicode", &echopb.Echo{Text: "héllo, 世界 — ✓ 🚀 " + string(bytes.Repeat([]byte("ü"), 100))}},
+	}
+	samples := make([]plugintest.CodecSample, len(msgs))
+	for i, m := range msgs {
+		samples[i] = plugintest.CodecSample{
+			Name:  m.name,
+			Value: m.msg,
+			New:   func() any { return new(echopb.Echo) },
+			Equal: func(want, got any) bool { return proto.Equal(want.(proto.Message), got.(proto.Message)) },
+		}
+	}
+	return samples
+}

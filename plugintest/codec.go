@@ -1,0 +1,468 @@
+package plugintest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// CodecSample is one message a codec under test must round-trip.
+type CodecSample struct {
+	Name  string     // subtest name, e.g. "small", "64KiB"
+	Value any        // what Marshal is given
+	New   func() any // a fresh pointer for Unmarshal to decode into
+	// Equal compares Value (want) with the pointer New returned once
+	// Unmarshal has filled it (got). Nil means reflect.DeepEqual, with got
+	// dereferenced when Value is not itself a pointer.
+	Equal func(want, got any) bool
+}
+
+// CodecConfig configures the Codec suite.
+type CodecConfig struct {
+	// Options is the codec's options block, as a config file would give it;
+	// nil builds the codec from its defaults.
+	Options map[string]any
+	// Samples are the messages the codec must round-trip; at least one. Give
+	// a small one, a large one and one with every kind of field the codec
+	// handles specially (unicode text, nested messages, ...).
+	Samples []CodecSample
+}
+
+// Codec certifies the codec f builds. It checks, in subtests of those names:
+//
+//   - Name: Name is non-empty, equals f.Name, and is the same across calls
+//     and across two built codecs (the name travels in every request).
+//   - RoundTrip/<sample>: every sample decodes to a value equal to itself.
+//   - Empty/<sample>: the zero value of each sample's type round-trips.
+//   - Nil/<sample>: Marshal of a nil interface and of a typed nil pointer
+//     returns an error or an encoding, and Unmarshal into either returns an
+//     error; neither panics, and neither does Size.
+//   - Append/<sample>: Marshal appends, leaving dst[:len(dst)] untouched,
+//     whether dst has spare capacity or none, and the appended bytes decode
+//     to the sample.
+//   - Truncated/<sample>: every prefix of the encoding (a bounded number of
+//     them for large samples) gives an error or a value, never a panic.
+//   - Random/<sample>: random bytes and mutated encodings give an error or a
+//     value, never a panic. A failure prints the input in hex.
+//   - Concurrent: one codec used by many goroutines at once, each with its
+//     own messages, still round-trips every message. Run with -race.
+//   - Size/<sample>: if the codec is a kernel.CodecSizer, Size is at least
+//     the encoded length (the kernel sizes the buffer it asks the transport
+//     for by it; a larger value is allowed, a smaller one defeats it).
+//     Skipped for codecs without Size.
+//   - Aliasing/<sample>: unless the codec declares kernel.AliasingCodec,
+//     overwriting the input after Unmarshal does not change the decoded
+//     value, since the kernel then recycles that input at once. Skipped for
+//     codecs that declare AliasesInput.
+//   - Lifecycle and Options, as for every plugin kind, using the codec to
+//     round-trip the first sample.
+func Codec(t *testing.T, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
+	t.Helper()
+	codecSuite(wrap(t), f, cfg)
+}
+
+func codecSuite(t tb, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
+	t.Helper()
+	if len(cfg.Samples) == 0 {
+		t.Fatalf("CodecConfig.Samples is empty: give the suite at least one message %q encodes", f.Name)
+	}
+	for i, s := range cfg.Samples {
+		if s.Name == "" || s.New == nil || s.Value == nil {
+			t.Fatalf("CodecConfig.Samples[%d] (%q) needs a Name, a non-nil Value and a New", i, s.Name)
+		}
+	}
+	c := build(t, f, cfg.Options)
+	t.Cleanup(func() { closePlugin(c) })
+
+	t.Run("Name", func(t tb) { codecName(t, f, cfg, c) })
+	codecEachSample(t, "RoundTrip", cfg.Samples, func(t tb, s CodecSample) { codecRoundTrip(t, c, s) })
+	codecEachSample(t, "Empty", cfg.Samples, func(t tb, s CodecSample) { codecEmpty(t, c, s) })
+	codecEachSample(t, "Nil", codecDistinctTypes(cfg.Samples), func(t tb, s CodecSample) { codecNil(t, c, s) })
+	codecEachSample(t, "Append", cfg.Samples, func(t tb, s CodecSample) { codecAppend(t, c, s) })
+	codecEachSample(t, "Truncated", cfg.Samples, func(t tb, s CodecSample) { codecTruncated(t, c, s) })
+	codecEachSample(t, "Random", cfg.Samples, func(t tb, s CodecSample) { codecRandom(t, c, s) })
+	t.Run("Concurrent", func(t tb) { codecConcurrent(t, c, cfg.Samples) })
+	codecEachSample(t, "Size", cfg.Samples, func(t tb, s CodecSample) { codecSize(t, c, s) })
+	codecEachSample(t, "Aliasing", cfg.Samples, func(t tb, s CodecSample) { codecAliasing(t, c, s) })
+
+	lifecycle(t, f, cfg.Options, func(t tb, c kernel.Codec) {
+		t.Helper()
+		codecRoundTrip(t, c, cfg.Samples[0])
+	})
+}
+
+func codecEachSample(t tb, property string, samples []CodecSample, check func(t tb, s CodecSample)) {
+	t.Run(property, func(t tb) {
+		for _, s := range samples {
+			t.Run(s.Name, func(t tb) { check(t, s) })
+		}
+	})
+}
+
+func codecName(t tb, f kernel.Factory[kernel.Codec], cfg CodecConfig, c kernel.Codec) {
+	name := c.Name()
+	if name == "" {
+		t.Fatalf("Name() is empty; the codec's name travels in every request and must name it")
+	}
+	if name != f.Name {
+		t.Errorf("Name() = %q, but the factory registers %q; a server finds the codec a request names by the factory's name", name, f.Name)
+	}
+	if again := c.Name(); again != name {
+		t.Errorf("Name() changed between calls: %q then %q; it must be a constant", name, again)
+	}
+	other := build(t, f, cfg.Options)
+	defer closePlugin(other)
+	if o := other.Name(); o != name {
+		t.Errorf("two codecs built from the same factory are named %q and %q; the name must not depend on the instance", name, o)
+	}
+}
+
+// codecEqual compares a sample's value with what was decoded into got (the
+// pointer New returned).
+func codecEqual(s CodecSample, want, got any) bool {
+	if s.Equal != nil {
+		return s.Equal(want, got)
+	}
+	if reflect.TypeOf(want) != reflect.TypeOf(got) {
+		if g := reflect.ValueOf(got); g.Kind() == reflect.Pointer && !g.IsNil() && g.Elem().Type() == reflect.TypeOf(want) {
+			got = g.Elem().Interface()
+		}
+	}
+	return reflect.DeepEqual(want, got)
+}
+
+// codecDecode unmarshals data into a fresh value from s.New, turning a panic
+// into a failure that shows the input.
+func codecDecode(t tb, c kernel.Codec, s CodecSample, data []byte) (any, bool) {
+	t.Helper()
+	got := s.New()
+	if p := codecCatch(func() error { return c.Unmarshal(data, got) }); p.panicked {
+		t.Errorf("Unmarshal(%s) into %T panicked: %v", codecHex(data), got, p.value)
+		return nil, false
+	} else if p.err != nil {
+		t.Errorf("Unmarshal of the codec's own encoding %s into %T: %v", codecHex(data), got, p.err)
+		return nil, false
+	}
+	return got, true
+}
+
+func codecRoundTrip(t tb, c kernel.Codec, s CodecSample) {
+	t.Helper()
+	var data []byte
+	p := codecCatch(func() (err error) { data, err = c.Marshal(nil, s.Value); return err })
+	if p.panicked {
+		t.Fatalf("Marshal(nil, %T) panicked: %v", s.Value, p.value)
+	}
+	if p.err != nil {
+		t.Fatalf("Marshal(nil, %T): %v; the codec must encode every sample it is given", s.Value, p.err)
+	}
+	got, ok := codecDecode(t, c, s, data)
+	if ok && !codecEqual(s, s.Value, got) {
+		t.Errorf("round trip of sample %q changed it: encoded %s, decoded %s, want %s", s.Name, codecHex(data), codecShow(got), codecShow(s.Value))
+	}
+}
+
+func codecEmpty(t tb, c kernel.Codec, s CodecSample) {
+	// The zero value, in the shape the sample gives Marshal: a fresh pointer
+	// if Value is one, else what that pointer points to.
+	zero := s.New()
+	switch vt, pt := reflect.TypeOf(s.Value), reflect.TypeOf(zero); {
+	case vt == pt:
+	case pt.Kind() == reflect.Pointer && vt == pt.Elem():
+		zero = reflect.ValueOf(zero).Elem().Interface()
+	default:
+		t.Skipf("sample %q: Value is %s and New returns %s, so the suite cannot make an empty Value", s.Name, vt, pt)
+	}
+	empty := s
+	empty.Value = zero
+	codecRoundTrip(t, c, empty)
+}
+
+func codecNil(t tb, c kernel.Codec, s CodecSample) {
+	nils := []struct {
+		desc string
+		v    any
+	}{
+		{"nil", nil},
+		{fmt.Sprintf("a nil %T", s.New()), reflect.Zero(reflect.TypeOf(s.New())).Interface()},
+	}
+	for _, n := range nils {
+		if p := codecCatch(func() error { _, err := c.Marshal([]byte("x"), n.v); return err }); p.panicked {
+			t.Errorf("Marshal(dst, %s) panicked: %v; return an error (or the encoding of an empty message) instead", n.desc, p.value)
+		}
+		if sz, ok := c.(kernel.CodecSizer); ok {
+			if p := codecCatch(func() error { sz.Size(n.v); return nil }); p.panicked {
+				t.Errorf("Size(%s) panicked: %v; return 0 for a value the codec cannot encode", n.desc, p.value)
+			}
+		}
+	}
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	for _, n := range nils {
+		switch p := codecCatch(func() error { return c.Unmarshal(data, n.v) }); {
+		case p.panicked:
+			t.Errorf("Unmarshal into %s panicked: %v; return an error saying a pointer to a message is needed", n.desc, p.value)
+		case p.err == nil:
+			t.Errorf("Unmarshal into %s returned no error; there is nowhere to decode to, so it must fail", n.desc)
+		}
+	}
+}
+
+func codecAppend(t tb, c kernel.Codec, s CodecSample) {
+	want, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	prefix := []byte("plugintest-prefix\x00\xff")
+	cases := []struct {
+		name  string
+		spare int
+	}{{"SpareCapacity", len(want) + 64}, {"NoCapacity", 0}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t tb) {
+			dst := make([]byte, len(prefix), len(prefix)+tc.spare)
+			copy(dst, prefix)
+			out, err := c.Marshal(dst, s.Value)
+			if err != nil {
+				t.Fatalf("Marshal(dst with %d bytes, cap %d): %v", len(dst), cap(dst), err)
+			}
+			if string(dst) != string(prefix) {
+				t.Errorf("Marshal changed dst[:len(dst)] in place: %q, want %q; it must only append", dst, prefix)
+			}
+			if len(out) < len(prefix) || string(out[:len(prefix)]) != string(prefix) {
+				t.Fatalf("Marshal's result does not start with dst: got %s, want prefix %q; Marshal must append to dst, not replace it", codecHex(out), prefix)
+			}
+			tail := out[len(prefix):]
+			if got, ok := codecDecode(t, c, s, tail); ok && !codecEqual(s, s.Value, got) {
+				t.Errorf("the bytes appended after a prefix decode to %s, want %s", codecShow(got), codecShow(s.Value))
+			}
+		})
+	}
+}
+
+// codecTruncatedMax bounds how many prefixes of one encoding are tried: all
+// of them for small encodings, the shortest and longest and an even spread
+// for large ones.
+const codecTruncatedMax = 512
+
+func codecTruncated(t tb, c kernel.Codec, s CodecSample) {
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	for _, n := range codecPrefixLengths(len(data)) {
+		// A copy with no spare capacity: a decoder that reads past len
+		// panics here instead of reading stale bytes.
+		in := append([]byte(nil), data[:n]...)
+		got := s.New()
+		if p := codecCatch(func() error { return c.Unmarshal(in, got) }); p.panicked {
+			t.Fatalf("Unmarshal of the first %d of %d bytes of sample %q panicked: %v\ninput: %s\n"+
+				"a codec must return an error for truncated input", n, len(data), s.Name, p.value, codecHex(in))
+		}
+	}
+}
+
+func codecPrefixLengths(size int) []int {
+	if size <= codecTruncatedMax {
+		out := make([]int, size)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	const edge = codecTruncatedMax / 4
+	var out []int
+	for i := range edge {
+		out = append(out, i, size-1-i)
+	}
+	step := size / (codecTruncatedMax - 2*edge)
+	for i := edge; i < size-edge; i += step {
+		out = append(out, i)
+	}
+	return out
+}
+
+// codecRandomInputs is how many random and mutated inputs each sample gets.
+const codecRandomInputs = 256
+
+func codecRandom(t tb, c kernel.Codec, s CodecSample) {
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	// A seed derived from the sample's name: each sample gets its own
+	// inputs, and a failure reproduces on the next run.
+	h := fnv.New64a()
+	h.Write([]byte(s.Name))
+	seed := h.Sum64()
+	rng := rand.New(rand.NewPCG(seed, 0x6b65726e727063))
+	for i := range codecRandomInputs {
+		var in []byte
+		if i%2 == 0 {
+			in = make([]byte, rng.IntN(256))
+			for j := range in {
+				in[j] = byte(rng.UintN(256))
+			}
+		} else {
+			in = codecMutate(rng, data)
+		}
+		got := s.New()
+		if p := codecCatch(func() error { return c.Unmarshal(in, got) }); p.panicked {
+			t.Fatalf("Unmarshal of random input %d (seed %#x) into %T panicked: %v\ninput: %s\n"+
+				"a codec must return an error for input it cannot decode", i, seed, got, p.value, codecHex(in))
+		}
+	}
+}
+
+// codecMutate returns a copy of data with a few bytes changed, inserted or
+// removed: input close enough to valid to reach deep into a decoder.
+func codecMutate(rng *rand.Rand, data []byte) []byte {
+	out := append([]byte(nil), data...)
+	for range 1 + rng.IntN(4) {
+		switch op := rng.IntN(3); {
+		case len(out) == 0 || op == 0:
+			i := rng.IntN(len(out) + 1)
+			out = append(out[:i], append([]byte{byte(rng.UintN(256))}, out[i:]...)...)
+		case op == 1:
+			out[rng.IntN(len(out))] ^= byte(1 + rng.UintN(255))
+		default:
+			i := rng.IntN(len(out))
+			out = append(out[:i], out[i+1:]...)
+		}
+	}
+	return out[:len(out):len(out)]
+}
+
+const (
+	codecGoroutines = 8
+	codecCallsEach  = 24
+)
+
+func codecConcurrent(t tb, c kernel.Codec, samples []CodecSample) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range codecGoroutines {
+		wg.Go(func() {
+			<-start
+			var buf []byte
+			for i := range codecCallsEach {
+				// Goroutines start on different samples, so that a codec
+				// sharing state between calls mixes up different messages.
+				s := samples[(g+i)%len(samples)]
+				var err error
+				if buf, err = c.Marshal(buf[:0], s.Value); err != nil {
+					t.Errorf("goroutine %d: Marshal(%q): %v", g, s.Name, err)
+					return
+				}
+				got := s.New()
+				if err := c.Unmarshal(buf, got); err != nil {
+					t.Errorf("goroutine %d: Unmarshal(%q): %v", g, s.Name, err)
+					return
+				}
+				if !codecEqual(s, s.Value, got) {
+					t.Errorf("goroutine %d, call %d: sample %q decoded to %s while other goroutines used the codec; "+
+						"keep no per-call state in the codec value", g, i, s.Name, codecShow(got))
+					return
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+func codecSize(t tb, c kernel.Codec, s CodecSample) {
+	sz, ok := c.(kernel.CodecSizer)
+	if !ok {
+		t.Skipf("%T does not implement kernel.CodecSizer", c)
+	}
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	if n := sz.Size(s.Value); n < len(data) {
+		t.Errorf("Size = %d, but Marshal wrote %d bytes; Size must not be smaller than the encoding, "+
+			"or the buffer the kernel asks the transport for is too small", n, len(data))
+	}
+}
+
+func codecAliasing(t tb, c kernel.Codec, s CodecSample) {
+	if a, ok := c.(kernel.AliasingCodec); ok && a.AliasesInput() {
+		t.Skipf("%T declares AliasesInput: its values may point into their input, which the kernel keeps unchanged for them", c)
+	}
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	in := append([]byte(nil), data...)
+	got, ok := codecDecode(t, c, s, in)
+	if !ok {
+		return
+	}
+	for i := range in {
+		in[i] = ^in[i]
+	}
+	if !codecEqual(s, s.Value, got) {
+		t.Errorf("overwriting the input after Unmarshal changed the decoded value to %s, want %s; "+
+			"copy what you decode, or implement kernel.AliasingCodec with AliasesInput true", codecShow(got), codecShow(s.Value))
+	}
+}
+
+// codecDistinctTypes keeps the first sample of each Go type.
+func codecDistinctTypes(samples []CodecSample) []CodecSample {
+	seen := make(map[reflect.Type]bool)
+	var out []CodecSample
+	for _, s := range samples {
+		if rt := reflect.TypeOf(s.New()); !seen[rt] {
+			seen[rt] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// codecOutcome is what a call did: returned err, or panicked with value.
+type codecOutcome struct {
+	err      error
+	panicked bool
+	value    any
+}
+
+func codecCatch(f func() error) (o codecOutcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			o = codecOutcome{panicked: true, value: p}
+		}
+	}()
+	return codecOutcome{err: f()}
+}
+
+// codecHex shows b in hex for failure messages: whole if it is short enough
+// to paste into a test, else its start.
+func codecHex(b []byte) string {
+	const max = 256
+	if len(b) <= max {
+		return fmt.Sprintf("%d bytes %q", len(b), hex.EncodeToString(b))
+	}
+	return fmt.Sprintf("%d bytes %q...", len(b), hex.EncodeToString(b[:max]))
+}
+
+// codecShow prints v for a failure message, cut short: samples may be large.
+func codecShow(v any) string {
+	const max = 200
+	s := fmt.Sprintf("%+v", v)
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d more characters)", s[:max], len(s)-max)
+}

@@ -1,0 +1,149 @@
+package plugintest
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// lifecycle runs the subtests every plugin kind shares: Lifecycle (close
+// without use, close twice, use-close-use on a fresh instance) and Options
+// (defaults decode, unknown keys and wrong types are refused by name).
+// options is the config block the suite builds the plugin from; use
+// exercises one built plugin briefly and reports failures through t.
+func lifecycle[T any](t tb, f kernel.Factory[T], options map[string]any, use func(t tb, p T)) {
+	t.Run("Lifecycle", func(t tb) {
+		t.Run("CloseWithoutUse", func(t tb) {
+			p := build(t, f, options)
+			if err := closePlugin(p); err != nil {
+				t.Errorf("Close of a plugin never used: %v; want nil", err)
+			}
+		})
+		t.Run("CloseTwice", func(t tb) {
+			p := build(t, f, options)
+			if err := closePlugin(p); err != nil {
+				t.Fatalf("first Close: %v; want nil", err)
+			}
+			if err := closePlugin(p); err != nil && !errors.Is(err, kernel.ErrClosed) {
+				t.Errorf("second Close: %v; want nil or an error wrapping kernel.ErrClosed", err)
+			}
+		})
+		t.Run("UseCloseUse", func(t tb) {
+			first := build(t, f, options)
+			use(t, first)
+			if err := closePlugin(first); err != nil {
+				t.Fatalf("Close after use: %v; want nil", err)
+			}
+			second := build(t, f, options)
+			defer closePlugin(second)
+			use(t, second)
+		})
+	})
+	t.Run("Options", func(t tb) { optionsSuite(t, f, options) })
+}
+
+func optionsSuite[T any](t tb, f kernel.Factory[T], options map[string]any) {
+	t.Run("Defaults", func(t tb) {
+		p, err := f.Build(nil, "plugintest")
+		if err != nil {
+			t.Fatalf("building %q with no options: %v; a plugin must start from its defaults", f.Name, err)
+		}
+		closePlugin(p)
+	})
+	t.Run("UnknownKey", func(t tb) {
+		const key = "plugintest_no_such_key"
+		bad := merge(options, key, true)
+		p, err := f.Build(bad, "plugintest.yaml")
+		if err == nil {
+			closePlugin(p)
+			t.Fatalf("building %q with unknown option %q succeeded; options must be decoded strictly", f.Name, key)
+		}
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error for unknown option %q does not name it: %v", key, err)
+		}
+	})
+	t.Run("WrongType", func(t tb) {
+		keys := optionKeys(f)
+		if len(keys) == 0 {
+			t.Skipf("%q takes no options", f.Name)
+		}
+		// Nested arrays of booleans fit no scalar, map or struct option, so
+		// every key must refuse them and say which key it was.
+		wrong := []any{[]any{true}}
+		for _, key := range keys {
+			p, err := f.Build(merge(options, key, wrong), "plugintest.yaml")
+			if err == nil {
+				closePlugin(p)
+				t.Errorf("option %q accepted the value [[true]]; want an error naming %q", key, key)
+				continue
+			}
+			if !strings.Contains(err.Error(), key) {
+				t.Errorf("error for a wrong type in option %q does not name it: %v", key, err)
+			}
+		}
+	})
+}
+
+// build makes one plugin from f and options, failing t if it cannot.
+func build[T any](t tb, f kernel.Factory[T], options map[string]any) T {
+	t.Helper()
+	p, err := f.Build(options, "plugintest")
+	if err != nil {
+		t.Fatalf("building %q: %v", f.Name, err)
+	}
+	return p
+}
+
+// closePlugin closes p if it holds resources (implements io.Closer).
+func closePlugin(p any) error {
+	if c, ok := p.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// optionKeys lists the keys of f's options struct, as the config spells
+// them; options of interface type are left out, since they accept every
+// value.
+func optionKeys[T any](f kernel.Factory[T]) []string {
+	if f.NewOptions == nil {
+		return nil
+	}
+	rt := reflect.TypeOf(f.NewOptions())
+	for rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	if rt.Kind() != reflect.Struct {
+		return nil
+	}
+	var keys []string
+	for i := range rt.NumField() {
+		field := rt.Field(i)
+		if !field.IsExported() || field.Type.Kind() == reflect.Interface {
+			continue
+		}
+		name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = field.Name
+		}
+		keys = append(keys, name)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func merge(options map[string]any, key string, value any) map[string]any {
+	out := make(map[string]any, len(options)+1)
+	for k, v := range options {
+		out[k] = v
+	}
+	out[key] = value
+	return out
+}
