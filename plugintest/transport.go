@@ -1,0 +1,532 @@
+package plugintest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// TransportConfig says how to exercise one transport. Its zero value suits
+// a TCP transport with default options.
+type TransportConfig struct {
+	// Options is the options block every transport under test is built
+	// from, as a config file would give it; nil means the defaults.
+	Options map[string]any
+	// Address returns a fresh address to listen on. dir is a new, short
+	// temporary directory, for transports whose addresses are socket paths
+	// (which the system limits to about 100 bytes). Nil means
+	// "127.0.0.1:0".
+	Address func(dir string) string
+	// WrongAddress returns an address no listener can ever be at (malformed,
+	// or naming something that does not exist); dialling it must fail
+	// promptly. Nil means a string that is neither host:port nor an
+	// existing path.
+	WrongAddress func(dir string) string
+	// MaxFrameSize is the maximum frame size the transport is configured
+	// with (the largest value of a frame's length field, see
+	// docs/protocol.md); it must match Options. 0 means
+	// kernel.DefaultMaxFrameSize.
+	MaxFrameSize int
+	// Patience bounds every wait for something that must happen (a frame
+	// arriving, a blocked call returning after Close) and every wait for a
+	// call that must return once its context is done. 0 means 10s; raise it
+	// for a transport on a slow machine.
+	Patience time.Duration
+}
+
+// Transport certifies the transport f builds: it runs the subtests below
+// against transports built from cfg.Options, each on connections of its
+// own, and fails the one whose property breaks.
+//
+//   - Lifecycle, Options: the checks every plugin kind shares; "use" listens,
+//     dials and exchanges a frame.
+//   - Frames/{0B,1B,1KiB,64KiB,1MiB,Max}: a frame of that payload size
+//     crosses intact both ways, every header field included (Max is the
+//     largest payload that fits cfg.MaxFrameSize; larger sizes are skipped).
+//     Frames/Types: every frame type with the fields it carries.
+//     Frames/InOrder: frames of one call arrive in the order written.
+//   - Concurrent/Calls: 64 goroutines write frames of their own call over one
+//     connection, the peer echoes them from as many goroutines, and each call
+//     gets its own frames back, in order.
+//   - TooLarge/Refused: a frame one byte over the maximum is refused by
+//     WriteFrame (with an error wrapping kernel.ErrFrameTooLarge) or makes the
+//     receiver close the connection; it is never delivered.
+//     TooLarge/OtherConnsWork: other connections are unaffected.
+//   - Close/UnblocksRead, Close/UnblocksPeerRead: Close wakes a pending
+//     ReadFrame on its own side (error wrapping kernel.ErrClosed) and on the
+//     peer's. Close/UnblocksWrite, Close/UnblocksPeerWrite: the same for a
+//     WriteFrame blocked on a peer that reads nothing. Close/OperationsFail: ReadFrame and WriteFrame after Close fail
+//     with kernel.ErrClosed, Done is closed and Err is set. Close/Twice:
+//     Close is idempotent and safe from two goroutines at once.
+//     Close/UnblocksAccept: a listener's Close wakes Accept with
+//     kernel.ErrClosed. Close/ListenerLeavesConns: accepted connections
+//     outlive their listener.
+//   - PeerGone/{ServerNotices,ClientNotices}: when the peer's connection
+//     closes, ReadFrame fails, Done closes and Err wraps kernel.ErrPeerGone.
+//   - Dial/{ClosedAddress,WrongAddress}: dialling fails promptly, not by
+//     waiting out the deadline. Dial/{Cancelled,Expired}: Dial honours a done
+//     context. Dial/NotAccepted: Dial returns by its deadline even when the
+//     listener never accepts.
+//   - Deadline/{ReadCancelled,ReadExpires}: ReadFrame returns the context's
+//     error, and the connection still delivers the next frame.
+//     Deadline/ReadResumes: reads interrupted again and again, mid-frame
+//     included, lose no byte. Deadline/Accept: the same for Accept.
+//   - Leaks/ListenerAndConns: no goroutine outlives a closed listener, its
+//     connections and the transport (as go.uber.org/goleak checks it).
+//   - Memory/Buffer: Buffer and Recycle round trip. Memory/ReleaseAfterClose:
+//     a frame released after its connection closed is harmless. With
+//     kernel.TransportCapabilities.LendsMemory (skipped otherwise):
+//     Memory/HeldFrame, a received payload is not reused while unreleased,
+//     and Memory/HeldBuffer, a Buffer not yet written or recycled is not
+//     handed out again.
+//
+// The leak check counts every goroutine started while it runs, so Transport
+// must not run in parallel with other tests.
+func Transport(t *testing.T, f kernel.Factory[kernel.Transport], cfg TransportConfig) {
+	t.Helper()
+	transportSuite(wrap(t), f, cfg)
+}
+
+func transportSuite(t tb, f kernel.Factory[kernel.Transport], cfg TransportConfig) {
+	t.Helper()
+	e := newTransportEnv(f, cfg)
+	if e.capped(1<<10) < 1<<10 {
+		t.Fatalf("MaxFrameSize %d leaves no room for the suite's 1KiB frames; configure at least 2KiB", e.max)
+	}
+	lifecycle(t, f, cfg.Options, e.use)
+	t.Run("Frames", e.frames)
+	t.Run("Concurrent", func(t tb) { t.Run("Calls", e.concurrentCalls) })
+	t.Run("TooLarge", e.tooLarge)
+	t.Run("Close", e.close)
+	t.Run("PeerGone", e.peerGone)
+	t.Run("Dial", e.dial)
+	t.Run("Deadline", e.deadline)
+	t.Run("Leaks", func(t tb) { t.Run("ListenerAndConns", e.leaks) })
+	t.Run("Memory", e.memory)
+}
+
+// transportEnv builds what the subtests exercise: transports, listeners
+// and connected pairs, each closed when its subtest ends.
+type transportEnv struct {
+	f        kernel.Factory[kernel.Transport]
+	cfg      TransportConfig
+	max      int
+	patience time.Duration
+}
+
+func newTransportEnv(f kernel.Factory[kernel.Transport], cfg TransportConfig) *transportEnv {
+	e := &transportEnv{f: f, cfg: cfg, max: cfg.MaxFrameSize, patience: cfg.Patience}
+	if e.max <= 0 {
+		e.max = kernel.DefaultMaxFrameSize
+	}
+	if e.patience <= 0 {
+		e.patience = 10 * time.Second
+	}
+	return e
+}
+
+// maxPayload is the largest payload a frame with f's header can carry.
+func (e *transportEnv) maxPayload(f *kernel.Frame) int {
+	return e.max - (kernel.FrameHeaderLen(f) - kernel.FramePrefixLen)
+}
+
+// capped is n, or less if a payload of n bytes would not fit the maximum
+// frame size in any frame the suite sends.
+func (e *transportEnv) capped(n int) int {
+	return min(n, e.maxPayload(transportSample(nil, 1<<63, 1<<24, 0)))
+}
+
+// dir makes a short temporary directory: t.TempDir's paths, named after
+// deeply nested subtests, can exceed what a Unix socket path may hold.
+func (e *transportEnv) dir(t tb) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pt")
+	if err != nil {
+		t.Fatalf("temporary directory for an address: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func (e *transportEnv) address(t tb) string {
+	if e.cfg.Address == nil {
+		return "127.0.0.1:0"
+	}
+	return e.cfg.Address(e.dir(t))
+}
+
+func (e *transportEnv) wrongAddress(t tb) string {
+	if e.cfg.WrongAddress == nil {
+		return "plugintest.invalid/no-such-address"
+	}
+	return e.cfg.WrongAddress(e.dir(t))
+}
+
+// transport builds a transport from the configured options; it is closed
+// (if it is an io.Closer) when t ends.
+func (e *transportEnv) transport(t tb) kernel.Transport {
+	t.Helper()
+	tr := build(t, e.f, e.cfg.Options)
+	t.Cleanup(func() { closePlugin(tr) })
+	return tr
+}
+
+// listen listens on a fresh address; the listener is closed when t ends.
+func (e *transportEnv) listen(t tb, tr kernel.Transport) kernel.Listener {
+	t.Helper()
+	addr := e.address(t)
+	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
+	defer cancel()
+	l, err := tr.Listen(ctx, addr)
+	if err != nil {
+		t.Fatalf("Listen(%q): %v", addr, err)
+	}
+	transportCloseAtEnd(t, "listener", l.Close)
+	return l
+}
+
+// transportPair is a connection, both of its ends, and how it was made.
+type transportPair struct {
+	tr             kernel.Transport
+	l              kernel.Listener
+	client, server kernel.Conn
+}
+
+// pair builds a transport, listens and connects; everything is closed when
+// t ends.
+func (e *transportEnv) pair(t tb) transportPair {
+	t.Helper()
+	tr := e.transport(t)
+	l := e.listen(t, tr)
+	client, server := e.connect(t, tr, l)
+	return transportPair{tr: tr, l: l, client: client, server: server}
+}
+
+type transportConnErr struct {
+	c   kernel.Conn
+	err error
+}
+
+// connect connects to l and closes both ends when t ends.
+func (e *transportEnv) connect(t tb, tr kernel.Transport, l kernel.Listener) (client, server kernel.Conn) {
+	t.Helper()
+	client, server = e.dialAccept(t, tr, l)
+	transportCloseAtEnd(t, "connection", client.Close)
+	transportCloseAtEnd(t, "connection", server.Close)
+	return client, server
+}
+
+// dialAccept dials l and accepts at the same time (a transport may finish
+// its handshake in either); closing the two ends is the caller's.
+func (e *transportEnv) dialAccept(t tb, tr kernel.Transport, l kernel.Listener) (client, server kernel.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
+	defer cancel()
+	accepted := make(chan transportConnErr, 1)
+	go func() {
+		c, err := l.Accept(ctx)
+		accepted <- transportConnErr{c, err}
+	}()
+	dialed, ok := transportDo(2*e.patience, func() transportConnErr {
+		c, err := tr.Dial(ctx, l.Addr())
+		return transportConnErr{c, err}
+	})
+	if !ok {
+		t.Fatalf("Dial(%q) did not return within %s, though its context expired", l.Addr(), 2*e.patience)
+	}
+	if dialed.err != nil {
+		cancel() // no connection is coming: stop Accept waiting for one
+	}
+	a, ok := transportDo(2*e.patience, func() transportConnErr { return <-accepted })
+	if ok && a.err == nil && dialed.err == nil {
+		return dialed.c, a.c
+	}
+	if dialed.err == nil {
+		dialed.c.Close()
+	}
+	if ok && a.err == nil {
+		a.c.Close()
+	}
+	switch {
+	case dialed.err != nil:
+		t.Fatalf("Dial(%q): %v", l.Addr(), dialed.err)
+	case !ok:
+		t.Fatalf("Accept on %q did not return within %s of a successful Dial, though its context expired", l.Addr(), 2*e.patience)
+	default:
+		t.Fatalf("Accept on %q while a Dial succeeded: %v", l.Addr(), a.err)
+	}
+	return nil, nil
+}
+
+// transportCloseAtEnd calls close when t ends. A Close that panics (on a
+// connection or listener the subtest closed already) is reported, instead
+// of taking the test binary down.
+func transportCloseAtEnd(t tb, what string, close func() error) {
+	t.Cleanup(func() {
+		defer func() {
+			if v := recover(); v != nil {
+				t.Errorf("%s Close, called again as the test ended, panicked: %v; Close must be idempotent", what, v)
+			}
+		}()
+		close()
+	})
+}
+
+// use is the lifecycle's brief exercise: listen, dial, and one frame each
+// way.
+func (e *transportEnv) use(t tb, tr kernel.Transport) {
+	t.Helper()
+	l := e.listen(t, tr)
+	client, server := e.connect(t, tr, l)
+	e.exchange(t, client, server, 1, 100)
+	e.exchange(t, server, client, 2, 100)
+}
+
+// exchange sends one sample frame from one end and checks it at the other.
+func (e *transportEnv) exchange(t tb, from, to kernel.Conn, callID uint64, size int) {
+	t.Helper()
+	want := transportSample(nil, callID, 0, size)
+	got := e.transfer(t, from, to, want)
+	defer got.Release()
+	if d := transportDiff(got, want); d != "" {
+		t.Fatalf("frame %s→%s arrived changed: %s", from.LocalAddr(), to.LocalAddr(), d)
+	}
+}
+
+// transfer writes a copy of want on from, its payload in a buffer from
+// from.Buffer as the kernel does it, and returns the next frame read on to.
+func (e *transportEnv) transfer(t tb, from, to kernel.Conn, want *kernel.Frame) *kernel.Frame {
+	t.Helper()
+	f := transportHeader(want)
+	f.Payload = append(from.Buffer(len(want.Payload)), want.Payload...)
+	return e.transferFrame(t, from, to, f)
+}
+
+// transferFrame writes f on from and returns the next frame read on to.
+// The write runs on a goroutine of its own: a frame larger than what the
+// connection buffers is written only as the peer reads it.
+func (e *transportEnv) transferFrame(t tb, from, to kernel.Conn, f *kernel.Frame) *kernel.Frame {
+	t.Helper()
+	n := len(f.Payload)
+	written := make(chan error, 1)
+	go func() { written <- from.WriteFrame(f) }()
+	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
+	defer cancel()
+	read := make(chan transportReadResult, 1)
+	go func() {
+		f, err := to.ReadFrame(ctx)
+		read <- transportReadResult{f, err}
+	}()
+	timer := time.NewTimer(2 * e.patience)
+	defer timer.Stop()
+	var got *kernel.Frame
+	for wrote := false; got == nil || !wrote; {
+		select {
+		case err := <-written:
+			if err != nil {
+				if got != nil {
+					got.Release()
+				}
+				t.Fatalf("WriteFrame of a %d-byte payload: %v", n, err)
+			}
+			wrote = true
+		case r := <-read:
+			switch {
+			case r.err != nil && ctx.Err() != nil:
+				t.Fatalf("a frame with a %d-byte payload did not arrive within %s (ReadFrame: %v); was it lost?", n, e.patience, r.err)
+			case r.err != nil:
+				t.Fatalf("ReadFrame, waiting for a frame with a %d-byte payload: %v", n, r.err)
+			case r.f == nil:
+				t.Fatalf("ReadFrame returned neither a frame nor an error")
+			}
+			got = r.f
+		case <-timer.C:
+			if got != nil {
+				got.Release()
+				t.Fatalf("WriteFrame of a %d-byte payload did not return within %s, though its frame arrived", n, 2*e.patience)
+			}
+			t.Fatalf("ReadFrame ignored its context: still blocked %s after the deadline (WriteFrame returned: %t)", e.patience, wrote)
+		}
+	}
+	return got
+}
+
+type transportReadResult struct {
+	f   *kernel.Frame
+	err error
+}
+
+// read calls c.ReadFrame(ctx) and waits for it until ctx's deadline plus
+// patience; ok is false if it has not returned by then.
+func (e *transportEnv) read(ctx context.Context, c kernel.Conn) (r transportReadResult, ok bool) {
+	wait := e.patience
+	if d, has := ctx.Deadline(); has {
+		wait += time.Until(d)
+	}
+	return transportDo(wait, func() transportReadResult {
+		f, err := c.ReadFrame(ctx)
+		return transportReadResult{f, err}
+	})
+}
+
+// recv reads the next frame from c, which must come within patience.
+func (e *transportEnv) recv(t tb, c kernel.Conn) *kernel.Frame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
+	defer cancel()
+	r, ok := e.read(ctx, c)
+	switch {
+	case !ok:
+		t.Fatalf("ReadFrame ignored its context: still blocked %s after the deadline", e.patience)
+	case r.err != nil && ctx.Err() != nil:
+		t.Fatalf("no frame arrived within %s (ReadFrame: %v); was it lost?", e.patience, r.err)
+	case r.err != nil:
+		t.Fatalf("ReadFrame: %v", r.err)
+	case r.f == nil:
+		t.Fatalf("ReadFrame returned neither a frame nor an error")
+	}
+	return r.f
+}
+
+// transportDo runs op on a goroutine of its own and waits at most d for
+// it. ok is false when op has not returned by then: the call is left
+// blocked (a broken plugin's; closing its connection at the end of the
+// test may free it) and its result is dropped.
+func transportDo[R any](d time.Duration, op func() R) (r R, ok bool) {
+	ch := make(chan R, 1)
+	go func() { ch <- op() }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r = <-ch:
+		return r, true
+	case <-timer.C:
+		return r, false
+	}
+}
+
+// transportWaitDone reports whether c's Done closes within d.
+func transportWaitDone(c kernel.Conn, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-c.Done():
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// transportSample is the frame the suite sends as call callID's seq-th,
+// every header field set, with a payload of size bytes derived from both
+// so that the receiver can rebuild it. With c, the payload is in a buffer
+// from c.Buffer.
+func transportSample(c kernel.Conn, callID uint64, seq, size int) *kernel.Frame {
+	f := &kernel.Frame{
+		Type:    kernel.FrameRequest,
+		Flags:   kernel.FlagEndStream | kernel.FlagRetryable,
+		CallID:  callID,
+		Method:  "/plugintest.Echo/Call",
+		Codec:   "proto",
+		Timeout: 1500*time.Millisecond + time.Duration(seq)*time.Microsecond,
+		Code:    kernel.Code(seq%16 + 1),
+		Message: "sample",
+		Metadata: kernel.Metadata{
+			"seq":          strconv.Itoa(seq),
+			"x-plugintest": "metadata value",
+		},
+		Credit: uint32(seq) + 7,
+	}
+	var buf []byte
+	if c != nil {
+		buf = c.Buffer(size)
+	}
+	f.Payload = transportFill(buf, callID<<32^uint64(seq), size)
+	return f
+}
+
+// transportFill appends n pseudo-random bytes derived from seed to dst.
+func transportFill(dst []byte, seed uint64, n int) []byte {
+	start := len(dst)
+	dst = slices.Grow(dst, n)[:start+n]
+	out := dst[start:]
+	var word [8]byte
+	x := seed*0x9e3779b97f4a7c15 + 1
+	for i := 0; i < n; i += 8 {
+		// splitmix64: distinct seeds give unrelated streams, so a payload
+		// swapped with another call's is told apart.
+		x += 0x9e3779b97f4a7c15
+		z := x
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		x = z ^ z>>31
+		binary.LittleEndian.PutUint64(word[:], x)
+		copy(out[i:], word[:])
+	}
+	return dst
+}
+
+// transportHeader copies f's header, not its payload (nor its owner: the
+// copy is the caller's to send).
+func transportHeader(f *kernel.Frame) *kernel.Frame {
+	return &kernel.Frame{
+		Type: f.Type, Flags: f.Flags, CallID: f.CallID, Method: f.Method, Codec: f.Codec, Timeout: f.Timeout,
+		Code: f.Code, Message: f.Message, Metadata: f.Metadata, Credit: f.Credit,
+	}
+}
+
+// transportDiff describes the first difference between a received frame
+// and the one sent, or returns "".
+func transportDiff(got, want *kernel.Frame) string {
+	switch {
+	case got.Type != want.Type:
+		return "Type " + got.Type.String() + ", want " + want.Type.String()
+	case got.Flags != want.Flags:
+		return "Flags " + strconv.Itoa(int(got.Flags)) + ", want " + strconv.Itoa(int(want.Flags))
+	case got.CallID != want.CallID:
+		return "CallID " + strconv.FormatUint(got.CallID, 10) + ", want " + strconv.FormatUint(want.CallID, 10)
+	case got.Method != want.Method:
+		return "Method " + strconv.Quote(got.Method) + ", want " + strconv.Quote(want.Method)
+	case got.Codec != want.Codec:
+		return "Codec " + strconv.Quote(got.Codec) + ", want " + strconv.Quote(want.Codec)
+	case got.Timeout != want.Timeout:
+		return "Timeout " + got.Timeout.String() + ", want " + want.Timeout.String()
+	case got.Code != want.Code:
+		return "Code " + strconv.Itoa(int(got.Code)) + ", want " + strconv.Itoa(int(want.Code))
+	case got.Message != want.Message:
+		return "Message " + strconv.Quote(got.Message) + ", want " + strconv.Quote(want.Message)
+	case got.Credit != want.Credit:
+		return "Credit " + strconv.FormatUint(uint64(got.Credit), 10) + ", want " + strconv.FormatUint(uint64(want.Credit), 10)
+	case len(got.Metadata) != len(want.Metadata):
+		return "Metadata has " + strconv.Itoa(len(got.Metadata)) + " keys, want " + strconv.Itoa(len(want.Metadata))
+	}
+	for k, v := range want.Metadata {
+		if g, ok := got.Metadata[k]; !ok || g != v {
+			return "Metadata[" + strconv.Quote(k) + "] = " + strconv.Quote(g) + ", want " + strconv.Quote(v)
+		}
+	}
+	return transportPayloadDiff(got.Payload, want.Payload)
+}
+
+func transportPayloadDiff(got, want []byte) string {
+	if len(got) != len(want) {
+		return "payload of " + strconv.Itoa(len(got)) + " bytes, want " + strconv.Itoa(len(want))
+	}
+	if bytes.Equal(got, want) {
+		return ""
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return "payload byte " + strconv.Itoa(i) + " of " + strconv.Itoa(len(got)) + " is 0x" + strconv.FormatUint(uint64(got[i]), 16) +
+				", want 0x" + strconv.FormatUint(uint64(want[i]), 16)
+		}
+	}
+	return ""
+}

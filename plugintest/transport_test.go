@@ -1,0 +1,724 @@
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/transport/tcplv"
+)
+
+// The good tcp-lv must pass every subtest: the suite has no false
+// positives.
+func TestTransportPassesTCPLV(t *testing.T) {
+	rec := record(t, "Transport", func(t tb) { transportSuite(t, tcplv.Factory, TransportConfig{}) })
+	for _, f := range rec.failures {
+		t.Errorf("the suite failed the good tcp-lv in %s: %s", f.path, f.msg)
+	}
+	if why := rec.skippedUnder("Transport/Memory/HeldFrame"); why != "" {
+		t.Errorf("the lending checks were skipped for tcp-lv, which lends memory: %s", why)
+	}
+}
+
+// A transport that does not declare lending gets the lending checks
+// skipped with a reason, and fails nothing.
+func TestTransportSkipsLendingChecksWithoutTheCapability(t *testing.T) {
+	f := transportBroken(t, transportFaults{hidesCapabilities: true})
+	rec := record(t, "Transport", func(t tb) {
+		transportSuite(transportFocus{t, []string{"Transport/Memory"}}, f, TransportConfig{})
+	})
+	for _, path := range []string{"Transport/Memory/HeldFrame", "Transport/Memory/HeldBuffer"} {
+		if why := rec.skippedUnder(path); !strings.Contains(why, "LendsMemory") {
+			t.Errorf("%s: skip reason %q; want a skip that names LendsMemory", path, why)
+		}
+	}
+	for _, f := range rec.failures {
+		t.Errorf("the suite failed a transport that does not lend memory in %s: %s", f.path, f.msg)
+	}
+}
+
+// Each broken transport is tcp-lv with one defect; the suite must fail
+// the subtests that check the property it breaks. Only those subtests run,
+// to keep this quick; TestTransportPassesTCPLV shows that they pass when
+// nothing is broken.
+func TestTransportCatchesBrokenTransports(t *testing.T) {
+	small := TransportConfig{Options: map[string]any{"max_frame_size": "64KiB"}, MaxFrameSize: 64 << 10}
+	cases := []struct {
+		name    string
+		faults  transportFaults
+		factory func(t *testing.T) kernel.Factory[kernel.Transport] // instead of faults
+		cfg     *TransportConfig                                    // nil: a 64KiB maximum frame size, which keeps the run quick
+		caught  []string
+		prereq  []string // subtests that must run before caught ones for the defect to show
+	}{
+		{
+			name: "CorruptsPayloads",
+			faults: transportFaults{read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				f, err := c.Conn.ReadFrame(ctx)
+				if err == nil && len(f.Payload) > 0 {
+					f.Payload[len(f.Payload)/2] ^= 0x20
+				}
+				return f, err
+			}},
+			caught: []string{"Transport/Frames/1KiB", "Transport/Frames/Max"},
+		},
+		{
+			name: "DropsMetadata",
+			faults: transportFaults{read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				f, err := c.Conn.ReadFrame(ctx)
+				if err == nil {
+					f.Metadata = nil
+				}
+				return f, err
+			}},
+			caught: []string{"Transport/Frames/0B", "Transport/Frames/Types"},
+		},
+		{
+			name:   "SwapsFramesReadyTogether",
+			faults: transportFaults{read: transportSwap},
+			caught: []string{"Transport/Frames/InOrder"},
+		},
+		{
+			name: "DropsFramesOver1MiB",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				if len(f.Payload) > 1<<20 {
+					c.Conn.Recycle(f.Payload)
+					return nil
+				}
+				return c.Conn.WriteFrame(f)
+			}},
+			cfg:    &TransportConfig{},
+			caught: []string{"Transport/Frames/Max"},
+		},
+		{
+			name:   "IgnoresMaxFrameSize",
+			faults: transportFaults{options: func(o *tcplv.Options) { o.MaxFrameSize *= 4 }},
+			caught: []string{"Transport/TooLarge/Refused"},
+		},
+		{
+			name: "OversizedFrameClosesEveryConnection",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				err := c.Conn.WriteFrame(f)
+				if errors.Is(err, kernel.ErrFrameTooLarge) {
+					c.tr.closeAll()
+				}
+				return err
+			}},
+			caught: []string{"Transport/TooLarge/OtherConnsWork"},
+			prereq: []string{"Transport/TooLarge/Refused"},
+		},
+		{
+			name: "CallTableOf32",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				if id := f.CallID; id > 32 && id <= 1024 {
+					g := *f
+					g.CallID = (id-1)%32 + 1
+					f = &g
+				}
+				return c.Conn.WriteFrame(f)
+			}},
+			caught: []string{"Transport/Concurrent/Calls"},
+		},
+		{
+			name: "ReadFrameIgnoresContext",
+			faults: transportFaults{read: func(_ context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				return c.Conn.ReadFrame(context.Background())
+			}},
+			caught: []string{"Transport/Deadline/ReadCancelled", "Transport/Deadline/ReadExpires"},
+		},
+		{
+			name:   "LosesTheFrameAfterAnInterruptedRead",
+			faults: transportFaults{read: transportLoseAfterInterrupt},
+			caught: []string{"Transport/Deadline/ReadExpires", "Transport/Deadline/ReadResumes"},
+		},
+		{
+			name: "CloseLeavesReadsBlocked",
+			faults: transportFaults{close: func(c *transportFaultyConn) error {
+				c.closeOnce.Do(func() { go func() { <-c.tr.end; c.Conn.Close() }() })
+				return nil
+			}},
+			caught: []string{"Transport/Close/UnblocksRead"},
+		},
+		{
+			name:   "CloseDoesNotTellThePeer",
+			faults: transportFaults{read: transportReadUntilClosed, write: transportWriteUntilClosed, close: transportCloseLocally, done: transportDoneLocally},
+			caught: []string{"Transport/Close/UnblocksPeerRead", "Transport/Close/UnblocksPeerWrite"},
+		},
+		{
+			name: "WriteCutShortByCloseHangs",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				err := c.Conn.WriteFrame(f)
+				if errors.Is(err, kernel.ErrClosed) {
+					<-c.tr.end
+				}
+				return err
+			}},
+			caught: []string{"Transport/Close/UnblocksWrite"},
+		},
+		{
+			name: "WriteCutShortByThePeerHangs",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				err := c.Conn.WriteFrame(f)
+				if errors.Is(err, kernel.ErrPeerGone) {
+					<-c.tr.end
+				}
+				return err
+			}},
+			caught: []string{"Transport/Close/UnblocksPeerWrite"},
+		},
+		{
+			name: "WriteAfterCloseSucceeds",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				if err := c.Conn.WriteFrame(f); !errors.Is(err, kernel.ErrClosed) {
+					return err
+				}
+				return nil
+			}},
+			caught: []string{"Transport/Close/OperationsFail"},
+		},
+		{
+			name:   "DoneNeverCloses",
+			faults: transportFaults{done: func(c *transportFaultyConn) <-chan struct{} { return c.never }},
+			caught: []string{"Transport/Close/OperationsFail", "Transport/PeerGone/ServerNotices"},
+		},
+		{
+			name: "CloseTwicePanics",
+			faults: transportFaults{close: func(c *transportFaultyConn) error {
+				c.mu.Lock()
+				again := c.closed
+				c.closed = true
+				c.mu.Unlock()
+				if again {
+					panic("close of a closed connection")
+				}
+				return c.Conn.Close()
+			}},
+			caught: []string{"Transport/Close/Twice"},
+		},
+		{
+			name: "ListenerCloseLeavesAcceptBlocked",
+			faults: transportFaults{closeListener: func(l *transportFaultyListener) error {
+				l.closeOnce.Do(func() { go func() { <-l.tr.end; l.Listener.Close() }() })
+				return nil
+			}},
+			caught: []string{"Transport/Close/UnblocksAccept"},
+		},
+		{
+			name: "ListenerCloseClosesItsConns",
+			faults: transportFaults{closeListener: func(l *transportFaultyListener) error {
+				err := l.Listener.Close()
+				l.tr.closeAll()
+				return err
+			}},
+			caught: []string{"Transport/Close/ListenerLeavesConns"},
+		},
+		{
+			name: "VanishedPeerGoesUnnoticed",
+			faults: transportFaults{
+				read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+					f, err := c.Conn.ReadFrame(ctx)
+					if errors.Is(err, kernel.ErrPeerGone) {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					return f, err
+				},
+				close: transportCloseLocallyToo,
+				done:  transportDoneLocally,
+			},
+			caught: []string{"Transport/PeerGone/ServerNotices", "Transport/PeerGone/ClientNotices"},
+		},
+		{
+			name: "DialRetriesUntilTheDeadline",
+			faults: transportFaults{dial: func(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+				for {
+					c, err := tr.inner.Dial(ctx, addr)
+					if err == nil {
+						return tr.wrap(c), nil
+					}
+					select {
+					case <-ctx.Done():
+						return nil, fmt.Errorf("dial %s: gave up: %w", addr, ctx.Err())
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+			}},
+			caught: []string{"Transport/Dial/ClosedAddress", "Transport/Dial/WrongAddress"},
+		},
+		{
+			name: "DialIgnoresContext",
+			faults: transportFaults{dial: func(_ context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+				c, err := tr.inner.Dial(context.Background(), addr)
+				if err != nil {
+					return nil, err
+				}
+				return tr.wrap(c), nil
+			}},
+			caught: []string{"Transport/Dial/Cancelled", "Transport/Dial/Expired"},
+		},
+		{
+			name:   "DialWaitsForAcceptPastItsDeadline",
+			faults: transportFaults{dial: transportDialAwaitingAccept},
+			caught: []string{"Transport/Dial/NotAccepted"},
+		},
+		{
+			name: "AcceptIgnoresContext",
+			faults: transportFaults{accept: func(_ context.Context, l *transportFaultyListener) (kernel.Conn, error) {
+				c, err := l.Listener.Accept(context.Background())
+				if err != nil {
+					return nil, err
+				}
+				return l.tr.wrap(c), nil
+			}},
+			caught: []string{"Transport/Deadline/Accept"},
+		},
+		{
+			name: "LeaksAGoroutinePerConnection",
+			faults: transportFaults{started: func(c *transportFaultyConn) {
+				go func() { <-c.tr.end }()
+			}},
+			caught: []string{"Transport/Leaks/ListenerAndConns"},
+		},
+		{
+			name:   "ReusesLentPayloads",
+			faults: transportFaults{read: transportReadIntoSharedBuffer},
+			caught: []string{"Transport/Memory/HeldFrame"},
+		},
+		{
+			name: "HandsOutTheSameBufferTwice",
+			faults: transportFaults{
+				buffer: func(c *transportFaultyConn, n int) []byte {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					if cap(c.shared) < n {
+						c.shared = make([]byte, 0, n)
+					}
+					return c.shared[:0]
+				},
+				recycle: func(*transportFaultyConn, []byte) {},
+				write:   transportWriteFromOwnBuffer,
+			},
+			caught: []string{"Transport/Memory/HeldBuffer"},
+		},
+		{
+			name: "BufferSmallerThanAsked",
+			faults: transportFaults{
+				buffer: func(_ *transportFaultyConn, n int) []byte { return make([]byte, 0, n/2) },
+				write:  transportWriteFromOwnBuffer,
+			},
+			caught: []string{"Transport/Memory/Buffer"},
+		},
+		{
+			name: "OptionsAcceptUnknownKeys",
+			factory: func(*testing.T) kernel.Factory[kernel.Transport] {
+				return kernel.Factory[kernel.Transport]{
+					Name:       "lax-tcp-lv",
+					NewOptions: func() any { return &map[string]any{} },
+					New:        func(any) (kernel.Transport, error) { return tcplv.New(nil) },
+				}
+			},
+			caught: []string{"Transport/Options/UnknownKey"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Most of the time goes to waiting out what a defect prevents,
+			// so the cases wait together. The only goroutine check among
+			// them is one a leaking transport is to fail.
+			t.Parallel()
+			var f kernel.Factory[kernel.Transport]
+			if c.factory != nil {
+				f = c.factory(t)
+			} else {
+				f = transportBroken(t, c.faults)
+			}
+			cfg := small
+			if c.cfg != nil {
+				cfg = *c.cfg
+			}
+			// What a defect prevents is waited for this long: short, as
+			// the wait is certain to run out.
+			cfg.Patience = 500 * time.Millisecond
+			rec := record(t, "Transport", func(t tb) { transportSuite(transportFocus{t, append(c.prereq, c.caught...)}, f, cfg) })
+			for _, path := range c.caught {
+				expectCaught(t, rec, path)
+			}
+		})
+	}
+}
+
+// transportFocus runs only the subtests on the way to, or under, paths.
+type transportFocus struct {
+	tb
+	paths []string
+}
+
+func (f transportFocus) Run(name string, run func(t tb)) bool {
+	full := f.Name() + "/" + name
+	for _, p := range f.paths {
+		if p == full || strings.HasPrefix(p, full+"/") || strings.HasPrefix(full, p+"/") {
+			return f.tb.Run(name, func(t tb) { run(transportFocus{t, f.paths}) })
+		}
+	}
+	return true
+}
+
+// transportFaults are a broken transport's defects: each hook set replaces
+// the tcp-lv behaviour it is named after.
+type transportFaults struct {
+	options           func(o *tcplv.Options)
+	hidesCapabilities bool
+	dial              func(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error)
+	accept            func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error)
+	closeListener     func(l *transportFaultyListener) error
+	started           func(c *transportFaultyConn)
+	read              func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error)
+	write             func(c *transportFaultyConn, f *kernel.Frame) error
+	close             func(c *transportFaultyConn) error
+	done              func(c *transportFaultyConn) <-chan struct{}
+	buffer            func(c *transportFaultyConn, n int) []byte
+	recycle           func(c *transportFaultyConn, b []byte)
+}
+
+// transportBroken returns a factory of tcp-lv transports with faults.
+// What a defect holds on to (a connection it will not close, a goroutine
+// it leaks) is let go when t ends.
+func transportBroken(t *testing.T, faults transportFaults) kernel.Factory[kernel.Transport] {
+	end := make(chan struct{})
+	t.Cleanup(func() { close(end) })
+	return kernel.NewFactory("broken-tcp-lv", "tcp-lv with a defect", tcplv.DefaultOptions, func(o *tcplv.Options) (kernel.Transport, error) {
+		if faults.options != nil {
+			faults.options(o)
+		}
+		o.Logger = slog.New(slog.DiscardHandler)
+		inner, err := tcplv.New(o)
+		if err != nil {
+			return nil, err
+		}
+		tr := &transportFaulty{inner: inner, faults: &faults, end: end, accepted: make(map[string]chan struct{})}
+		// Whatever a defect left open, or a call the suite gave up on
+		// returned late, is closed before the defects let go.
+		t.Cleanup(tr.closeAll)
+		if faults.hidesCapabilities {
+			return tr, nil
+		}
+		return transportFaultyLending{tr}, nil
+	})
+}
+
+type transportFaulty struct {
+	inner  kernel.Transport
+	faults *transportFaults
+	end    <-chan struct{}
+
+	mu        sync.Mutex
+	conns     []*transportFaultyConn
+	listeners []kernel.Listener
+	accepted  map[string]chan struct{} // by the dialling end's address
+}
+
+// transportFaultyLending declares what tcp-lv declares.
+type transportFaultyLending struct{ *transportFaulty }
+
+func (transportFaultyLending) LendsMemory() bool { return true }
+
+func (tr *transportFaulty) Listen(ctx context.Context, addr string) (kernel.Listener, error) {
+	l, err := tr.inner.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	tr.mu.Lock()
+	tr.listeners = append(tr.listeners, l)
+	tr.mu.Unlock()
+	return &transportFaultyListener{Listener: l, tr: tr}, nil
+}
+
+func (tr *transportFaulty) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	if tr.faults.dial != nil {
+		return tr.faults.dial(ctx, tr, addr)
+	}
+	c, err := tr.inner.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return tr.wrap(c), nil
+}
+
+func (tr *transportFaulty) wrap(inner kernel.Conn) *transportFaultyConn {
+	c := &transportFaultyConn{Conn: inner, tr: tr, never: make(chan struct{}), localDone: make(chan struct{})}
+	tr.mu.Lock()
+	tr.conns = append(tr.conns, c)
+	tr.mu.Unlock()
+	if tr.faults.started != nil {
+		tr.faults.started(c)
+	}
+	return c
+}
+
+// closeAll closes every connection and listener the transport made,
+// bypassing their defects.
+func (tr *transportFaulty) closeAll() {
+	tr.mu.Lock()
+	conns, listeners := tr.conns, tr.listeners
+	tr.mu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close()
+	}
+	for _, l := range listeners {
+		l.Close()
+	}
+}
+
+// acceptedSignal is closed once the listener accepted the connection
+// dialled from addr.
+func (tr *transportFaulty) acceptedSignal(addr string) chan struct{} {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	ch, ok := tr.accepted[addr]
+	if !ok {
+		ch = make(chan struct{})
+		tr.accepted[addr] = ch
+	}
+	return ch
+}
+
+// markAccepted closes acceptedSignal(addr), if no earlier connection from
+// the same address did.
+func (tr *transportFaulty) markAccepted(addr string) {
+	ch := tr.acceptedSignal(addr)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+type transportFaultyListener struct {
+	kernel.Listener
+	tr        *transportFaulty
+	closeOnce sync.Once
+}
+
+func (l *transportFaultyListener) Accept(ctx context.Context) (kernel.Conn, error) {
+	if l.tr.faults.accept != nil {
+		return l.tr.faults.accept(ctx, l)
+	}
+	c, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.tr.markAccepted(c.RemoteAddr())
+	return l.tr.wrap(c), nil
+}
+
+func (l *transportFaultyListener) Close() error {
+	if l.tr.faults.closeListener != nil {
+		return l.tr.faults.closeListener(l)
+	}
+	return l.Listener.Close()
+}
+
+type transportFaultyConn struct {
+	kernel.Conn
+	tr        *transportFaulty
+	never     chan struct{} // never closed
+	localDone chan struct{} // closed by Close, whatever the defect
+	closeOnce sync.Once
+
+	mu          sync.Mutex
+	closed      bool
+	stash       *kernel.Frame
+	interrupted bool
+	shared      []byte
+}
+
+func (c *transportFaultyConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	if c.tr.faults.read != nil {
+		return c.tr.faults.read(ctx, c)
+	}
+	return c.Conn.ReadFrame(ctx)
+}
+
+func (c *transportFaultyConn) WriteFrame(f *kernel.Frame) error {
+	if c.tr.faults.write != nil {
+		return c.tr.faults.write(c, f)
+	}
+	return c.Conn.WriteFrame(f)
+}
+
+func (c *transportFaultyConn) Close() error {
+	if c.tr.faults.close != nil {
+		return c.tr.faults.close(c)
+	}
+	return c.Conn.Close()
+}
+
+func (c *transportFaultyConn) Done() <-chan struct{} {
+	if c.tr.faults.done != nil {
+		return c.tr.faults.done(c)
+	}
+	return c.Conn.Done()
+}
+
+func (c *transportFaultyConn) Buffer(n int) []byte {
+	if c.tr.faults.buffer != nil {
+		return c.tr.faults.buffer(c, n)
+	}
+	return c.Conn.Buffer(n)
+}
+
+func (c *transportFaultyConn) Recycle(b []byte) {
+	if c.tr.faults.recycle != nil {
+		c.tr.faults.recycle(c, b)
+		return
+	}
+	c.Conn.Recycle(b)
+}
+
+// transportSwap returns the second of two frames that are ready together
+// first.
+func transportSwap(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.stash; f != nil {
+		c.stash = nil
+		return f, nil
+	}
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil || c.Conn.(kernel.BufferedReader).Buffered() == 0 {
+		return f, err
+	}
+	g, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		return f, nil
+	}
+	c.stash = f
+	return g, nil
+}
+
+// transportLoseAfterInterrupt drops the frame that follows a read its
+// context interrupted, as if the part read so far had been thrown away.
+func transportLoseAfterInterrupt(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		c.interrupted = c.interrupted || ctx.Err() != nil
+		return nil, err
+	}
+	if c.interrupted {
+		c.interrupted = false
+		f.Release()
+		return c.Conn.ReadFrame(ctx)
+	}
+	return f, nil
+}
+
+// transportCloseLocally marks the connection closed but keeps its socket
+// open until the test ends: the peer is never told.
+func transportCloseLocally(c *transportFaultyConn) error {
+	c.closeOnce.Do(func() {
+		close(c.localDone)
+		go func() { <-c.tr.end; c.Conn.Close() }()
+	})
+	return nil
+}
+
+// transportCloseLocallyToo closes the socket and marks the connection
+// closed for transportDoneLocally.
+func transportCloseLocallyToo(c *transportFaultyConn) error {
+	c.closeOnce.Do(func() { close(c.localDone) })
+	return c.Conn.Close()
+}
+
+// transportDoneLocally closes Done on Close only, never on failure.
+func transportDoneLocally(c *transportFaultyConn) <-chan struct{} { return c.localDone }
+
+func transportClosedErr() error { return fmt.Errorf("broken transport: %w", kernel.ErrClosed) }
+
+// transportReadUntilClosed is a ReadFrame that transportCloseLocally wakes.
+func transportReadUntilClosed(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	select {
+	case <-c.localDone:
+		return nil, transportClosedErr()
+	default:
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.localDone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	f, err := c.Conn.ReadFrame(ctx)
+	select {
+	case <-c.localDone:
+		if f != nil {
+			f.Release()
+		}
+		return nil, transportClosedErr()
+	default:
+		return f, err
+	}
+}
+
+func transportWriteUntilClosed(c *transportFaultyConn, f *kernel.Frame) error {
+	select {
+	case <-c.localDone:
+		c.Conn.Recycle(f.Payload)
+		return transportClosedErr()
+	default:
+		return c.Conn.WriteFrame(f)
+	}
+}
+
+// transportDialAwaitingAccept waits, ignoring ctx, until the listener
+// accepted the connection.
+func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+	c, err := tr.inner.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-tr.acceptedSignal(c.LocalAddr()):
+		return tr.wrap(c), nil
+	case <-tr.end:
+		c.Close()
+		return nil, errors.New("never accepted")
+	}
+}
+
+// transportReadIntoSharedBuffer copies every payload into one buffer per
+// connection, reused by the next read whether or not the frame was
+// released.
+func transportReadIntoSharedBuffer(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.shared = append(c.shared[:0], f.Payload...)
+	g := transportHeader(f)
+	g.Payload = c.shared
+	c.mu.Unlock()
+	f.Release()
+	return g, nil
+}
+
+// transportWriteFromOwnBuffer copies a payload in a buffer tcp-lv did not
+// hand out into one it did, before writing.
+func transportWriteFromOwnBuffer(c *transportFaultyConn, f *kernel.Frame) error {
+	g := transportHeader(f)
+	g.Payload = append(c.Conn.Buffer(len(f.Payload)), f.Payload...)
+	return c.Conn.WriteFrame(g)
+}
