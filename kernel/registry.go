@@ -79,3 +79,12 @@ type RegistryCapabilities interface {
 	// static list from config).
 	HonoursTTL() bool
 }
+
+// LeaseAbandoner is an optional Registry interface that simulates a crash:
+// from AbandonLeases on, the registry renews none of its leases, as if its
+// process had died, so the instances it registered disappear within their
+// ttl. It exists for tests: plugintest checks lease expiry through it (and
+// skips that check for a registry without it); a server never calls it.
+type LeaseAbandoner interface {
+	AbandonLeases()
+}

@@ -65,6 +65,7 @@ var (
 	_ kernel.Registry             = (*Registry)(nil)
 	_ kernel.LoadReporter         = (*Registry)(nil)
 	_ kernel.RegistryCapabilities = (*Registry)(nil)
+	_ kernel.LeaseAbandoner       = (*Registry)(nil)
 )
 
 // Registry is one handle on a namespace's store. It owns the instances it
@@ -81,7 +82,7 @@ type Registry struct {
 	owned   map[instanceKey]time.Duration // what this registry registered, with its ttl
 	keeper  *timedLoop                    // nil until the first Register
 	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc
-	// keeperStopped is set by stopKeeper (tests): leases are no longer
+	// keeperStopped is set by AbandonLeases (tests): leases are no longer
 	// renewed, so this registry's instances expire as if its process died.
 	keeperStopped bool
 }
@@ -280,10 +281,10 @@ func (r *Registry) Close() error {
 	return nil
 }
 
-// stopKeeper stops renewing this registry's leases without deregistering
+// AbandonLeases stops renewing this registry's leases without deregistering
 // anything, as if its process had died: its instances expire within their
-// ttl. For tests.
-func (r *Registry) stopKeeper() {
+// ttl. It is for tests (kernel.LeaseAbandoner).
+func (r *Registry) AbandonLeases() {
 	r.mu.Lock()
 	r.keeperStopped = true
 	keeper := r.keeper

@@ -253,7 +253,7 @@ func TestInstanceExpiresWhenItsKeeperStops(t *testing.T) {
 
 	// c's process "dies": its lease is no longer renewed, nobody deregisters.
 	start := time.Now()
-	c.stopKeeper()
+	c.AbandonLeases()
 	// Nobody resolves: the reaper alone must notice, and tell the watcher.
 	receiveUntil(t, w, []string{"dying", "kept"}, ttl+tolerance)
 	if took := time.Since(start); took < ttl/2 {
@@ -274,7 +274,7 @@ func TestDefaultTTLAppliesToZeroTTL(t *testing.T) {
 	r := open(t, map[string]any{"default_ttl": "200ms"})
 	observer := open(t, nil)
 	mustRegister(t, r, inst("echo", "a"), 0)
-	r.stopKeeper()
+	r.AbandonLeases()
 	deadline := time.Now().Add(200*time.Millisecond + 500*time.Millisecond)
 	for len(resolveIDs(t, observer, "echo")) != 0 {
 		if time.Now().After(deadline) {

@@ -1,0 +1,550 @@
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Spread is what a balancer promises about how it spreads calls over the
+// instances of a set.
+type Spread int
+
+const (
+	// SpreadAny promises nothing beyond picking from the current set (a
+	// consistent-hash balancer sends every call with one key to the same
+	// instance). It is the zero value: the Spread subtests are skipped.
+	SpreadAny Spread = iota
+	// SpreadRoundRobin promises exact rotation: every run of n consecutive
+	// picks from a set of n instances picks each instance once, in the same
+	// order each time.
+	SpreadRoundRobin
+	// SpreadWeighted promises that, over many picks, each instance's share
+	// of them is its share of the total weight (its Metadata["weight"], an
+	// integer), within BalancerConfig.Tolerance.
+	SpreadWeighted
+)
+
+func (s Spread) String() string {
+	switch s {
+	case SpreadAny:
+		return "SpreadAny"
+	case SpreadRoundRobin:
+		return "SpreadRoundRobin"
+	case SpreadWeighted:
+		return "SpreadWeighted"
+	}
+	return "Spread(" + strconv.Itoa(int(s)) + ")"
+}
+
+// BalancerConfig tells Balancer how to build the balancer under test and
+// what it promises. The zero value builds it with default options and
+// checks everything but the spread of picks.
+type BalancerConfig struct {
+	// Options is the balancer's options block.
+	Options map[string]any
+	// Spread is how the balancer promises to spread picks; SpreadAny (the
+	// zero value) skips the Spread subtests.
+	Spread Spread
+	// Tolerance is, for SpreadWeighted, the largest relative error allowed
+	// between an instance's share of the picks and its share of the weight
+	// (0.1: a weight-2 instance among weights 1, 2 and 5 gets 25% ± 2.5%);
+	// 0 means 0.1. The suite makes enough picks that a fair weighted random
+	// choice is off by more than 0.1 in fewer than one run in a million.
+	Tolerance float64
+}
+
+func (c BalancerConfig) tolerance() float64 {
+	if c.Tolerance > 0 {
+		return c.Tolerance
+	}
+	return 0.1
+}
+
+// Balancer certifies the balancer f builds from cfg.Options. It checks:
+//
+//   - Lifecycle, Options: as for every plugin kind (use updates a set and
+//     picks from it).
+//   - Picks/FromSet: every pick is an instance of the set given to Update,
+//     unchanged.
+//   - Picks/AfterUpdate: after Update to another set (disjoint, smaller,
+//     larger), no pick is an instance of an earlier set.
+//   - Empty/NeverUpdated, Empty/EmptySet, Empty/UpdatedToNil: with no
+//     instances, Pick returns a nil instance and an error wrapping
+//     kernel.ErrNoInstances, also after Update(nil) follows a set.
+//   - Spread/RoundRobin/N or Spread/Weighted: picks spread as cfg.Spread
+//     promises (skipped for SpreadAny).
+//   - Concurrent/PicksAndUpdates: Pick from many goroutines while another
+//     calls Update neither fails nor returns an instance of no set it was
+//     given (run the test with -race too).
+//   - Concurrent/Spread: concurrent picks still spread as promised; for
+//     round-robin, as many picks as instances pick each once: no turn is
+//     lost or taken twice.
+//   - PickObserver/Done, PickObserver/DoneAfterUpdate: a balancer that
+//     implements kernel.PickObserver takes Done for successful and failed
+//     calls, and for instances of a set since replaced, without panicking
+//     and still picking from the current set (skipped otherwise).
+func Balancer(t *testing.T, f kernel.Factory[kernel.Balancer], cfg BalancerConfig) {
+	t.Helper()
+	balancerSuite(wrap(t), f, cfg)
+}
+
+func balancerSuite(t tb, f kernel.Factory[kernel.Balancer], cfg BalancerConfig) {
+	lifecycle(t, f, cfg.Options, balancerUse)
+	s := balancerRun{f: f, cfg: cfg}
+	t.Run("Picks", func(t tb) {
+		t.Run("FromSet", s.picksFromSet)
+		t.Run("AfterUpdate", s.picksAfterUpdate)
+	})
+	t.Run("Empty", func(t tb) {
+		t.Run("NeverUpdated", func(t tb) { s.empty(t, func(kernel.Balancer) {}) })
+		t.Run("EmptySet", func(t tb) { s.empty(t, func(b kernel.Balancer) { b.Update([]kernel.Instance{}) }) })
+		t.Run("UpdatedToNil", func(t tb) {
+			s.empty(t, func(b kernel.Balancer) {
+				set := balancerSet("a", 3)
+				b.Update(set)
+				balancerPick(t, b, balancerInfo(), set, "before Update(nil)")
+				b.Update(nil)
+			})
+		})
+	})
+	t.Run("Spread", s.spread)
+	t.Run("Concurrent", func(t tb) {
+		t.Run("PicksAndUpdates", s.concurrentPicksAndUpdates)
+		t.Run("Spread", s.concurrentSpread)
+	})
+	t.Run("PickObserver", func(t tb) {
+		t.Run("Done", s.observerDone)
+		t.Run("DoneAfterUpdate", s.observerDoneAfterUpdate)
+	})
+}
+
+// balancerUse is the lifecycle's brief use of a balancer: pick from a set.
+func balancerUse(t tb, b kernel.Balancer) {
+	t.Helper()
+	set := balancerSet("use", 3)
+	b.Update(set)
+	for range 2 * len(set) {
+		inst := balancerPick(t, b, balancerInfo(), set, "")
+		if obs, ok := b.(kernel.PickObserver); ok {
+			obs.Done(inst, nil)
+		}
+	}
+}
+
+type balancerRun struct {
+	f   kernel.Factory[kernel.Balancer]
+	cfg BalancerConfig
+}
+
+func (s balancerRun) open(t tb) kernel.Balancer {
+	t.Helper()
+	b := build(t, s.f, s.cfg.Options)
+	t.Cleanup(func() { closePlugin(b) })
+	return b
+}
+
+func (s balancerRun) picksFromSet(t tb) {
+	b := s.open(t)
+	set := balancerSet("a", 5)
+	b.Update(set)
+	info := balancerInfo()
+	for range 10 * len(set) {
+		balancerPick(t, b, info, set, "")
+	}
+}
+
+func (s balancerRun) picksAfterUpdate(t tb) {
+	b := s.open(t)
+	info := balancerInfo()
+	first, second := balancerSet("first", 3), balancerSet("second", 4)
+	steps := []struct {
+		set  []kernel.Instance
+		what string
+	}{
+		{first, "a set"},
+		{second, "Update to a disjoint set"},
+		{second[:2:2], "Update to a smaller set"},
+		{append(balancerSet("third", 2), second[0], second[3]), "Update to a larger set"},
+	}
+	for _, step := range steps {
+		b.Update(step.set)
+		for range 4 * len(step.set) {
+			balancerPick(t, b, info, step.set, "after "+step.what)
+		}
+	}
+}
+
+// empty checks Pick after prepare has left b with no instances.
+func (s balancerRun) empty(t tb, prepare func(kernel.Balancer)) {
+	b := s.open(t)
+	prepare(b)
+	inst, err := b.Pick(t.Context(), balancerInfo())
+	switch {
+	case err == nil:
+		t.Fatalf("Pick with no instances = %s, nil error; want an error wrapping kernel.ErrNoInstances", balancerFormat(inst))
+	case !errors.Is(err, kernel.ErrNoInstances):
+		t.Errorf("Pick with no instances: error %q does not wrap kernel.ErrNoInstances; the client tells "+
+			"\"nothing to call\" (retryable once servers register) from other failures by it", err)
+	}
+	if inst != nil {
+		t.Errorf("Pick with no instances returned instance %s along with its error; want nil", balancerFormat(inst))
+	}
+}
+
+func (s balancerRun) spread(t tb) {
+	switch s.cfg.Spread {
+	case SpreadAny:
+		t.Skipf("BalancerConfig.Spread is SpreadAny: the balancer promises only to pick from the current set")
+	case SpreadRoundRobin:
+		t.Run("RoundRobin", func(t tb) {
+			for _, n := range []int{1, 2, 5} {
+				name := fmt.Sprintf("%dInstances", n)
+				if n == 1 {
+					name = "1Instance"
+				}
+				t.Run(name, func(t tb) { s.roundRobin(t, n) })
+			}
+		})
+	case SpreadWeighted:
+		t.Run("Weighted", func(t tb) {
+			b := s.open(t)
+			set := balancerWeighted()
+			b.Update(set)
+			counts := make(map[string]int)
+			info := balancerInfo()
+			for range balancerWeightedPicks {
+				counts[balancerPick(t, b, info, set, "").ID]++
+			}
+			balancerCheckShares(t, counts, set, s.cfg, "")
+		})
+	default:
+		t.Fatalf("BalancerConfig.Spread is %s, which the suite does not know", s.cfg.Spread)
+	}
+}
+
+// roundRobin checks exact rotation over a set of n: the first n picks are
+// the n instances, and each later pick is the one n picks before it.
+func (s balancerRun) roundRobin(t tb, n int) {
+	b := s.open(t)
+	set := balancerSet("rr", n)
+	b.Update(set)
+	info := balancerInfo()
+	picks := make([]string, 20*n)
+	seen := make(map[string]int)
+	for i := range picks {
+		picks[i] = balancerPick(t, b, info, set, "").ID
+		if i < n {
+			if j, dup := seen[picks[i]]; dup {
+				t.Fatalf("picks %d and %d over %d instances both went to %s; round-robin picks each instance once in every %d picks (picks so far: %v)",
+					j, i, n, picks[i], n, picks[:i+1])
+			}
+			seen[picks[i]] = i
+			continue
+		}
+		if picks[i] != picks[i-n] {
+			t.Fatalf("pick %d went to %s, pick %d to %s; round-robin over %d instances repeats every %d picks (picks so far: %v)",
+				i, picks[i], i-n, picks[i-n], n, n, picks[:i+1])
+		}
+	}
+}
+
+func (s balancerRun) concurrentPicksAndUpdates(t tb) {
+	const pickers, picksEach = 4, 2000
+	b := s.open(t)
+	sets := [][]kernel.Instance{balancerSet("x", 1), balancerSet("y", 3), balancerSet("z", 8)}
+	known := make(map[string]kernel.Instance)
+	for _, set := range sets {
+		for _, in := range set {
+			known[in.ID] = in
+		}
+	}
+	b.Update(sets[0])
+	obs, _ := b.(kernel.PickObserver)
+	// Every goroutine waits for start, so that they all overlap.
+	start, stop := make(chan struct{}), make(chan struct{})
+	var updater sync.WaitGroup
+	registryGo(&updater, t, func() {
+		<-start
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b.Update(sets[i%len(sets)])
+			runtime.Gosched() // let picks land on each set
+		}
+	})
+	var wg sync.WaitGroup
+	for range pickers {
+		registryGo(&wg, t, func() {
+			<-start
+			info := balancerInfo()
+			for range picksEach {
+				inst, err := b.Pick(t.Context(), info)
+				if err != nil {
+					t.Errorf("Pick while another goroutine calls Update: %v; every set given was non-empty", err)
+					return
+				}
+				if want, ok := known[balancerID(inst)]; !ok || !balancerSame(inst, &want) {
+					t.Errorf("Pick while another goroutine calls Update returned %s, which is no instance of the sets given to Update, unchanged",
+						balancerFormat(inst))
+					return
+				}
+				if obs != nil {
+					obs.Done(inst, nil)
+				}
+				// Yield, so that Updates land between picks even when
+				// there are fewer cores than goroutines.
+				runtime.Gosched()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(stop)
+	updater.Wait()
+}
+
+func (s balancerRun) concurrentSpread(t tb) {
+	const pickers = 4
+	var set []kernel.Instance
+	var picksEach int
+	switch s.cfg.Spread {
+	case SpreadAny:
+		t.Skipf("BalancerConfig.Spread is SpreadAny: the balancer promises only to pick from the current set")
+	case SpreadRoundRobin:
+		// As many picks as instances: each instance exactly once. A turn
+		// lost or taken twice shows as an instance picked twice, whatever
+		// the pattern of the losses.
+		set, picksEach = balancerSet("rr", 1000), 1000/pickers
+	case SpreadWeighted:
+		set, picksEach = balancerWeighted(), balancerWeightedPicks/pickers
+	default:
+		t.Fatalf("BalancerConfig.Spread is %s, which the suite does not know", s.cfg.Spread)
+	}
+	b := s.open(t)
+	b.Update(set)
+	obs, _ := b.(kernel.PickObserver)
+	counts := make([]map[string]int, pickers)
+	start := make(chan struct{}) // so that the pickers overlap
+	var wg sync.WaitGroup
+	for g := range pickers {
+		counts[g] = make(map[string]int)
+		registryGo(&wg, t, func() {
+			<-start
+			info := balancerInfo()
+			for range picksEach {
+				inst, err := b.Pick(t.Context(), info)
+				if err != nil {
+					t.Errorf("concurrent Pick: %v", err)
+					return
+				}
+				counts[g][balancerID(inst)]++
+				if obs != nil {
+					obs.Done(inst, nil)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	total := make(map[string]int)
+	for _, c := range counts {
+		for id, n := range c {
+			total[id] += n
+		}
+	}
+	balancerCheckShares(t, total, set, s.cfg, fmt.Sprintf(" from %d goroutines at once", pickers))
+}
+
+func (s balancerRun) observer(t tb) (kernel.Balancer, kernel.PickObserver) {
+	b := s.open(t)
+	obs, ok := b.(kernel.PickObserver)
+	if !ok {
+		t.Skipf("the balancer does not implement kernel.PickObserver")
+	}
+	return b, obs
+}
+
+func (s balancerRun) observerDone(t tb) {
+	b, obs := s.observer(t)
+	set := balancerSet("a", 3)
+	b.Update(set)
+	info := balancerInfo()
+	outcomes := []error{nil, errors.New("plugintest: the call failed"), context.DeadlineExceeded, context.Canceled}
+	for i := range 4 * len(outcomes) {
+		obs.Done(balancerPick(t, b, info, set, ""), outcomes[i%len(outcomes)])
+	}
+	// Calls overlap: several picks are out before the first ends.
+	var out []*kernel.Instance
+	for range 2 * len(set) {
+		out = append(out, balancerPick(t, b, info, set, "with calls in flight"))
+	}
+	for i, inst := range out {
+		obs.Done(inst, outcomes[i%len(outcomes)])
+	}
+	balancerPick(t, b, info, set, "after Done was called for every pick")
+}
+
+func (s balancerRun) observerDoneAfterUpdate(t tb) {
+	b, obs := s.observer(t)
+	old, current := balancerSet("old", 3), balancerSet("new", 2)
+	b.Update(old)
+	info := balancerInfo()
+	var out []*kernel.Instance
+	for range 2 * len(old) {
+		out = append(out, balancerPick(t, b, info, old, ""))
+	}
+	// The calls end after the set changed, as they do when the registry
+	// reports a change while calls are in flight.
+	b.Update(current)
+	for i, inst := range out {
+		if i%2 == 0 {
+			obs.Done(inst, nil)
+		} else {
+			obs.Done(inst, errors.New("plugintest: the call failed"))
+		}
+	}
+	for range 2 * len(current) {
+		obs.Done(balancerPick(t, b, info, current, "after Done for instances of the replaced set"), nil)
+	}
+}
+
+// balancerWeightedPicks is enough picks for a fair weighted random choice
+// to land within the default tolerance: the rarest instance (weight 1 of
+// 8) expects 2500 picks, with a standard deviation near 47, and 10% of
+// 2500 is over 5 of them.
+const balancerWeightedPicks = 20000
+
+// balancerWeighted is a set with weights 1, 2 and 5.
+func balancerWeighted() []kernel.Instance {
+	set := balancerSet("w", 3)
+	for i, w := range []string{"1", "2", "5"} {
+		set[i].Metadata = map[string]string{"weight": w}
+	}
+	return set
+}
+
+// balancerCheckShares checks how many picks each instance of set got
+// against what cfg.Spread promises: the same number each for round-robin,
+// the share of the weight for weighted.
+func balancerCheckShares(t tb, counts map[string]int, set []kernel.Instance, cfg BalancerConfig, how string) {
+	t.Helper()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	totalWeight := 0
+	weights := make([]int, len(set))
+	for i, in := range set {
+		weights[i] = 1
+		if cfg.Spread == SpreadWeighted {
+			w, err := strconv.Atoi(in.Metadata["weight"])
+			if err != nil {
+				t.Fatalf("instance %s has weight %q: %v", in.ID, in.Metadata["weight"], err)
+			}
+			weights[i] = w
+		}
+		totalWeight += weights[i]
+	}
+	var bad []string
+	for i, in := range set {
+		want := float64(total) * float64(weights[i]) / float64(totalWeight)
+		got := float64(counts[in.ID])
+		switch cfg.Spread {
+		case SpreadRoundRobin:
+			if got != want {
+				bad = append(bad, fmt.Sprintf("%s got %d picks, want %.0f", in.ID, counts[in.ID], want))
+			}
+		case SpreadWeighted:
+			if math.Abs(got-want)/want > cfg.tolerance() {
+				bad = append(bad, fmt.Sprintf("%s (weight %d) got %d picks, want %.0f ± %.0f%%",
+					in.ID, weights[i], counts[in.ID], want, 100*cfg.tolerance()))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		const shown = 5
+		if len(bad) > shown {
+			bad = append(bad[:shown], fmt.Sprintf("and %d more", len(bad)-shown))
+		}
+		t.Errorf("%d picks%s over %d instances do not spread as %s promises: %s", total, how, len(set), cfg.Spread, strings.Join(bad, "; "))
+	}
+}
+
+// balancerSet returns n instances whose IDs start with prefix and whose
+// Address is derived from the ID, so that a mixed-up instance is noticed.
+func balancerSet(prefix string, n int) []kernel.Instance {
+	set := make([]kernel.Instance, n)
+	for i := range set {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		set[i] = kernel.Instance{Service: "plugintest", ID: id, Address: id + ".plugintest.invalid:7000"}
+	}
+	return set
+}
+
+func balancerInfo() *kernel.CallInfo {
+	return &kernel.CallInfo{Method: "plugintest.Echo/Say", Side: kernel.ClientSide, Metadata: kernel.Metadata{}}
+}
+
+// balancerPick picks from b, which was given set, and fails t unless the
+// pick is one of set's instances, unchanged.
+func balancerPick(t tb, b kernel.Balancer, info *kernel.CallInfo, set []kernel.Instance, when string) *kernel.Instance {
+	t.Helper()
+	if when != "" {
+		when = " " + when
+	}
+	inst, err := b.Pick(t.Context(), info)
+	if err != nil {
+		t.Fatalf("Pick%s: %v; want an instance of %s", when, err, balancerFormatSet(set))
+	}
+	for i := range set {
+		if balancerSame(inst, &set[i]) {
+			return inst
+		}
+	}
+	for i := range set {
+		if set[i].ID == balancerID(inst) {
+			t.Fatalf("Pick%s = %s, but the set's instance %s is %s: a pick must be one of the set's instances, unchanged",
+				when, balancerFormat(inst), set[i].ID, balancerFormat(&set[i]))
+		}
+	}
+	t.Fatalf("Pick%s = %s; want an instance of the current set %s", when, balancerFormat(inst), balancerFormatSet(set))
+	return nil
+}
+
+func balancerSame(a, b *kernel.Instance) bool {
+	return a != nil && a.ID == b.ID && a.Address == b.Address && a.Service == b.Service
+}
+
+func balancerID(inst *kernel.Instance) string {
+	if inst == nil {
+		return ""
+	}
+	return inst.ID
+}
+
+func balancerFormat(inst *kernel.Instance) string {
+	if inst == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("{%s at %s}", inst.ID, inst.Address)
+}
+
+func balancerFormatSet(set []kernel.Instance) string {
+	ids := make([]string, len(set))
+	for i, in := range set {
+		ids[i] = in.ID
+	}
+	return "[" + strings.Join(ids, " ") + "]"
+}

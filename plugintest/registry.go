@@ -1,0 +1,635 @@
+package plugintest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// RegistryConfig tells Registry how to build and time the registry under
+// test. Its zero value suits an in-process registry with default options.
+type RegistryConfig struct {
+	// Options is the registry's options block. The suite builds several
+	// registries from it and expects them to share one backend (the same
+	// etcd cluster, the same memory namespace), so that each sees what the
+	// others register. A test of an in-process registry should give a
+	// namespace of its own, so that parallel tests do not meet.
+	Options map[string]any
+	// TTL is the lease of the instances the Lease subtests register; 0
+	// means 2s. Give the shortest lease the backend accepts: the Lease
+	// subtests take about TTL+Tolerance.
+	TTL time.Duration
+	// Tolerance is how long the backend may take to show a change to its
+	// clients (a registration, a watch update, a Close) and how long past
+	// its TTL an unrenewed instance may linger; 0 means 2s. A backend that
+	// expires leases lazily (etcd, consul) needs seconds.
+	Tolerance time.Duration
+}
+
+func (c RegistryConfig) ttl() time.Duration {
+	if c.TTL > 0 {
+		return c.TTL
+	}
+	return 2 * time.Second
+}
+
+func (c RegistryConfig) tolerance() time.Duration {
+	if c.Tolerance > 0 {
+		return c.Tolerance
+	}
+	return 2 * time.Second
+}
+
+// registryLongTTL is the lease of instances that must not expire during a
+// subtest; the registry keeps it alive anyway, so its length only matters
+// to a registry that fails to.
+const registryLongTTL = time.Minute
+
+// Registry certifies the service registry f builds from cfg.Options. Every
+// subtest registers under service names of its own (random, prefixed
+// "plugintest-"), so a shared backend may be used, and closes the
+// registries it opens. It checks:
+//
+//   - Lifecycle, Options: as for every plugin kind (use registers and
+//     resolves an instance).
+//   - Register/Visible: registered instances (with a ttl or with 0, the
+//     default) resolve with their Service, ID and Address, and no other
+//     service's instances come with them.
+//   - Deregister/Removes: a deregistered instance no longer resolves; the
+//     others still do.
+//   - Resolve/UnknownService: a service nobody registered resolves to an
+//     empty set, not an error.
+//   - Metadata/Resolve, Metadata/Watch: an instance's Metadata arrives
+//     unchanged through Resolve and through Watch.
+//   - Watch/InitialSet, Watch/InitialEmptySet: a new watcher's first set is
+//     the current one, even when empty.
+//   - Watch/Additions, Watch/Removals: a watcher is sent the new set after
+//     a Register and after a Deregister.
+//   - Watch/CancelCloses: the channel is closed once the watch's ctx is done.
+//   - Shared/Resolve, Shared/Watch: two registries built from the same
+//     options see each other's instances and changes.
+//   - Close/Deregisters: what a registry registered disappears, for the
+//     other registries, when it is closed.
+//   - Lease/Expires, Lease/WatchSeesExpiry: an instance whose registry
+//     stopped renewing its lease (kernel.LeaseAbandoner) disappears within
+//     TTL+Tolerance, for Resolve and for watchers. Skipped when the registry
+//     reports kernel.RegistryCapabilities.HonoursTTL false, or does not
+//     implement kernel.LeaseAbandoner.
+//   - Lease/KeptAlive: the registry renews its leases itself: an instance
+//     is still there after TTL+Tolerance.
+//   - Concurrent: registering, deregistering and resolving from many
+//     goroutines and two registries loses or mixes up nothing (run the
+//     test with -race too).
+func Registry(t *testing.T, f kernel.Factory[kernel.Registry], cfg RegistryConfig) {
+	t.Helper()
+	registrySuite(wrap(t), f, cfg)
+}
+
+func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) {
+	lifecycle(t, f, cfg.Options, func(t tb, r kernel.Registry) { registryUse(t, r, cfg) })
+	s := registryRun{f: f, cfg: cfg}
+	t.Run("Register", func(t tb) { t.Run("Visible", s.registerVisible) })
+	t.Run("Deregister", func(t tb) { t.Run("Removes", s.deregisterRemoves) })
+	t.Run("Resolve", func(t tb) { t.Run("UnknownService", s.resolveUnknown) })
+	t.Run("Metadata", func(t tb) {
+		t.Run("Resolve", s.metadataResolve)
+		t.Run("Watch", s.metadataWatch)
+	})
+	t.Run("Watch", func(t tb) {
+		t.Run("InitialSet", s.watchInitialSet)
+		t.Run("InitialEmptySet", s.watchInitialEmptySet)
+		t.Run("Additions", s.watchAdditions)
+		t.Run("Removals", s.watchRemovals)
+		t.Run("CancelCloses", s.watchCancelCloses)
+	})
+	t.Run("Shared", func(t tb) {
+		t.Run("Resolve", s.sharedResolve)
+		t.Run("Watch", s.sharedWatch)
+	})
+	t.Run("Close", func(t tb) { t.Run("Deregisters", s.closeDeregisters) })
+	t.Run("Lease", s.lease)
+	t.Run("Concurrent", s.concurrent)
+}
+
+// registryUse is the lifecycle's brief use of a registry: register an
+// instance, see it resolve, deregister it.
+func registryUse(t tb, r kernel.Registry, cfg RegistryConfig) {
+	t.Helper()
+	ctx := registryContext(t)
+	service := registryService(t)
+	in := registryInstance(service, "a")
+	if err := r.Register(ctx, in, registryLongTTL); err != nil {
+		t.Fatalf("Register(%s): %v; want nil", in.ID, err)
+	}
+	registryResolveUntil(t, r, service, []kernel.Instance{in}, cfg.tolerance(), "after Register")
+	if err := r.Deregister(ctx, in); err != nil {
+		t.Errorf("Deregister(%s): %v; want nil", in.ID, err)
+	}
+}
+
+type registryRun struct {
+	f   kernel.Factory[kernel.Registry]
+	cfg RegistryConfig
+}
+
+// open builds a registry from the configured options and closes it when t
+// ends.
+func (s registryRun) open(t tb) kernel.Registry {
+	t.Helper()
+	r := build(t, s.f, s.cfg.Options)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func (s registryRun) register(t tb, r kernel.Registry, in kernel.Instance, ttl time.Duration) {
+	t.Helper()
+	if err := r.Register(registryContext(t), in, ttl); err != nil {
+		t.Fatalf("Register(%s/%s, ttl %s): %v; want nil", in.Service, in.ID, ttl, err)
+	}
+}
+
+func (s registryRun) deregister(t tb, r kernel.Registry, in kernel.Instance) {
+	t.Helper()
+	if err := r.Deregister(registryContext(t), in); err != nil {
+		t.Fatalf("Deregister(%s/%s): %v; want nil", in.Service, in.ID, err)
+	}
+}
+
+func (s registryRun) watch(t tb, ctx context.Context, r kernel.Registry, service string) <-chan []kernel.Instance {
+	t.Helper()
+	ch, err := r.Watch(ctx, service)
+	if err != nil {
+		t.Fatalf("Watch(%s): %v; want nil", service, err)
+	}
+	return ch
+}
+
+func (s registryRun) registerVisible(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	// A set resolved before the registrations must not be what is served
+	// after them.
+	registryResolveUntil(t, r, service, nil, s.cfg.tolerance(), "before any Register")
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, 0)
+	s.register(t, r, registryInstance(service+"-other", "c"), registryLongTTL)
+	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(),
+		"after registering a (ttl 1m) and b (ttl 0, the default) and c of another service")
+}
+
+func (s registryRun) deregisterRemoves(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, registryLongTTL)
+	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "after registering a and b")
+	s.deregister(t, r, a)
+	registryResolveUntil(t, r, service, []kernel.Instance{b}, s.cfg.tolerance(), "after deregistering a")
+}
+
+func (s registryRun) resolveUnknown(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	set, err := r.Resolve(registryContext(t), service)
+	if err != nil {
+		t.Fatalf("Resolve of a service nobody registered: %v; want an empty set and no error "+
+			"(a client resolving before its servers start must wait, not fail)", err)
+	}
+	if len(set) != 0 {
+		t.Errorf("Resolve of a service nobody registered = %s; want an empty set", registryFormat(set))
+	}
+}
+
+// registryMetadata is what the Metadata subtests register: the keys the
+// kernel's conventions use, an empty value, and a value with spaces,
+// punctuation and non-ASCII text.
+func registryMetadata() map[string]string {
+	return map[string]string{
+		"transport": "tcp-lv",
+		"codec":     "protobuf",
+		"weight":    "3",
+		"zone":      "eu-west, rack 7 = ünïcödé ✓",
+		"empty":     "",
+	}
+}
+
+func (s registryRun) metadataResolve(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	in := registryInstance(service, "a")
+	in.Metadata = registryMetadata()
+	s.register(t, r, in, registryLongTTL)
+	registryResolveUntil(t, r, service, []kernel.Instance{in}, s.cfg.tolerance(), "after registering an instance with metadata")
+}
+
+func (s registryRun) metadataWatch(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	in := registryInstance(service, "a")
+	in.Metadata = registryMetadata()
+	s.register(t, r, in, registryLongTTL)
+	ch := s.watch(t, registryContext(t), r, service)
+	registryAwait(t, ch, s.cfg.tolerance(), "set with the instance and its metadata", []kernel.Instance{in})
+}
+
+func (s registryRun) watchInitialSet(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, registryLongTTL)
+	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "after registering a and b")
+	ch := s.watch(t, registryContext(t), r, service)
+	registryFirst(t, ch, s.cfg.tolerance(), []kernel.Instance{a, b})
+}
+
+func (s registryRun) watchInitialEmptySet(t tb) {
+	r := s.open(t)
+	ch := s.watch(t, registryContext(t), r, registryService(t))
+	registryFirst(t, ch, s.cfg.tolerance(), nil)
+}
+
+func (s registryRun) watchAdditions(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r, a, registryLongTTL)
+	ch := s.watch(t, registryContext(t), r, service)
+	registryAwait(t, ch, s.cfg.tolerance(), "current set", []kernel.Instance{a})
+	s.register(t, r, b, registryLongTTL)
+	registryAwait(t, ch, s.cfg.tolerance(), "set after registering b", []kernel.Instance{a, b})
+}
+
+func (s registryRun) watchRemovals(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, registryLongTTL)
+	ch := s.watch(t, registryContext(t), r, service)
+	registryAwait(t, ch, s.cfg.tolerance(), "current set", []kernel.Instance{a, b})
+	s.deregister(t, r, a)
+	registryAwait(t, ch, s.cfg.tolerance(), "set after deregistering a", []kernel.Instance{b})
+	s.deregister(t, r, b)
+	registryAwait(t, ch, s.cfg.tolerance(), "set after deregistering b", nil)
+}
+
+func (s registryRun) watchCancelCloses(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	s.register(t, r, registryInstance(service, "a"), registryLongTTL)
+	ctx, cancel := context.WithCancel(registryContext(t))
+	ch := s.watch(t, ctx, r, service)
+	cancel()
+	timeout := time.NewTimer(s.cfg.tolerance())
+	defer timeout.Stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-timeout.C:
+			t.Fatalf("the watch channel is still open %s after its ctx was cancelled; "+
+				"Watch must close it when ctx is done, or its reader never ends", s.cfg.tolerance())
+		}
+	}
+}
+
+func (s registryRun) sharedResolve(t tb) {
+	r1, r2 := s.open(t), s.open(t)
+	service := registryService(t)
+	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+	s.register(t, r1, a, registryLongTTL)
+	s.register(t, r2, b, registryLongTTL)
+	const hint = "; two registries built from the same options must share a backend"
+	registryResolveUntil(t, r1, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "through the first registry, after each registered one instance"+hint)
+	registryResolveUntil(t, r2, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "through the second registry, after each registered one instance"+hint)
+}
+
+func (s registryRun) sharedWatch(t tb) {
+	r1, r2 := s.open(t), s.open(t)
+	service := registryService(t)
+	a := registryInstance(service, "a")
+	ch := s.watch(t, registryContext(t), r1, service)
+	registryAwait(t, ch, s.cfg.tolerance(), "current set", nil)
+	s.register(t, r2, a, registryLongTTL)
+	registryAwait(t, ch, s.cfg.tolerance(), "set after another registry of the same backend registered a", []kernel.Instance{a})
+	s.deregister(t, r2, a)
+	registryAwait(t, ch, s.cfg.tolerance(), "set after another registry of the same backend deregistered a", nil)
+}
+
+func (s registryRun) closeDeregisters(t tb) {
+	closing, other := s.open(t), s.open(t)
+	service := registryService(t)
+	a1, a2, b := registryInstance(service, "a1"), registryInstance(service, "a2"), registryInstance(service, "b")
+	s.register(t, closing, a1, registryLongTTL)
+	s.register(t, closing, a2, registryLongTTL)
+	s.register(t, other, b, registryLongTTL)
+	registryResolveUntil(t, other, service, []kernel.Instance{a1, a2, b}, s.cfg.tolerance(), "before Close")
+	if err := closing.Close(); err != nil {
+		t.Fatalf("Close: %v; want nil", err)
+	}
+	registryResolveUntil(t, other, service, []kernel.Instance{b}, s.cfg.tolerance(),
+		"after the registry that registered a1 and a2 was closed (their lease is 1m: Close must deregister them, not let them expire)")
+}
+
+// lease registers two instances under TTL: one through a registry that
+// then abandons its leases, one through a registry that keeps them. The
+// first must be gone within TTL+Tolerance, the second still there after it.
+func (s registryRun) lease(t tb) {
+	ttl, tolerance := s.cfg.ttl(), s.cfg.tolerance()
+	keeper, observer := s.open(t), s.open(t)
+	service := registryService(t)
+	kept := registryInstance(service, "kept")
+	s.register(t, keeper, kept, ttl)
+
+	// lost is registered through a registry of its own, which then
+	// abandons its leases, when the registry says it can.
+	var skip string
+	var abandoner kernel.LeaseAbandoner
+	if caps, ok := keeper.(kernel.RegistryCapabilities); ok && !caps.HonoursTTL() {
+		skip = "the registry reports HonoursTTL() == false: its instances never expire"
+	} else if abandoner, ok = keeper.(kernel.LeaseAbandoner); !ok {
+		skip = "the registry does not implement kernel.LeaseAbandoner, so the suite cannot stop its lease renewal " +
+			"without deregistering; implement AbandonLeases to have expiry checked"
+	}
+	want := []kernel.Instance{kept}
+	var lost kernel.Instance
+	if skip == "" {
+		dying := s.open(t)
+		abandoner = dying.(kernel.LeaseAbandoner)
+		lost = registryInstance(service, "lost")
+		s.register(t, dying, lost, ttl)
+		want = append(want, lost)
+	}
+	registryResolveUntil(t, observer, service, want, tolerance, "after registering")
+	ch := s.watch(t, registryContext(t), observer, service)
+	start := time.Now()
+	if abandoner != nil {
+		abandoner.AbandonLeases()
+	}
+
+	expired := false
+	t.Run("Expires", func(t tb) {
+		if skip != "" {
+			t.Skipf("%s", skip)
+		}
+		registryResolveUntil(t, observer, service, []kernel.Instance{kept}, ttl+tolerance,
+			fmt.Sprintf("after the registry of %q stopped renewing its %s lease (AbandonLeases), and nobody deregistered it", lost.ID, ttl))
+		expired = true
+	})
+	t.Run("WatchSeesExpiry", func(t tb) {
+		switch {
+		case skip != "":
+			t.Skipf("%s", skip)
+		case !expired:
+			t.Skipf("the instance never expired (see Lease/Expires)")
+		}
+		// Watchers must be told of expiries, not only of Deregister.
+		registryAwait(t, ch, tolerance, "set after "+lost.ID+" expired", []kernel.Instance{kept})
+	})
+	t.Run("KeptAlive", func(t tb) {
+		wait := time.NewTimer(time.Until(start.Add(ttl + tolerance)))
+		defer wait.Stop()
+		select {
+		case <-wait.C:
+		case <-t.Context().Done():
+			return
+		}
+		set, err := observer.Resolve(registryContext(t), service)
+		if err != nil {
+			t.Fatalf("Resolve: %v", err)
+		}
+		if !slices.ContainsFunc(set, func(in kernel.Instance) bool { return in.ID == kept.ID }) {
+			t.Errorf("instance %q, registered with a %s lease, is gone after %s = %s; the registry must renew its "+
+				"leases itself until Deregister or Close", kept.ID, ttl, time.Since(start).Round(time.Millisecond), registryFormat(set))
+		}
+	})
+}
+
+// concurrent registers, resolves and deregisters from several goroutines
+// through two registries, each instance carrying its own ID in its
+// metadata, then checks the final set: every survivor there, with its own
+// metadata.
+func (s registryRun) concurrent(t tb) {
+	const goroutines, perGoroutine = 4, 16
+	regs := []kernel.Registry{s.open(t), s.open(t)}
+	service := registryService(t)
+	ctx := registryContext(t)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	var readers sync.WaitGroup
+	for _, r := range regs {
+		ch := s.watch(t, watchCtx, r, service)
+		// The readers stop at stopWatching, not at the channel's close,
+		// which is Watch/CancelCloses's business.
+		registryGo(&readers, t, func() {
+			for {
+				select {
+				case _, ok := <-ch:
+					if !ok {
+						return
+					}
+				case <-watchCtx.Done():
+					return
+				}
+			}
+		})
+	}
+	errs := make(chan error, goroutines)
+	start := make(chan struct{}) // so that the writers overlap
+	var writers sync.WaitGroup
+	var mu sync.Mutex
+	var survivors []kernel.Instance
+	for g := range goroutines {
+		r := regs[g%len(regs)]
+		registryGo(&writers, t, func() {
+			<-start
+			for i := range perGoroutine {
+				in := registryInstance(service, fmt.Sprintf("g%d-%d", g, i))
+				in.Metadata = map[string]string{"id": in.ID}
+				if err := r.Register(ctx, in, registryLongTTL); err != nil {
+					errs <- fmt.Errorf("Register(%s): %w", in.ID, err)
+					return
+				}
+				if _, err := r.Resolve(ctx, service); err != nil {
+					errs <- fmt.Errorf("Resolve: %w", err)
+					return
+				}
+				if i%2 == 0 {
+					if err := r.Deregister(ctx, in); err != nil {
+						errs <- fmt.Errorf("Deregister(%s): %w", in.ID, err)
+						return
+					}
+					continue
+				}
+				mu.Lock()
+				survivors = append(survivors, in)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	writers.Wait()
+	stopWatching()
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent use: %v", err)
+	}
+	registryResolveUntil(t, regs[0], service, survivors, s.cfg.tolerance(),
+		fmt.Sprintf("after %d goroutines registered %d instances each (metadata id = the instance's ID) and deregistered every other one",
+			goroutines, perGoroutine))
+}
+
+// registryGo runs f on a goroutine of wg and turns a panic in it (in the
+// plugin) into a failure of t: a panic off the subtest's own goroutine would
+// end the whole test binary without naming the subtest. The balancer suite
+// uses it too.
+func registryGo(wg *sync.WaitGroup, t tb, f func()) {
+	wg.Go(func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("panic: %v", p)
+			}
+		}()
+		f()
+	})
+}
+
+// registryContext bounds one subtest's registry calls, so that a hung
+// backend fails the subtest instead of the whole test binary's timeout.
+func registryContext(t tb) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// registryService names a service for one subtest: random, so that runs
+// sharing a backend (one etcd cluster) never meet, and readable in the
+// backend.
+func registryService(t tb) string {
+	return fmt.Sprintf("plugintest-%s-%08x", strings.ToLower(path.Base(t.Name())), rand.Uint32())
+}
+
+// registryInstance returns an instance of service whose Address is derived
+// from id, so that an instance with a mixed-up address is noticed.
+func registryInstance(service, id string) kernel.Instance {
+	port := 20000
+	for _, c := range id {
+		port = (port*31 + int(c)) % 40000
+	}
+	return kernel.Instance{Service: service, ID: service + "-" + id, Address: fmt.Sprintf("127.0.0.1:%d", 20000+port)}
+}
+
+// registrySame reports whether got holds exactly want's instances, in any
+// order, with the same Service, ID, Address and Metadata (nil and empty
+// metadata are the same).
+func registrySame(got, want []kernel.Instance) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	byID := make(map[string]kernel.Instance, len(want))
+	for _, in := range want {
+		byID[in.ID] = in
+	}
+	for _, g := range got {
+		w, ok := byID[g.ID]
+		if !ok || g.Service != w.Service || g.Address != w.Address || !maps.Equal(g.Metadata, w.Metadata) {
+			return false
+		}
+		delete(byID, g.ID)
+	}
+	return true
+}
+
+// registryFormat prints a set for a failure message, sorted by ID.
+func registryFormat(set []kernel.Instance) string {
+	sorted := slices.Clone(set)
+	slices.SortFunc(sorted, func(a, b kernel.Instance) int { return strings.Compare(a.ID, b.ID) })
+	parts := make([]string, len(sorted))
+	for i, in := range sorted {
+		parts[i] = fmt.Sprintf("{%s %s at %s", in.Service, in.ID, in.Address)
+		if len(in.Metadata) > 0 {
+			parts[i] += fmt.Sprintf(" metadata %q", in.Metadata)
+		}
+		parts[i] += "}"
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// registryResolveUntil resolves service through r until the set is want,
+// failing t if it is not within d. Polling, not a single Resolve, so that a
+// backend that takes a moment to show a change passes.
+func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string) {
+	t.Helper()
+	ctx := registryContext(t)
+	deadline := time.Now().Add(d)
+	for {
+		set, err := r.Resolve(ctx, service)
+		if err != nil {
+			t.Fatalf("Resolve(%s) %s: %v; want nil", service, when, err)
+		}
+		if registrySame(set, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Resolve(%s) %s = %s; want %s (waited %s)", service, when, registryFormat(set), registryFormat(want), d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// registryAwait reads sets from ch until one is want, failing t if none is
+// within d or if ch closes. what names the set awaited, for messages.
+func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance) {
+	t.Helper()
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	last := "none"
+	for {
+		select {
+		case set, open := <-ch:
+			if !open {
+				t.Fatalf("watch channel closed while waiting for the %s %s (last set %s); it must stay open until ctx is done",
+					what, registryFormat(want), last)
+			}
+			if registrySame(set, want) {
+				return
+			}
+			last = registryFormat(set)
+		case <-timeout.C:
+			t.Fatalf("watch sent no %s %s within %s; last set received: %s", what, registryFormat(want), d, last)
+		}
+	}
+}
+
+// registryFirst checks that the first set on ch is want.
+func registryFirst(t tb, ch <-chan []kernel.Instance, d time.Duration, want []kernel.Instance) {
+	t.Helper()
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	select {
+	case set, open := <-ch:
+		if !open {
+			t.Fatalf("watch channel closed before sending anything; want the current set %s first", registryFormat(want))
+		}
+		if !registrySame(set, want) {
+			t.Errorf("first watched set = %s; want the current set %s", registryFormat(set), registryFormat(want))
+		}
+	case <-timeout.C:
+		t.Fatalf("watch sent nothing within %s; a new watcher must first be sent the current set %s, even when empty",
+			d, registryFormat(want))
+	}
+}

@@ -1,0 +1,314 @@
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/registry/memory"
+)
+
+// registryRecord runs the suite under a recorder on registries f builds
+// in a namespace of their own, with a short lease. tolerance is short for
+// broken registries, whose runs wait out every bound they fail, and
+// generous where a failure would be a false positive.
+func registryRecord(t *testing.T, namespace string, f kernel.Factory[kernel.Registry], tolerance time.Duration) *recording {
+	t.Helper()
+	cfg := RegistryConfig{
+		Options:   map[string]any{"namespace": "plugintest-" + namespace},
+		TTL:       300 * time.Millisecond,
+		Tolerance: tolerance,
+	}
+	return record(t, "Registry", func(t tb) { registrySuite(t, f, cfg) })
+}
+
+// registryCatches runs the suite on each broken registry at once (their
+// runs mostly wait), then checks in a subtest per registry that the suite
+// failed the subtests at its paths.
+func registryCatches(t *testing.T, cases []registryBrokenCase) {
+	t.Helper()
+	recs := make([]*recording, len(cases))
+	var wg sync.WaitGroup
+	for i, tc := range cases {
+		wg.Go(func() { recs[i] = registryRecord(t, t.Name()+"/"+tc.name, tc.f, 500*time.Millisecond) })
+	}
+	wg.Wait()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range tc.caught {
+				expectCaught(t, recs[i], path)
+			}
+		})
+	}
+}
+
+type registryBrokenCase struct {
+	name   string
+	f      kernel.Factory[kernel.Registry]
+	caught []string // the subtests that must fail
+}
+
+// registryBroken is a factory of memory registries, each changed by wrap.
+func registryBroken(wrap func(r *memory.Registry) kernel.Registry) kernel.Factory[kernel.Registry] {
+	return kernel.NewFactory("broken-memory", "a memory registry with one defect", memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			r, err := memory.New(*o)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(r), nil
+		})
+}
+
+func TestRegistryMemoryPasses(t *testing.T) {
+	t.Parallel()
+	rec := registryRecord(t, t.Name(), memory.Factory, 2*time.Second)
+	for _, f := range rec.failures {
+		t.Errorf("the good memory registry failed %s: %s", f.path, f.msg)
+	}
+	for _, s := range rec.skips {
+		t.Errorf("the memory registry, which has every capability, had %s skipped: %s", s.path, s.msg)
+	}
+}
+
+// TestRegistryCatchesBrokenPlugins runs the suite on memory registries with
+// one defect each and checks that the subtest for that property fails.
+func TestRegistryCatchesBrokenPlugins(t *testing.T) {
+	t.Parallel()
+	broken := func(wrap func(*memory.Registry) kernel.Registry) kernel.Factory[kernel.Registry] {
+		return registryBroken(wrap)
+	}
+	watchEdit := func(keep func(n int, prev, set []kernel.Instance) bool, leaveOpen bool) kernel.Factory[kernel.Registry] {
+		return registryBroken(func(r *memory.Registry) kernel.Registry { return registryWatchEdit{r, keep, leaveOpen} })
+	}
+
+	// Each registry gets a namespace of its own, whatever the options say:
+	// two registries built alike do not share a backend.
+	var builds atomic.Int64
+	separate := kernel.NewFactory("broken-memory", "a memory registry that shares nothing", memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			o.Namespace += "-" + strconv.FormatInt(builds.Add(1), 10)
+			return memory.New(*o)
+		})
+
+	// Registrations go through a second registry that Close forgets.
+	var mu sync.Mutex
+	var shadows []*memory.Registry
+	t.Cleanup(func() {
+		for _, s := range shadows {
+			s.Close()
+		}
+	})
+	closeLeaves := kernel.NewFactory("broken-memory", "a memory registry whose Close deregisters nothing", memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			r, err := memory.New(*o)
+			if err != nil {
+				return nil, err
+			}
+			shadow, err := memory.New(*o)
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			mu.Lock()
+			shadows = append(shadows, shadow)
+			mu.Unlock()
+			return registryCloseLeaves{r, shadow}, nil
+		})
+
+	registryCatches(t, []registryBrokenCase{
+		{"ErrorForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
+			[]string{"Registry/Resolve/UnknownService"}},
+		{"ResolveCachesFirstSet", broken(func(r *memory.Registry) kernel.Registry { return &registryStaleResolve{Registry: r} }),
+			[]string{"Registry/Register/Visible"}},
+		{"DeregisterDoesNothing", broken(func(r *memory.Registry) kernel.Registry { return registryNoDeregister{r} }),
+			[]string{"Registry/Deregister/Removes"}},
+		{"ResolveDropsMetadata", broken(func(r *memory.Registry) kernel.Registry { return registryResolveNoMetadata{r} }),
+			[]string{"Registry/Metadata/Resolve"}},
+		{"WatchDropsMetadata", watchEdit(func(n int, prev, set []kernel.Instance) bool {
+			for i := range set {
+				set[i].Metadata = nil
+			}
+			return true
+		}, false), []string{"Registry/Metadata/Watch"}},
+		{"WatchSkipsInitialSet", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n > 0 }, false),
+			[]string{"Registry/Watch/InitialSet", "Registry/Watch/InitialEmptySet"}},
+		{"WatchMissesAdditions", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) <= len(prev) }, false),
+			[]string{"Registry/Watch/Additions"}},
+		{"WatchMissesRemovals", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) >= len(prev) }, false),
+			[]string{"Registry/Watch/Removals", "Registry/Lease/WatchSeesExpiry"}},
+		{"WatchNeverCloses", watchEdit(func(int, []kernel.Instance, []kernel.Instance) bool { return true }, true),
+			[]string{"Registry/Watch/CancelCloses"}},
+		{"SeparateNamespaces", separate, []string{"Registry/Shared/Resolve", "Registry/Shared/Watch"}},
+		{"CloseLeavesInstances", closeLeaves, []string{"Registry/Close/Deregisters"}},
+		{"LeaseNeverExpires", broken(func(r *memory.Registry) kernel.Registry { return registryNeverExpires{r} }),
+			[]string{"Registry/Lease/Expires"}},
+		{"LeaseNeverRenewed", broken(func(r *memory.Registry) kernel.Registry { r.AbandonLeases(); return r }),
+			[]string{"Registry/Lease/KeptAlive"}},
+		{"ConcurrentRegistersShareScratch", broken(func(r *memory.Registry) kernel.Registry {
+			return &registryScratchMetadata{Registry: r, scratch: make(map[string]string)}
+		}), []string{"Registry/Concurrent"}},
+	})
+}
+
+// TestRegistrySkipsWhatIsNotDeclared checks that the lease expiry checks
+// are skipped, with the reason, for a registry that declares it does not
+// expire entries or that cannot be made to stop renewing them.
+func TestRegistrySkipsWhatIsNotDeclared(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		wrap func(*memory.Registry) kernel.Registry
+		why  string
+	}{
+		{"NoTTL", func(r *memory.Registry) kernel.Registry { return registryNoTTL{r} }, "HonoursTTL"},
+		// Only the kernel.Registry methods: no AbandonLeases.
+		{"NoLeaseAbandoner", func(r *memory.Registry) kernel.Registry { return struct{ kernel.Registry }{r} }, "LeaseAbandoner"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := registryRecord(t, t.Name(), registryBroken(tc.wrap), 2*time.Second)
+			for _, path := range []string{"Registry/Lease/Expires", "Registry/Lease/WatchSeesExpiry"} {
+				if why := rec.skippedUnder(path); !strings.Contains(why, tc.why) {
+					t.Errorf("%s: skip reason %q; want one naming %s", path, why, tc.why)
+				}
+			}
+			for _, f := range rec.failures {
+				t.Errorf("a registry that only lacks a capability failed %s: %s", f.path, f.msg)
+			}
+		})
+	}
+}
+
+type registryErrUnknown struct{ *memory.Registry }
+
+func (r registryErrUnknown) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
+	set, err := r.Registry.Resolve(ctx, service)
+	if err == nil && len(set) == 0 {
+		return nil, errors.New("broken: no such service")
+	}
+	return set, err
+}
+
+// registryStaleResolve serves every service's first resolved set forever.
+type registryStaleResolve struct {
+	*memory.Registry
+	mu    sync.Mutex
+	cache map[string][]kernel.Instance
+}
+
+func (r *registryStaleResolve) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if set, ok := r.cache[service]; ok {
+		return set, nil
+	}
+	set, err := r.Registry.Resolve(ctx, service)
+	if err == nil {
+		if r.cache == nil {
+			r.cache = make(map[string][]kernel.Instance)
+		}
+		r.cache[service] = set
+	}
+	return set, err
+}
+
+type registryNoDeregister struct{ *memory.Registry }
+
+func (registryNoDeregister) Deregister(context.Context, kernel.Instance) error { return nil }
+
+type registryResolveNoMetadata struct{ *memory.Registry }
+
+func (r registryResolveNoMetadata) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
+	set, err := r.Registry.Resolve(ctx, service)
+	for i := range set {
+		set[i].Metadata = nil
+	}
+	return set, err
+}
+
+// registryWatchEdit relays the memory registry's watch through keep, which
+// may change the n-th set and says whether to pass it on (prev is the last
+// set passed on); with leaveOpen it never closes the channel.
+type registryWatchEdit struct {
+	*memory.Registry
+	keep      func(n int, prev, set []kernel.Instance) bool
+	leaveOpen bool
+}
+
+func (r registryWatchEdit) Watch(ctx context.Context, service string) (<-chan []kernel.Instance, error) {
+	in, err := r.Registry.Watch(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan []kernel.Instance)
+	go func() {
+		if !r.leaveOpen {
+			defer close(out)
+		}
+		var prev []kernel.Instance
+		n := 0
+		for set := range in {
+			if r.keep(n, prev, set) {
+				prev = set
+				select {
+				case out <- set:
+				case <-ctx.Done():
+				}
+			}
+			n++
+		}
+	}()
+	return out, nil
+}
+
+type registryNeverExpires struct{ *memory.Registry }
+
+func (registryNeverExpires) AbandonLeases() {}
+
+// registryScratchMetadata copies each registration's metadata through one
+// scratch map, which concurrent Registers overwrite for each other.
+type registryScratchMetadata struct {
+	*memory.Registry
+	mu      sync.Mutex
+	scratch map[string]string
+}
+
+func (r *registryScratchMetadata) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
+	r.mu.Lock()
+	clear(r.scratch)
+	maps.Copy(r.scratch, inst.Metadata)
+	r.mu.Unlock()
+	time.Sleep(time.Millisecond) // widen the window, as a loaded machine does
+	r.mu.Lock()
+	inst.Metadata = maps.Clone(r.scratch)
+	r.mu.Unlock()
+	return r.Registry.Register(ctx, inst, ttl)
+}
+
+// registryCloseLeaves registers through shadow, which its Close leaves
+// open.
+type registryCloseLeaves struct {
+	*memory.Registry
+	shadow *memory.Registry
+}
+
+func (r registryCloseLeaves) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
+	return r.shadow.Register(ctx, inst, ttl)
+}
+
+func (r registryCloseLeaves) Deregister(ctx context.Context, inst kernel.Instance) error {
+	return r.shadow.Deregister(ctx, inst)
+}
+
+type registryNoTTL struct{ *memory.Registry }
+
+func (registryNoTTL) HonoursTTL() bool { return false }
