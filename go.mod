@@ -3,6 +3,8 @@ module github.com/kernrpc/kernrpc
 go 1.26.0
 
 require (
+	github.com/google/flatbuffers v25.12.19+incompatible
+	github.com/vmihailenco/msgpack/v5 v5.4.1
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	google.golang.org/grpc v1.85.0
@@ -10,6 +12,7 @@ require (
 )
 
 require (
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -1,0 +1,5 @@
+//go:build !race
+
+package flatbuffers_test
+
+const raceEnabled = false

@@ -1,0 +1,171 @@
+// Package msgpack is the MessagePack codec, for plain Go structs that have
+// no schema: fields travel by name, `msgpack:"name"` struct tags rename them
+// (or `msgpack:"-"` leaves them out), as github.com/vmihailenco/msgpack/v5
+// does. Any value that library encodes works, protobuf-generated structs
+// included (by their exported fields).
+//
+// Config name: "msgpack".
+//
+//	codec:
+//	  name: msgpack
+//	  options:
+//	    discard_unknown: false   # true: ignore fields the struct does not have
+//
+// By default a field the target struct does not have is an error, as in the
+// json codec. Decoded values do not alias the input. Input is checked before
+// the library decodes it: no length may claim more than the input holds,
+// and arrays and maps nest at most 10000 deep, so what a peer's message
+// makes the decoder allocate stays in proportion to its size.
+package msgpack
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Name is the codec's config name.
+const Name = "msgpack"
+
+// Options configures the codec.
+type Options struct {
+	// DiscardUnknown ignores fields of the input that the target struct
+	// does not have, instead of failing. Turn it on when peers may send
+	// structs with more fields than this side's.
+	DiscardUnknown bool `json:"discard_unknown"`
+}
+
+// DefaultOptions returns the options a config that names the codec without
+// options gets: unknown fields are errors.
+func DefaultOptions() *Options { return &Options{} }
+
+// Factory builds the codec; it is registered from init.
+var Factory = kernel.NewFactory(Name,
+	"MessagePack (vmihailenco/msgpack/v5): plain Go structs by field name, msgpack struct tags honoured",
+	DefaultOptions, New)
+
+func init() { kernel.RegisterCodec(Factory) }
+
+// New builds the codec from o.
+func New(o *Options) (kernel.Codec, error) {
+	c := &Codec{discardUnknown: o.DiscardUnknown}
+	c.encoders.New = func() any {
+		e := &encoder{}
+		e.enc = msgpack.NewEncoder(&e.w)
+		return e
+	}
+	c.decoders.New = func() any {
+		d := &decoder{}
+		d.dec = msgpack.NewDecoder(&d.r)
+		d.dec.DisallowUnknownFields(!o.DiscardUnknown)
+		return d
+	}
+	return c, nil
+}
+
+// Codec is the MessagePack codec; build it with New. It is safe for
+// concurrent use.
+type Codec struct {
+	discardUnknown bool
+	encoders       sync.Pool // *encoder
+	decoders       sync.Pool // *decoder
+}
+
+var _ kernel.Codec = (*Codec)(nil)
+
+// encoder writes straight into the caller's dst: the library takes a writer
+// with WriteByte as is, without a buffer of its own.
+type encoder struct {
+	enc *msgpack.Encoder
+	w   appendWriter
+}
+
+// decoder reads from a bytes.Reader, which the library uses as is (it is an
+// io.ByteScanner), without copying the input into a buffer of its own.
+type decoder struct {
+	dec *msgpack.Decoder
+	r   bytes.Reader
+}
+
+type appendWriter struct{ b []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+func (w *appendWriter) WriteByte(c byte) error {
+	w.b = append(w.b, c)
+	return nil
+}
+
+func (w *appendWriter) WriteString(s string) (int, error) {
+	w.b = append(w.b, s...)
+	return len(s), nil
+}
+
+// ErrTrailingData is wrapped by the error for input that holds more than one
+// MessagePack value.
+var ErrTrailingData = errors.New("data after the MessagePack value")
+
+// Name returns "msgpack".
+func (*Codec) Name() string { return Name }
+
+// Marshal appends the MessagePack encoding of v to dst.
+func (c *Codec) Marshal(dst []byte, v any) ([]byte, error) {
+	e := c.encoders.Get().(*encoder)
+	e.w.b = dst
+	err := e.enc.Encode(v)
+	out := e.w.b
+	e.w.b = nil // the pool must not keep the caller's buffer
+	c.encoders.Put(e)
+	if err != nil {
+		return dst, fmt.Errorf("msgpack: marshal %T: %w", v, err)
+	}
+	return out, nil
+}
+
+// Unmarshal decodes data, one MessagePack value, into v, a non-nil pointer.
+// v is reset first, so a reused value keeps nothing from its previous
+// contents.
+func (c *Codec) Unmarshal(data []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("msgpack: cannot unmarshal into %T; pass a non-nil pointer", v)
+	}
+	// The library merges into what v holds; the kernel's contract, like
+	// proto.Unmarshal, is to replace it.
+	rv.Elem().SetZero()
+	n, err := check(data)
+	switch {
+	case err != nil:
+		return fmt.Errorf("msgpack: unmarshal %d bytes into %T: %w", len(data), v, err)
+	case n < len(data):
+		return fmt.Errorf("msgpack: unmarshal %d bytes into %T: %w (%d bytes from byte %d)", len(data), v, ErrTrailingData, len(data)-n, n)
+	}
+	d := c.decoders.Get().(*decoder)
+	d.r.Reset(data)
+	d.dec.ResetReader(&d.r)
+	err = d.dec.Decode(v)
+	d.r.Reset(nil) // the pool must not keep the caller's input
+	c.decoders.Put(d)
+	if err != nil {
+		return fmt.Errorf("msgpack: unmarshal %d bytes into %T: %w%s", len(data), v, err, c.hint(err))
+	}
+	return nil
+}
+
+// hint says how to accept a message with fields this side does not know.
+func (c *Codec) hint(err error) string {
+	if !c.discardUnknown && strings.Contains(err.Error(), "unknown field") {
+		return " (set the msgpack codec's option discard_unknown to ignore fields this side does not know)"
+	}
+	return ""
+}
