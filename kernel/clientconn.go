@@ -183,10 +183,8 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, 
 	cs := info.client
 	cs.beginAttempt()
 	codec := c.codec
-	buf := cc.conn.Buffer(sizeHint(codec, req))
-	payload, err := codec.Marshal(buf, req)
+	payload, err := encodeInto(cc.conn, codec, req)
 	if err != nil {
-		cc.conn.Recycle(buf)
 		return Errorf(Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
 	}
 	f := &cs.req
@@ -213,6 +211,14 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, 
 	if err := cc.conn.WriteFrame(f); err != nil {
 		cc.mu.Lock()
 		delete(cc.pending, cs.id)
+		var st *Status
+		if errors.As(err, &st) && cc.conn.Err() == nil {
+			// The transport refused this frame alone and sent nothing of it
+			// (its peer reads too slowly, say): the connection lives on.
+			cc.closeIfIdleLocked()
+			cc.mu.Unlock()
+			return st
+		}
 		cc.mu.Unlock()
 		cc.fail(err)
 		return &Status{Code: Unavailable, Message: "send to " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}

@@ -23,8 +23,9 @@ type CodecSizer interface {
 // AliasingCodec is an optional interface for codecs whose decoded values
 // point into the bytes they were decoded from (FlatBuffers reads fields in
 // place). The kernel then keeps those bytes alive and unchanged for as long
-// as the value may be read: on the server until the handler returns, on the
-// client it hands the caller a private copy of a lent payload.
+// as the value may be read: on the server until the handler has returned
+// and its response is encoded (the response may point into the request),
+// on the client it hands the caller a private copy of a lent payload.
 type AliasingCodec interface {
 	AliasesInput() bool
 }

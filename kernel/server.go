@@ -21,7 +21,6 @@ type Server struct {
 	cfg       *Config
 	log       *slog.Logger
 	transport Transport
-	codecs    map[string]Codec
 	codec     Codec // the configured one, used when a request names none
 	registry  Registry
 	chains    *filterChains
@@ -42,6 +41,19 @@ type Server struct {
 	idle       chan struct{} // signalled when inflight drops to 0 while draining
 	acceptDone chan struct{}
 	shutdown   sync.Once
+
+	// others holds the registered codecs other than the configured one that
+	// requests have named, built on first use (see codecFor). It is copied
+	// on write, so that finding a codec takes no lock.
+	others   atomic.Pointer[map[string]codecEntry]
+	othersMu sync.Mutex
+}
+
+// codecEntry is a codec built for requests that name it, or why it could
+// not be built.
+type codecEntry struct {
+	codec Codec
+	err   error
 }
 
 type methodDesc struct {
@@ -98,7 +110,6 @@ func NewServer(cfg *Config) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		log:        slog.Default().With("component", "kernrpc.server", "service", cfg.Service),
-		codecs:     make(map[string]Codec),
 		methods:    make(map[string]*methodDesc),
 		conns:      make(map[*serverConn]struct{}),
 		idle:       make(chan struct{}, 1),
@@ -111,7 +122,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	}
 	s.plugins = ps
 	s.transport, s.codec, s.registry = ps.transport, ps.codec, ps.registry
-	s.codecs[s.codec.Name()] = s.codec
+	s.others.Store(&map[string]codecEntry{})
 	s.chains = newFilterChains(ps.filters, s.invokeHandler)
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
@@ -289,6 +300,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	if !started || ln == nil {
 		s.cancelBase()
 		s.plugins.close(s.log)
+		s.closeOtherCodecs()
 		return nil
 	}
 	_ = ln.Close()
@@ -322,6 +334,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		cancel()
 	}
 	s.plugins.close(s.log)
+	s.closeOtherCodecs()
 	s.log.Info("stopped")
 	return errors.Join(errs...)
 }
@@ -598,18 +611,18 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 	out := &c.out
 	out.Type, out.Flags, out.CallID = FrameResponse, FlagEndStream, c.id
 
-	resp, codec, err := sc.run(c, f)
+	resp, codec, lent, err := sc.run(c, f)
 	if codec != nil {
 		out.Codec = codec.Name()
 	}
 	if err == nil {
-		buf := sc.conn.Buffer(sizeHint(codec, resp))
-		out.Payload, err = codec.Marshal(buf, resp)
-		if err != nil {
-			sc.conn.Recycle(buf)
-			out.Payload = nil
+		if out.Payload, err = encodeInto(sc.conn, codec, resp); err != nil {
 			err = Errorf(Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
 		}
+	}
+	if lent != nil {
+		// Only now: the response may have pointed into the request.
+		lent.Release()
 	}
 	if err != nil {
 		st := StatusOf(err)
@@ -627,13 +640,25 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 		write = q.QueueFrame
 	}
 	if err := write(out); err != nil {
+		var st *Status
+		if errors.As(err, &st) && sc.conn.Err() == nil {
+			// The transport refused the answer (the client has not read for
+			// a long while, say): close, or the client waits for it in vain.
+			s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+			_ = sc.conn.Close()
+			return
+		}
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
 	}
 }
 
-// run decodes the request and passes it through the filters to the
-// handler. It releases f as soon as nothing can read from it any more.
-func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, err error) {
+// run decodes the request with the codec it names and passes it through
+// the filters to the handler. It releases f as soon as nothing can read
+// from it any more: once decoded, or, if the codec's values point into
+// their input (AliasingCodec), only after the response is encoded, since
+// the handler may answer with the request or parts of it. Then it returns
+// f as lent, for serve to release.
+func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Frame, err error) {
 	s := sc.srv
 	released := false
 	defer func() {
@@ -643,21 +668,21 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, err erro
 	}()
 	codec = s.codec
 	if f.Codec != "" && f.Codec != codec.Name() {
-		if codec = s.codecs[f.Codec]; codec == nil {
-			return nil, nil, Errorf(InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", f.Codec, s.codecNames())
+		if codec, err = s.codecFor(f.Codec); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	c.info.Method, c.info.Side, c.info.Codec = f.Method, ServerSide, codec.Name()
 	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
 	if c.refused {
-		return nil, codec, &Status{Code: Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
+		return nil, codec, nil, &Status{Code: Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
 	}
 	if f.Flags&FlagStream != 0 {
-		return nil, codec, Errorf(Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
+		return nil, codec, nil, Errorf(Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
 	}
 	desc := c.desc
 	if desc == nil {
-		return nil, codec, Errorf(Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
+		return nil, codec, nil, Errorf(Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
 	}
 	if f.Timeout > 0 {
 		c.deadline = time.Now().Add(f.Timeout)
@@ -665,14 +690,16 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, err erro
 	}
 	req := desc.newRequest()
 	if err := codec.Unmarshal(f.Payload, req); err != nil {
-		return nil, codec, Errorf(InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
+		return nil, codec, nil, Errorf(InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
 	}
-	if !codecAliases(codec) {
+	if codecAliases(codec) {
+		lent = f
+	} else {
 		f.Release()
-		released = true
 	}
+	released = true
 	resp, err = sc.invoke(c, req)
-	return resp, codec, err
+	return resp, codec, lent, err
 }
 
 // invoke runs the chain, turning a panic into status Internal so that one
@@ -694,13 +721,58 @@ func sizeHint(codec Codec, v any) int {
 	return 0
 }
 
-func (s *Server) codecNames() string {
-	names := make([]string, 0, len(s.codecs))
-	for n := range s.codecs {
-		names = append(names, n)
+// codecFor returns the codec a request named other than the configured
+// one. Every codec registered in this binary serves: the client's choice
+// travels with each call, and the answer goes back in the same codec. One
+// the server was not configured with is built with its default options
+// the first time a request names it, and kept. Only registered names are
+// kept, so made-up names cost a peer an error, not the server memory.
+func (s *Server) codecFor(name string) (Codec, error) {
+	if e, ok := (*s.others.Load())[name]; ok {
+		return e.codec, e.err
 	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
+	f, err := codecs.lookup(name)
+	if err != nil {
+		known := ""
+		var unknown *UnknownPluginError
+		if errors.As(err, &unknown) {
+			known = strings.Join(unknown.Known, ", ")
+		}
+		return nil, Errorf(InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", name, known)
+	}
+	s.othersMu.Lock()
+	defer s.othersMu.Unlock()
+	old := *s.others.Load()
+	if e, ok := old[name]; ok {
+		return e.codec, e.err
+	}
+	var e codecEntry
+	if e.codec, err = f.build(KindCodec, nil, "default options"); err != nil {
+		e.err = Errorf(FailedPrecondition, "codec %q does not build with its default options (%v); configure it as the server's codec, with the options it needs", name, err)
+	} else {
+		s.log.Debug("serving a codec requests ask for, with its default options", "codec", name)
+	}
+	next := make(map[string]codecEntry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = e
+	s.others.Store(&next)
+	return e.codec, e.err
+}
+
+// closeOtherCodecs closes the codecs codecFor built, as plugins.close
+// closes the configured ones.
+func (s *Server) closeOtherCodecs() {
+	s.othersMu.Lock()
+	defer s.othersMu.Unlock()
+	for name, e := range *s.others.Load() {
+		if c, ok := e.codec.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				s.log.Warn("closing codec", "codec", name, "err", err)
+			}
+		}
+	}
 }
 
 func (s *Server) methodList() string {

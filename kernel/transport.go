@@ -40,7 +40,10 @@ type Conn interface {
 	// bytes, into which the caller appends (encodes) an outgoing payload.
 	// The memory may be the transport's own (a ring slot, a pooled buffer):
 	// the buffer, or the slice the append produced from it, must be passed
-	// to WriteFrame as Payload or given back with Recycle.
+	// to WriteFrame as Payload or given back with Recycle. When the append
+	// outgrew the buffer (it moved to a new array), the buffer itself must
+	// be given back with Recycle too: a transport lending ring space cannot
+	// tell that it was abandoned.
 	Buffer(sizeHint int) []byte
 	// Recycle gives back a buffer from Buffer that will not be sent.
 	Recycle(buf []byte)
@@ -65,6 +68,20 @@ type Conn interface {
 	// LocalAddr and RemoteAddr describe the two ends, for logs and filters.
 	LocalAddr() string
 	RemoteAddr() string
+}
+
+// encodeInto encodes v with codec into a buffer conn lends, giving the
+// buffer back when the encoding outgrew it or failed.
+func encodeInto(conn Conn, codec Codec, v any) ([]byte, error) {
+	buf := conn.Buffer(sizeHint(codec, v))
+	payload, err := codec.Marshal(buf, v)
+	if err != nil || cap(buf) > 0 && (cap(payload) == 0 || &buf[:1][0] != &payload[:1][0]) {
+		conn.Recycle(buf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return payload, nil
 }
 
 // ErrClosed is wrapped by errors from operations on a closed listener or
