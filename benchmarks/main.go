@@ -45,6 +45,7 @@ Examples:
   go run ./benchmarks -payloads=16 -callers=1 -rounds=1 # a quick look
   go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
   go run ./benchmarks -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
+  go run ./benchmarks -codecs -systems=kernrpc                 # kernrpc's four codecs
 `
 
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -86,6 +87,9 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	est := time.Duration(cells*o.rounds*len(o.systems)) * (o.warmup + o.duration + 50*time.Millisecond)
 	fmt.Fprintf(stderr, "benchmarks: %d cells × %d systems × %d rounds, about %s\n", cells, len(o.systems), o.rounds, est.Round(time.Second))
 	b, err := runBenchmarks(ctx, exe, o)
+	if err == nil && o.codecs {
+		b.codecs, err = measureCodecs(ctx, o.progress)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "benchmarks: interrupted; servers stopped, no results written")
@@ -129,7 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured calls before each round, on the round's fresh client")
 	payloads := fs.String("payloads", "16,64KiB", "payload sizes, comma-separated; B, KiB and MiB suffixes")
 	callers := fs.String("callers", "1,4,64", "concurrent callers per client, comma-separated")
-	systemList := fs.String("systems", strings.Join(systemOrder, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
+	systemList := fs.String("systems", strings.Join(defaultSystems, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
+	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
+		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
 	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles: client.pprof (this process) and server-<system>.pprof")
 	out := fs.String("out", "", "results file (default benchmarks/results/<UTC date-time>.md; - for none)")
 	if err := fs.Parse(args); err != nil {
@@ -148,7 +154,11 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	if o.callers, err = parseList(*callers, parseCallers); err != nil {
 		return o, "", fmt.Errorf("-callers: %w", err)
 	}
-	if o.systems, err = lookupSystems(splitList(*systemList)); err != nil {
+	names := splitList(*systemList)
+	if o.codecs {
+		names = append(names, codecSystems...)
+	}
+	if o.systems, err = lookupSystems(names); err != nil {
 		return o, "", err
 	}
 	return o, *out, nil

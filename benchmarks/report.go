@@ -55,6 +55,10 @@ func (b *benchmark) markdown(command string) string {
 		})
 	}
 
+	if len(b.codecs) > 0 {
+		writeCodecTable(&w, b.codecs)
+	}
+
 	k := b.systemIndex("kernrpc")
 	if k < 0 {
 		return w.String()

@@ -25,6 +25,8 @@ type options struct {
 	// profileDir, when set, receives CPU profiles: client.pprof for this
 	// process (every system's client), server-<system>.pprof per server.
 	profileDir string
+	// codecs asks for the codec table (see codecs.go) after the rounds.
+	codecs bool
 }
 
 // cell is one point of the matrix: every system runs it, rounds interleaved.
@@ -74,6 +76,7 @@ type benchmark struct {
 	opts     options
 	cells    []cell
 	results  map[cell][]*result // indexed like opts.systems
+	codecs   []codecResult      // with -codecs
 	started  time.Time
 	finished time.Time
 }

@@ -133,19 +133,33 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// echopb.Echo speaks every built-in codec, so this one handler serves
+	// whichever the config names and whichever a client sends.
 	kernel.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "serving %s on %s (transport %s, codec %s, registry %s); methods: %s; Ctrl-C stops gracefully\n",
-		cfg.Service, srv.Addr(), cfg.Transport.Name, cfg.Codec.Name, cfg.Registry.Name, strings.Join(srv.Methods(), ", "))
+	fmt.Fprintf(stdout, "serving %s on %s (transport %s, codec %s, registry %s); methods: %s; answers calls in any codec of %s; Ctrl-C stops gracefully\n",
+		cfg.Service, srv.Addr(), cfg.Transport.Name, cfg.Codec.Name, cfg.Registry.Name, strings.Join(srv.Methods(), ", "), strings.Join(codecNames(), ", "))
 	<-ctx.Done()
 	fmt.Fprintf(stdout, "shutting down (waiting up to %s for calls in flight)\n", cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// codecNames lists the codecs compiled in: a server decodes a call in
+// whichever of them the client used.
+func codecNames() []string {
+	var names []string
+	for _, p := range kernel.Plugins() {
+		if p.Kind == kernel.KindCodec {
+			names = append(names, p.Name)
+		}
+	}
+	return names
 }
 
 func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {

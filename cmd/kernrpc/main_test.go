@@ -44,7 +44,8 @@ func TestPluginsListsTheBuiltins(t *testing.T) {
 	if code := run(context.Background(), []string{"plugins", "-v"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"transport  tcp-lv", "codec      protobuf", "registry   memory", "balancer   round-robin", `"max_frame_size"`} {
+	for _, want := range []string{"transport  tcp-lv", "codec      protobuf", "codec      json", "codec      msgpack", "codec      flatbuffers",
+		"registry   memory", "balancer   round-robin", `"max_frame_size"`, `"discard_unknown":false`, `"max_pooled_builder":"1MiB"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plugins output lacks %q:\n%s", want, out.String())
 		}
@@ -102,37 +103,51 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 }
 
+// kernrpc serve and call work with every built-in codec by changing the
+// codec line of the config, and a server answers a client whose config
+// names another codec than its own.
 func TestServeThenCall(t *testing.T) {
-	cfg := writeConfig(t, "service: echo\naddress: 127.0.0.1:0\nregistry: {name: memory, options: {namespace: cmd-test}}\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
-	addrRE := regexp.MustCompile(`serving echo on (\S+) `)
-	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		cancel()
-		t.Fatalf("serve did not start: %s %s", out.String(), errOut.String())
-	}
-	var callOut, callErr bytes.Buffer
-	if code := run(context.Background(), []string{"call", "-config", cfg, "-addr", addr, "-text", "ping"}, &callOut, &callErr); code != 0 {
-		t.Errorf("call: exit %d: %s", code, callErr.String())
-	}
-	if !strings.Contains(callOut.String(), `Echo.Echo answered "ping"`) {
-		t.Errorf("call printed %q", callOut.String())
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("serve exited %d after a graceful stop: %s", code, errOut.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
+	for _, codec := range []string{"protobuf", "json", "msgpack", "flatbuffers"} {
+		t.Run(codec, func(t *testing.T) {
+			const base = "service: echo\naddress: 127.0.0.1:0\nregistry: {name: memory, options: {namespace: cmd-test}}\n"
+			cfg := writeConfig(t, base+"codec: {name: "+codec+"}\n")
+			ctx, cancel := context.WithCancel(context.Background())
+			var out, errOut syncBuffer
+			done := make(chan int, 1)
+			go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
+			addrRE := regexp.MustCompile(`serving echo on (\S+) `)
+			var addr string
+			for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+					addr = m[1]
+				}
+			}
+			if addr == "" {
+				cancel()
+				t.Fatalf("serve did not start: %s %s", out.String(), errOut.String())
+			}
+			if want := "codec " + codec + ","; !strings.Contains(out.String(), want) {
+				t.Errorf("serve printed %q, want it to name %q", out.String(), want)
+			}
+			// The same codec as the server, then the default one (protobuf).
+			for _, clientCfg := range []string{cfg, writeConfig(t, base)} {
+				var callOut, callErr bytes.Buffer
+				if code := run(context.Background(), []string{"call", "-config", clientCfg, "-addr", addr, "-text", "ping " + codec}, &callOut, &callErr); code != 0 {
+					t.Errorf("call: exit %d: %s", code, callErr.String())
+				}
+				if want := `Echo.Echo answered "ping ` + codec + `"`; !strings.Contains(callOut.String(), want) {
+					t.Errorf("call printed %q, want %q", callOut.String(), want)
+				}
+			}
+			cancel()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("serve exited %d after a graceful stop: %s", code, errOut.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("serve did not stop")
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -13,6 +14,31 @@ func TestExampleRuns(t *testing.T) {
 	}
 	if err := run("kernrpc.yaml"); err != nil {
 		t.Fatalf("kernrpc.yaml: %v", err)
+	}
+}
+
+// Changing the codec line of kernrpc.yaml is all it takes to run the
+// example on another codec.
+func TestExampleRunsWithEveryCodec(t *testing.T) {
+	orig, err := os.ReadFile("kernrpc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const line = "codec:\n  name: protobuf"
+	if strings.Count(string(orig), line) != 1 {
+		t.Fatalf("kernrpc.yaml has no single %q to change", line)
+	}
+	for _, codec := range []string{"json", "msgpack", "flatbuffers"} {
+		t.Run(codec, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kernrpc.yaml")
+			changed := strings.Replace(string(orig), line, "codec:\n  name: "+codec, 1)
+			if err := os.WriteFile(p, []byte(changed), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := run(p); err != nil {
+				t.Fatalf("with codec %s: %v", codec, err)
+			}
+		})
 	}
 }
 

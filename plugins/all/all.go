@@ -9,6 +9,9 @@ package all
 
 import (
 	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/json"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/msgpack"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/tcplv"
