@@ -14,5 +14,6 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/codec/msgpack"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
+	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/tcplv"
 )

@@ -1,0 +1,126 @@
+//go:build linux
+
+package shmring
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	_ "github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
+	"github.com/kernrpc/kernrpc/plugins/transport/tcplv"
+)
+
+// BenchmarkEcho calls echo through the kernel's client and server, the
+// server in a process of its own as deployed, over shm-ring and, for
+// comparison, tcp-lv over loopback, in protobuf (decoded by copying) and
+// flatbuffers (read in place: over shm-ring, in the ring itself). calls/s
+// counts every caller's calls.
+//
+//	go test -run '^$' -bench Echo -benchtime 2s ./plugins/transport/shmring/
+func BenchmarkEcho(b *testing.B) {
+	for _, transport := range []string{Name, tcplv.Name} {
+		b.Run(transport, func(b *testing.B) {
+			addr := "127.0.0.1:0"
+			if transport == Name {
+				addr = socketIn(b)
+			}
+			h := startHelper(b, "server", addr, nil, transportEnv+"="+transport)
+			addr = h.expect(b, "READY")
+			for _, codec := range []string{"protobuf", "flatbuffers"} {
+				for _, size := range []int{16, 64 << 10} {
+					for _, callers := range []int{1, 4, 64} {
+						b.Run(codec+"/"+sizeName(size)+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
+							cfg := clientConfig(addr, nil)
+							cfg.Transport.Name = transport
+							cfg.Codec.Name = codec
+							benchmarkEcho(b, newClient(b, cfg), size, callers)
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+func benchmarkEcho(b *testing.B, cli *kernel.Client, size, callers int) {
+	payload := pattern(size, 1)
+	call := func(req, resp *echopb.Echo) {
+		if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil || len(resp.Payload) != size {
+			b.Fatalf("echo of %d bytes: %v (%d bytes back)", size, err, len(resp.Payload))
+		}
+	}
+	req, resp := &echopb.Echo{Payload: payload}, &echopb.Echo{}
+	for range 100 {
+		call(req, resp)
+	}
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if callers == 1 {
+		for b.Loop() {
+			call(req, resp)
+		}
+	} else {
+		b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) {
+			req, resp := &echopb.Echo{Payload: payload}, &echopb.Echo{}
+			for pb.Next() {
+				call(req, resp)
+			}
+		})
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+
+}
+
+// BenchmarkPingPong is one round trip through an echo peer in another
+// process at the transport level (Buffer, WriteFrame, ReadFrame, Release),
+// as a lone caller does it: the floor under BenchmarkEcho.
+func BenchmarkPingPong(b *testing.B) {
+	h := startHelper(b, "echo", socketIn(b), nil)
+	addr := h.expect(b, "READY")
+	for _, size := range []int{16, 64 << 10} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			tr := newTransport(b, DefaultOptions())
+			c, err := tr.Dial(timeout(b, 10e9), addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			src := pattern(size, 1)
+			f := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: "Echo.Echo", Codec: "protobuf"}
+			ctx := context.Background()
+			roundTrip := func() {
+				f.CallID++
+				f.Payload = append(c.Buffer(size), src...)
+				if err := c.WriteFrame(f); err != nil {
+					b.Fatal(err)
+				}
+				r, err := c.ReadFrame(ctx)
+				if err != nil || r.CallID != f.CallID || len(r.Payload) != size {
+					b.Fatalf("round trip %d: %v", f.CallID, err)
+				}
+				r.Release()
+			}
+			for range 100 {
+				roundTrip()
+			}
+			b.SetBytes(int64(2 * size))
+			b.ReportAllocs()
+			for b.Loop() {
+				roundTrip()
+			}
+		})
+	}
+}
+
+func sizeName(n int) string {
+	if n >= 1<<10 {
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}

@@ -1,0 +1,779 @@
+package shmring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+var (
+	_ kernel.Conn           = (*conn)(nil)
+	_ kernel.HalfCloser     = (*conn)(nil)
+	_ kernel.BufferedReader = (*conn)(nil)
+	_ kernel.FrameOwner     = (*ringFrame)(nil)
+)
+
+// conn is one attached client, seen from either side: it writes one ring
+// of the segment and reads the other. Its one goroutine watches the socket,
+// which carries nothing after the handshake: when it ends, the peer is gone.
+type conn struct {
+	t      *transport
+	sock   *net.UnixConn
+	seg    *segment
+	local  string
+	remote string
+
+	out producer
+	in  consumer
+
+	// refs counts the users of the mapping: the connection itself until it
+	// dies, each ReadFrame and WriteFrame in progress, each frame and
+	// buffer lent out. The last one unmaps the segment, so that no lent
+	// payload ever points into unmapped memory.
+	refs atomic.Int64
+
+	readMu    sync.Mutex // held by ReadFrame: one reader at a time
+	readWait  waitStats
+	interrupt func() // wakes a sleeping ReadFrame when its ctx ends; built once
+
+	streamMu sync.Mutex // one chunked frame at a time
+	header   []byte     // streamMu: a chunked frame's header
+
+	pool bufferPool // buffers for frames that do not go through the ring in place
+
+	peerGone  atomic.Bool
+	writeShut atomic.Pointer[error]
+	death     atomic.Pointer[error]
+	done      chan struct{}
+	watching  sync.WaitGroup
+}
+
+// newConn starts a connection over an attached segment; server says which
+// ring is whose.
+func newConn(t *transport, sock *net.UnixConn, seg *segment, server bool, local, remote string) *conn {
+	outDir, inDir := clientToServer, serverToClient
+	if server {
+		outDir, inDir = serverToClient, clientToServer
+	}
+	c := &conn{t: t, sock: sock, seg: seg, local: local, remote: remote, done: make(chan struct{})}
+	c.out = newProducer(seg.ring(outDir))
+	c.in = newConsumer(seg.ring(inDir), t.maxFrame)
+	c.pool.segLo = uintptr(unsafe.Pointer(unsafe.SliceData(seg.mem)))
+	c.pool.segHi = c.pool.segLo + uintptr(len(seg.mem))
+	c.refs.Store(1)
+	c.interrupt = func() {
+		if c.acquire() {
+			wakeAll(c.in.r.reader)
+			c.releaseRef()
+		}
+	}
+	c.watching.Add(1)
+	go c.watch()
+	return c
+}
+
+func (c *conn) acquire() bool {
+	for {
+		n := c.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (c *conn) releaseRef() {
+	if c.refs.Add(-1) == 0 {
+		c.seg.unmap()
+	}
+}
+
+func (c *conn) LocalAddr() string     { return c.local }
+func (c *conn) RemoteAddr() string    { return c.remote }
+func (c *conn) Done() <-chan struct{} { return c.done }
+
+func (c *conn) Err() error {
+	if p := c.death.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// die kills the connection with err unless it is already dead, and returns
+// the reason it died. Sleepers on this side wake up and find it dead.
+func (c *conn) die(level slog.Level, err error) error {
+	if !c.death.CompareAndSwap(nil, &err) {
+		return c.Err()
+	}
+	close(c.done)
+	wakeAll(c.in.r.reader)
+	wakeAll(c.out.r.writer)
+	c.sock.Close()
+	c.t.log.Log(context.Background(), level, "shm-ring: connection closed", "local", c.local, "remote", c.remote, "err", err)
+	c.releaseRef()
+	return err
+}
+
+func (c *conn) peerLeft(how string) error {
+	return c.die(slog.LevelDebug, fmt.Errorf("shm-ring: connection %s: %w: %s", c.remote, kernel.ErrPeerGone, how))
+}
+
+// protocolError closes the connection on something its peer wrote that
+// no kernrpc peer writes; the reason is logged.
+func (c *conn) protocolError(err error) error {
+	return c.die(slog.LevelWarn, fmt.Errorf("shm-ring: connection %s: %w: %w", c.remote, kernel.ErrClosed, err))
+}
+
+// Close tells the peer that nothing more will come (after the frames
+// already written), closes the socket and lets go of the segment, which
+// is unmapped once every lent frame and buffer is back. It is idempotent.
+func (c *conn) Close() error {
+	if c.Err() == nil && c.acquire() {
+		c.sendEnd(time.Time{})
+		c.releaseRef()
+	}
+	c.die(slog.LevelDebug, fmt.Errorf("shm-ring: connection %s: %w", c.remote, kernel.ErrClosed))
+	c.watching.Wait()
+	return nil
+}
+
+// CloseWrite writes an end record after every frame already written: the
+// peer reads them, then learns that nothing follows, while its frames can
+// still be read here. Later writes fail with an error wrapping ErrClosed.
+func (c *conn) CloseWrite() error {
+	shut := fmt.Errorf("shm-ring: connection %s: write side %w", c.remote, kernel.ErrClosed)
+	c.writeShut.CompareAndSwap(nil, &shut)
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if !c.acquire() {
+		return c.Err()
+	}
+	defer c.releaseRef()
+	return c.sendEnd(time.Now().Add(c.t.waitTimeout))
+}
+
+// sendEnd publishes the end record, waiting for room until deadline (zero:
+// not at all; a peer that does not read learns from the socket instead).
+func (c *conn) sendEnd(deadline time.Time) error {
+	p := &c.out
+	for {
+		p.mu.Lock()
+		if p.endSent {
+			p.mu.Unlock()
+			return nil
+		}
+		pos, _, ok, err := p.reserve(wordLen, wordLen, slotWriting)
+		tail, epoch := p.tail, p.freed.Load()
+		if ok {
+			p.endSent = true
+			p.written(pos, wordLen, kindEnd)
+			p.publish()
+		}
+		p.mu.Unlock()
+		switch {
+		case err != nil:
+			return c.protocolError(err)
+		case ok:
+			wakeIfSleeping(p.r.reader)
+			return nil
+		case !time.Now().Before(deadline):
+			return c.ringFull(wordLen)
+		}
+		c.waitSpace(deadline, tail, epoch)
+	}
+}
+
+// watch waits on the socket, which carries nothing after the handshake:
+// its end means the peer closed or its process died. Frames it published
+// before are still delivered to a reader that is waiting; with nobody
+// reading and nothing unread, the connection dies at once.
+func (c *conn) watch() {
+	defer c.watching.Done()
+	var b [1]byte
+	n, _ := c.sock.Read(b[:])
+	if c.Err() != nil {
+		return // we closed it
+	}
+	if n > 0 {
+		c.protocolError(fmt.Errorf("%w: the peer wrote on the liveness socket, which carries nothing after the handshake", kernel.ErrMalformedFrame))
+		return
+	}
+	c.peerGone.Store(true)
+	if !c.acquire() {
+		return
+	}
+	defer c.releaseRef()
+	wakeAll(c.in.r.reader)
+	wakeAll(c.out.r.writer)
+	if c.readMu.TryLock() {
+		if c.in.r.head.Load() == c.in.rd {
+			c.peerLeft("it closed the connection or its process exited")
+		}
+		c.readMu.Unlock()
+	}
+}
+
+// ringOffset reports where b starts in the ring this side writes, if it
+// does.
+func (c *conn) ringOffset(b []byte) (uint64, bool) {
+	if cap(b) == 0 {
+		return 0, false
+	}
+	o := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(c.out.r.data)))
+	return uint64(o), o < uintptr(len(c.out.r.data))
+}
+
+// Buffer lends space in the ring itself when there is room for sizeHint
+// bytes (or a default when the caller cannot tell), so that the codec
+// encodes straight into the record WriteFrame publishes; otherwise, a
+// pooled buffer.
+func (c *conn) Buffer(sizeHint int) []byte {
+	capacity := max(sizeHint, 0)
+	if capacity == 0 {
+		capacity = defaultLentCap
+	}
+	n := align8(lentPrefix + capacity)
+	p := &c.out
+	if n > p.maxRecord || c.Err() != nil || c.writeShut.Load() != nil || !c.acquire() {
+		return c.pool.get(sizeHint)
+	}
+	p.mu.Lock()
+	var pos uint64
+	ok := false
+	var err error
+	if p.waiters == 0 && !p.endSent {
+		pos, _, ok, err = p.reserve(n, n, slotLent)
+	}
+	p.mu.Unlock()
+	if !ok {
+		c.releaseRef()
+		if err != nil {
+			c.protocolError(err)
+		}
+		return c.pool.get(sizeHint)
+	}
+	off := int(pos%p.size) + lentPrefix
+	return p.r.data[off : off : off+n-lentPrefix]
+}
+
+// Recycle takes back a buffer from Buffer that will not be sent.
+func (c *conn) Recycle(buf []byte) {
+	if off, ok := c.ringOffset(buf); ok {
+		c.giveBack(off)
+	} else {
+		c.pool.put(buf)
+	}
+}
+
+// giveBack ends the loan of the ring buffer at off: a lent slot becomes
+// padding, an island is let go of. A buffer found in neither is not one
+// this connection lent (or it was given back already).
+func (c *conn) giveBack(off uint64) {
+	p := &c.out
+	p.mu.Lock()
+	found := true
+	freed := false
+	if i := p.findLent(off); i >= 0 {
+		p.recycle(i)
+	} else if p.letGo(off) {
+		freed = p.waiters > 0
+	} else {
+		found = false
+	}
+	p.mu.Unlock()
+	if freed {
+		wakeAll(p.r.writer)
+	}
+	if found {
+		c.releaseRef()
+	}
+}
+
+// writable says why nothing can be written, if so.
+func (c *conn) writable() error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if p := c.writeShut.Load(); p != nil {
+		return *p
+	}
+	if c.peerGone.Load() {
+		return c.peerLeft("it closed the connection or its process exited")
+	}
+	return nil
+}
+
+// WriteFrame publishes f. A payload encoded into a buffer Buffer lent gets
+// its header written in front of it, in place: nothing is copied. Any
+// other payload is copied into the ring once, in chunks if it does not
+// fit in one record. When the ring stays full for wait_timeout (the peer
+// does not read), WriteFrame fails with status ResourceExhausted; nothing
+// of f is delivered, and the connection stays usable.
+func (c *conn) WriteFrame(f *kernel.Frame) error {
+	payload := f.Payload
+	if err := c.writable(); err != nil {
+		c.Recycle(payload)
+		return err
+	}
+	hl := kernel.FrameHeaderLen(f)
+	if n := hl - kernel.FramePrefixLen + len(payload); n > c.t.maxFrame {
+		c.Recycle(payload)
+		return fmt.Errorf("shm-ring: %v frame of %d bytes exceeds max_frame_size %d: %w", f.Type, n, c.t.maxFrame, kernel.ErrFrameTooLarge)
+	}
+	if !c.acquire() {
+		return c.Err()
+	}
+	defer c.releaseRef()
+	off, inRing := c.ringOffset(payload)
+	if !inRing {
+		err := c.writeCopy(f, hl, payload)
+		c.pool.put(payload)
+		return err
+	}
+	p := &c.out
+	p.mu.Lock()
+	i := p.findLent(off)
+	if i >= 0 && hl <= headroom && lentPrefix+len(payload) <= int(p.slots.at(i).size) {
+		s := p.slots.at(i)
+		s.state = slotWriting
+		pos := s.pos
+		p.mu.Unlock()
+		rec := int(pos % p.size)
+		start := lentPrefix - hl
+		kernel.AppendFrameHeader(p.r.data[rec+start:rec+start:rec+lentPrefix], f)
+		putContent(p.r.data, uint64(rec), start, hl+len(payload))
+		c.commit(pos, align8(lentPrefix+len(payload)), kindFrame)
+		c.releaseRef() // the loan's
+		return nil
+	}
+	island := i < 0 && p.isIsland(off)
+	p.mu.Unlock()
+	if i < 0 && !island {
+		return fmt.Errorf("shm-ring: connection %s: the payload points into the ring but not at a buffer Buffer lent (was it sent or recycled already?)", c.remote)
+	}
+	// The header does not fit in front of the payload, or the buffer was
+	// given up on: copy it, then end the loan.
+	err := c.writeCopy(f, hl, payload)
+	c.giveBack(off)
+	return err
+}
+
+// commit marks the record at pos written and publishes what can be.
+func (c *conn) commit(pos uint64, used int, kind uint8) {
+	p := &c.out
+	p.mu.Lock()
+	p.written(pos, used, kind)
+	moved := p.publish()
+	p.mu.Unlock()
+	if moved {
+		wakeIfSleeping(p.r.reader)
+	}
+}
+
+// writeCopy copies f (header hl bytes long) into the ring: one record if
+// it fits, else a chunked frame.
+func (c *conn) writeCopy(f *kernel.Frame, hl int, payload []byte) error {
+	total := hl + len(payload)
+	n := align8(recordHeaderLen + total)
+	p := &c.out
+	if n > p.maxRecord {
+		return c.writeChunked(f, payload)
+	}
+	pos, _, err := c.reserveWait(n, n)
+	if err != nil {
+		return err
+	}
+	rec := int(pos % p.size)
+	putContent(p.r.data, uint64(rec), recordHeaderLen, total)
+	b := rec + recordHeaderLen
+	kernel.AppendFrameHeader(p.r.data[b:b:b+hl], f)
+	copy(p.r.data[b+hl:b+total], payload)
+	c.commit(pos, n, kindFrame)
+	return nil
+}
+
+// writeChunked streams a frame too large for one record through the ring
+// in pieces, each as large as the room there is (at least minChunk), so
+// that the peer copies one piece out while the next is copied in.
+func (c *conn) writeChunked(f *kernel.Frame, payload []byte) error {
+	c.streamMu.Lock()
+	defer c.streamMu.Unlock()
+	p := &c.out
+	c.header = kernel.AppendFrameHeader(c.header[:0], f)
+	hdr := c.header
+	total := len(hdr) + len(payload)
+	minChunk := p.maxRecord / 4
+	kind := uint8(kindFirstChunk)
+	for sent := 0; sent < total; {
+		want := min(align8(recordHeaderLen+total-sent), p.maxRecord)
+		pos, n, err := c.reserveWait(min(minChunk, want), want)
+		if err != nil {
+			if sent > 0 {
+				p.mu.Lock()
+				p.abortOwed = true
+				p.mu.Unlock()
+			}
+			return err
+		}
+		piece := min(n-recordHeaderLen, total-sent)
+		rec := int(pos % p.size)
+		dst := p.r.data[rec+recordHeaderLen : rec+recordHeaderLen+piece]
+		k := 0
+		if sent < len(hdr) {
+			k = copy(dst, hdr[sent:])
+		}
+		copy(dst[k:], payload[max(sent-len(hdr), 0):])
+		putContent(p.r.data, uint64(rec), recordHeaderLen, piece)
+		c.commit(pos, align8(recordHeaderLen+piece), kind)
+		sent += piece
+		kind = kindChunk
+	}
+	if cap(c.header) > maxKeptHeader {
+		c.header = nil
+	}
+	return nil
+}
+
+// maxKeptHeader bounds the header buffer a connection keeps between
+// chunked frames.
+const maxKeptHeader = 64 << 10
+
+// reserveWait reserves between minN and maxN bytes for a record this
+// goroutine writes now, waiting up to wait_timeout for the reader to make
+// room.
+func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
+	p := &c.out
+	var deadline time.Time
+	waiting := false
+	defer func() {
+		if waiting {
+			p.mu.Lock()
+			p.waiters--
+			p.mu.Unlock()
+		}
+	}()
+	for {
+		if err := c.writable(); err != nil {
+			return 0, 0, err
+		}
+		p.mu.Lock()
+		if p.endSent {
+			p.mu.Unlock()
+			return 0, 0, fmt.Errorf("shm-ring: connection %s: write side %w", c.remote, kernel.ErrClosed)
+		}
+		pos, n, ok, err := p.reserve(minN, maxN, slotWriting)
+		tail, epoch := p.tail, p.freed.Load()
+		if !ok && err == nil && !waiting {
+			p.waiters++
+			waiting = true
+		}
+		p.mu.Unlock()
+		switch {
+		case err != nil:
+			return 0, 0, c.protocolError(err)
+		case ok:
+			return pos, n, nil
+		case deadline.IsZero():
+			deadline = time.Now().Add(c.t.waitTimeout)
+		case !time.Now().Before(deadline):
+			return 0, 0, c.ringFull(minN)
+		}
+		c.waitSpace(deadline, tail, epoch)
+	}
+}
+
+func (c *conn) ringFull(n int) error {
+	return &kernel.Status{Code: kernel.ResourceExhausted, Message: fmt.Sprintf(
+		"shm-ring: connection %s: no room for a %d-byte record in the %d-byte ring for %s: the peer is not reading; retry later, or raise ring_size or wait_timeout",
+		c.remote, n, c.out.size, c.t.waitTimeout)}
+}
+
+// waitSpace waits until the reader released more than tail, an island
+// was let go, the connection died, or deadline passed: polling
+// first, then asleep on the writer futex word.
+func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
+	p := &c.out
+	progress := func() bool {
+		return p.r.tail.Load() != tail || p.freed.Load() != epoch || c.Err() != nil || c.peerGone.Load()
+	}
+	start := time.Now()
+	for i := 1; c.t.spin > 0; i++ {
+		if progress() {
+			return
+		}
+		if i%spinCheck == 0 {
+			if time.Since(start) >= c.t.spin {
+				break
+			}
+			yield()
+		}
+	}
+	// Several writers may sleep on the word: none clears it on waking, or
+	// it could clear another's declaration. The reader clears it when it
+	// wakes them all; a stale one costs the reader one needless wake-up.
+	w := p.r.writer
+	w.Store(sleeping)
+	if d := time.Until(deadline); d > 0 && !progress() {
+		// A reader asleep may hold frames it could list: wake it to do so.
+		wakeIfSleeping(p.r.reader)
+		futexSleep(w, sleeping, d)
+	}
+}
+
+// spinCheck is how many polls pass between clock reads while spinning.
+const spinCheck = 64
+
+// ReadFrame returns the next frame. A frame that fit in one record is
+// lent from the ring in place until its Release; a chunked one was
+// assembled in a pooled buffer. When ctx ends first it returns ctx's
+// error and the connection stays usable.
+func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	if ctx.Done() != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if !c.acquire() {
+		return nil, c.Err()
+	}
+	defer c.releaseRef()
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	in := &c.in
+	for {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+		if in.rd == in.head {
+			if err := in.loadHead(); err != nil {
+				return nil, c.protocolError(err)
+			}
+		}
+		if in.rd == in.head {
+			if c.peerGone.Load() {
+				if err := in.loadHead(); err != nil {
+					return nil, c.protocolError(err)
+				}
+				if in.rd == in.head {
+					return nil, c.peerLeft("it closed the connection or its process exited")
+				}
+				continue
+			}
+			if err := c.waitData(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if f, err := c.readRecord(); f != nil || err != nil {
+			return f, err
+		}
+	}
+}
+
+// readRecord consumes the record at the read position and returns the
+// frame it completes, if any.
+func (c *conn) readRecord() (*kernel.Frame, error) {
+	in := &c.in
+	rec, err := in.parse()
+	if err != nil {
+		return nil, c.protocolError(err)
+	}
+	start, end := in.rd, in.rd+uint64(rec.size)
+	in.rd = end
+	switch rec.kind {
+	case kindFrame:
+		rf := in.getFrame(c)
+		if err := in.decode(rec.content, &rf.f); err != nil {
+			in.putFrame(rf)
+			in.consumed(end)
+			return nil, c.protocolError(err)
+		}
+		if rf.f.Type == kernel.FramePing || rf.f.Type == kernel.FramePong {
+			// Liveness is the socket's job; a peer's probe needs no answer.
+			in.putFrame(rf)
+			in.consumed(end)
+			return nil, nil
+		}
+		c.refs.Add(1) // the loan's; the reader's own reference keeps refs above zero
+		rf.seq = in.hold(start, end)
+		rf.f.SetOwner(rf)
+		return &rf.f, nil
+	case kindFirstChunk, kindChunk:
+		f, err := c.assemble(rec)
+		in.consumed(end) // only now: the piece is copied out
+		return f, err
+	case kindAbort:
+		in.consumed(end)
+		c.pool.put(in.asm)
+		in.asm = nil
+		return nil, nil
+	case kindEnd:
+		in.consumed(end)
+		return nil, c.peerLeft("it closed its side of the connection")
+	default: // padding and wrap markers
+		in.consumed(end)
+		return nil, nil
+	}
+}
+
+// assemble adds a chunk to the frame being assembled and returns the
+// frame once it is whole.
+func (c *conn) assemble(rec record) (*kernel.Frame, error) {
+	in := &c.in
+	if rec.kind == kindFirstChunk {
+		if in.asm != nil {
+			return nil, c.protocolError(corrupt("a chunked frame began before the previous one ended"))
+		}
+		n, err := kernel.ReadFrameLength(rec.content, in.maxFrame)
+		if err != nil {
+			return nil, c.protocolError(err)
+		}
+		in.asmLen = kernel.FramePrefixLen + n
+		in.asm = c.pool.get(in.asmLen)[:0]
+	} else if in.asm == nil {
+		return nil, c.protocolError(corrupt("a piece of a chunked frame arrived without its beginning"))
+	}
+	if len(in.asm)+len(rec.content) > in.asmLen {
+		return nil, c.protocolError(corrupt("the pieces of a chunked frame add up to more than its length %d", in.asmLen-kernel.FramePrefixLen))
+	}
+	in.asm = append(in.asm, rec.content...)
+	if len(in.asm) < in.asmLen {
+		return nil, nil
+	}
+	rf := in.getFrame(c)
+	rf.buf, in.asm = in.asm, nil
+	err := in.decode(rf.buf, &rf.f)
+	if err == nil && rf.f.Type != kernel.FramePing && rf.f.Type != kernel.FramePong {
+		rf.f.SetOwner(rf)
+		return &rf.f, nil
+	}
+	rf.ReleaseFrame(&rf.f)
+	if err != nil {
+		return nil, c.protocolError(err)
+	}
+	return nil, nil
+}
+
+// waitData waits for the writer to publish, the connection to die or ctx
+// to end: polling while the peer usually answers within the spin budget,
+// then asleep on the reader futex word, which the writer wakes only after
+// seeing it set.
+func (c *conn) waitData(ctx context.Context) error {
+	in := &c.in
+	arrived := func() bool {
+		return in.r.head.Load() != in.rd || c.peerGone.Load() || c.death.Load() != nil
+	}
+	start := time.Now()
+	if spin := c.readWait.budget(c.t.spin); spin > 0 {
+		for i := 1; ; i++ {
+			if arrived() {
+				c.readWait.observe(time.Since(start))
+				return nil
+			}
+			if i%spinCheck == 0 {
+				if time.Since(start) >= spin {
+					break
+				}
+				yield()
+			}
+		}
+	}
+	var d time.Duration
+	if ctx.Done() != nil {
+		if dl, ok := ctx.Deadline(); ok {
+			if d = time.Until(dl); d <= 0 {
+				return ctx.Err()
+			}
+		}
+		stop := context.AfterFunc(ctx, c.interrupt)
+		defer stop()
+	}
+	w := in.r.reader
+	w.Store(sleeping)
+	// A writer waiting for space while this side holds frames: list them,
+	// so that the writer can skip them (it woke us, if we slept, to do so).
+	if in.r.writer.Load() == sleeping && in.islandize() {
+		w.CompareAndSwap(sleeping, awake)
+		return nil
+	}
+	if !arrived() && ctx.Err() == nil {
+		futexSleep(w, sleeping, d)
+	}
+	w.CompareAndSwap(sleeping, awake)
+	c.readWait.observe(time.Since(start))
+	return ctx.Err()
+}
+
+// waitStats keeps a moving average of how long the reader waited for data.
+// While waits are short the reader polls for the whole spin budget; once
+// they are much longer (an idle connection, a slow peer) it polls only
+// briefly, so that waiting does not burn a core. The average counts the
+// time to wake up from a sleep too, which a busy machine makes long: the
+// bar is set well above the budget, so that a few slow wake-ups do not
+// stop the polling that avoids them.
+// Only the reader, under readMu, uses it.
+type waitStats struct{ avg time.Duration }
+
+// idleWaits is how many spin budgets the average wait must exceed for the
+// reader to poll only briefly.
+const idleWaits = 16
+
+func (w *waitStats) budget(spin time.Duration) time.Duration {
+	if w.avg > idleWaits*spin {
+		return spin / 8
+	}
+	return spin
+}
+
+func (w *waitStats) observe(d time.Duration) { w.avg += (d - w.avg) / 8 }
+
+// Buffered reports how many published bytes ReadFrame can take without
+// waiting; only the reader may call it.
+func (c *conn) Buffered() int {
+	if !c.acquire() {
+		return 0
+	}
+	defer c.releaseRef()
+	h := c.in.r.head.Load()
+	if h < c.in.rd || h-c.in.rd > c.in.size {
+		return 0
+	}
+	return int(h - c.in.rd)
+}
+
+// ringFrame is a frame ReadFrame handed out and its owner: Release finds
+// its record, or its assembly buffer, without a lookup.
+type ringFrame struct {
+	f   kernel.Frame
+	c   *conn
+	seq uint64 // the record it is lent from
+	buf []byte // a chunked frame's assembled bytes; nil when lent from the ring
+}
+
+// ReleaseFrame lets the writer reuse the frame's record (or recycles its
+// buffer) and keeps the frame for the next read.
+func (rf *ringFrame) ReleaseFrame(*kernel.Frame) {
+	c := rf.c
+	if rf.buf != nil {
+		c.pool.put(rf.buf)
+		rf.buf = nil
+		c.in.putFrame(rf)
+		return
+	}
+	c.in.release(rf.seq)
+	c.in.putFrame(rf)
+	c.releaseRef()
+}

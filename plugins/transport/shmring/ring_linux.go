@@ -1,0 +1,669 @@
+package shmring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Records. Every record starts at a position that is a multiple of 8 with
+// one 8-byte word, so that a reader always finds a whole word before the
+// ring's end (there is never a 1–7 byte tail to read past):
+//
+//	0  uint32 size   bytes of the record, this word included; a multiple of 8
+//	4  uint8  kind
+//	5  3 bytes zero
+//
+// Records with content (frames and chunks) continue with a second word:
+//
+//	8   uint32 start   where the content begins, from the record's start
+//	12  uint32 length  content bytes
+//
+// A frame record's content is one kernel frame, length prefix included
+// (docs/protocol.md); chunk records carry consecutive pieces of one, the
+// first piece beginning with its length prefix. Integers are in the host's
+// byte order (both ends share the host), except inside the kernel frame.
+const (
+	wordLen         = 8
+	recordHeaderLen = 16
+	// headroom is room left before a lent buffer for the frame header,
+	// which is only known once the payload is encoded. A header that does
+	// not fit (huge metadata) sends the frame by copying it instead.
+	headroom = 240
+	// lentPrefix is where a lent buffer starts inside its record.
+	lentPrefix = recordHeaderLen + headroom
+	// defaultLentCap is what Buffer lends when the caller cannot say how
+	// much it will encode.
+	defaultLentCap = 512
+)
+
+const (
+	kindPad        = 1 // skip: a buffer lent and never sent, or given up on
+	kindWrap       = 2 // the rest of the ring is unused: continue at offset 0
+	kindFrame      = 3 // one whole kernel frame
+	kindFirstChunk = 4 // the first piece of a frame too large for one record
+	kindChunk      = 5 // a further piece of it
+	kindAbort      = 6 // the chunked frame in progress will not be finished
+	kindEnd        = 7 // the writer closed its side: nothing follows
+)
+
+var ne = binary.NativeEndian
+
+func align8(n int) int { return (n + 7) &^ 7 }
+
+// errCorrupt is wrapped by every error about the peer's side of the shared
+// memory: a record or an index that no honest peer writes.
+var errCorrupt = fmt.Errorf("%w: shared memory holds what no kernrpc peer writes", kernel.ErrMalformedFrame)
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errCorrupt}, args...)...)
+}
+
+// fifo is a queue on a reused ring buffer.
+type fifo[T any] struct {
+	buf      []T
+	first, n int
+}
+
+func (q *fifo[T]) at(i int) *T { return &q.buf[(q.first+i)%len(q.buf)] }
+
+func (q *fifo[T]) push(v T) {
+	if q.n == len(q.buf) {
+		grown := make([]T, max(8, 2*len(q.buf)))
+		for i := range q.n {
+			grown[i] = *q.at(i)
+		}
+		q.buf, q.first = grown, 0
+	}
+	q.n++
+	*q.at(q.n - 1) = v
+}
+
+func (q *fifo[T]) dropFront(n int) {
+	q.first, q.n = (q.first+n)%max(len(q.buf), 1), q.n-n
+}
+
+// The producer's slots are the records between the published head and the
+// reservation cursor, in order. A slot is lent (a buffer from Buffer that
+// its holder may still be encoding into), being written by WriteFrame,
+// written and waiting for an earlier slot to be written, or filler that
+// becomes a record of its own when published.
+type slotState uint8
+
+const (
+	slotLent    slotState = iota // Buffer lent it; its holder may still write into it
+	slotWriting                  // a writer copies a record into it now
+	slotWritten                  // complete; published once nothing before it is being written
+	slotDead                     // nothing in it: published as padding
+	slotWrap                     // the rest of the ring: published as a wrap marker
+	slotAbort                    // published as an abort record
+)
+
+type slot struct {
+	pos   uint64 // ring position of the record
+	size  uint32 // bytes reserved
+	state slotState
+	kind  uint8 // slotWritten: the record's kind
+}
+
+// island is ring space the writer must not reuse yet and skips (covers
+// with padding) every time it comes round to it. Its own islands are lent
+// buffers passed over while their holders still had them, kept until the
+// buffer is sent (copied elsewhere) or recycled; the reader's are records
+// whose frames are still lent out although its tail moved past them, kept
+// until released (see consumer.islandize).
+type island struct{ off, size uint64 }
+
+// producer writes one direction. Writers reserve space under mu, write
+// their record without it, then publish under mu again. Records are
+// published in ring order; a lent buffer still unwritten when a later
+// record is published becomes an island, so that a held buffer never
+// stalls the other writers.
+type producer struct {
+	r         ringView
+	size      uint64
+	maxRecord int
+
+	mu        sync.Mutex
+	head      uint64 // published
+	cursor    uint64 // reserved up to here
+	tail      uint64 // the reader's last release, as validated
+	slots     fifo[slot]
+	islands   []island // this side's
+	peer      []island // the reader's, as read with the tail
+	abortOwed bool     // a chunked frame was given up on: an abort record must precede the next record
+	waiters   int      // writers waiting for space: Buffer lends nothing meanwhile, so they are not overtaken
+	endSent   bool
+	fill      []filler // reserve's scratch
+
+	freed atomic.Uint64 // counts islands let go of, so that a waiter does not sleep through one
+}
+
+func newProducer(r ringView) producer {
+	return producer{r: r, size: uint64(len(r.data)), maxRecord: len(r.data) / 4}
+}
+
+// loadTail reads the reader's release index, which must lie between what
+// it released before and what was published, and then the records it
+// holds past it. The reader lists a record before it moves the tail past
+// it, so the table read after the tail has every record the tail passed
+// and the writer could reach; later ones are left for the next load.
+func (p *producer) loadTail() error {
+	t := p.r.tail.Load()
+	if t < p.tail || t > p.head {
+		return corrupt("the reader's tail moved to %d, outside [%d, %d]", t, p.tail, p.head)
+	}
+	p.tail = t
+	p.peer = p.peer[:0]
+	if p.r.nheld.Load() == 0 {
+		return nil
+	}
+	for i := range p.r.held {
+		e := &p.r.held[i]
+		end := e[1].Load()
+		if end == 0 {
+			continue
+		}
+		start := e[0].Load()
+		if e[1].Load() != end || end > t {
+			// Released and reused meanwhile, or listed and not passed yet:
+			// either way, past what this tail lets the writer reach.
+			continue
+		}
+		if start%8 != 0 || start >= end || end-start > uint64(p.maxRecord) {
+			return corrupt("held record [%d, %d) is not a record", start, end)
+		}
+		p.peer = append(p.peer, island{off: start % p.size, size: end - start})
+	}
+	return nil
+}
+
+// islandAt returns an island that overlaps [off, off+n), or false.
+func (p *producer) islandAt(off, n uint64) (island, bool) {
+	for _, list := range [2][]island{p.islands, p.peer} {
+		for _, is := range list {
+			if is.off < off+n && off < is.off+is.size {
+				return is, true
+			}
+		}
+	}
+	return island{}, false
+}
+
+// fillers are the slots a reservation puts before its record.
+type filler struct {
+	size  uint64
+	state slotState
+}
+
+// reserve takes between minN and maxN contiguous bytes (multiples of 8,
+// maxN <= maxRecord) for a record in state st. On the way it puts an
+// abort record if one is owed, a wrap marker when minN does not fit
+// before the ring's end, and padding over islands. ok is false when there
+// is not enough space now.
+func (p *producer) reserve(minN, maxN int, st slotState) (pos uint64, n int, ok bool, err error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		if attempt == 1 {
+			if err := p.loadTail(); err != nil {
+				return 0, 0, false, err
+			}
+		}
+		rewind := attempt == 0 && p.rewind(minN)
+		free := p.tail + p.size - p.cursor
+		at, fill := p.cursor, p.fill[:0]
+		if rewind {
+			toEnd := p.size - at%p.size
+			fill = append(fill, filler{toEnd, slotWrap})
+			at += toEnd
+		}
+		if p.abortOwed {
+			// An abort word always fits before the end: offsets are
+			// multiples of 8.
+			fill = append(fill, filler{wordLen, slotAbort})
+			at += wordLen
+		}
+		for at-p.cursor <= free {
+			off := at % p.size
+			toEnd := p.size - off
+			if toEnd < uint64(minN) {
+				fill = append(fill, filler{toEnd, slotWrap})
+				at += toEnd
+				continue
+			}
+			is, hit := p.islandAt(off, uint64(minN))
+			if !hit {
+				break
+			}
+			skip := is.off + is.size - off
+			fill = append(fill, filler{skip, slotDead})
+			at += skip
+		}
+		p.fill = fill[:0]
+		if at-p.cursor+uint64(minN) > free {
+			continue
+		}
+		off := at % p.size
+		avail := min(free-(at-p.cursor), p.size-off)
+		for _, list := range [2][]island{p.islands, p.peer} {
+			for _, is := range list {
+				if is.off >= off {
+					avail = min(avail, is.off-off)
+				}
+			}
+		}
+		n = int(min(uint64(maxN), avail))
+		for _, f := range fill {
+			p.slots.push(slot{pos: p.cursor, size: uint32(f.size), state: f.state})
+			p.cursor += f.size
+		}
+		p.abortOwed = false
+		pos = p.cursor
+		p.slots.push(slot{pos: pos, size: uint32(n), state: st})
+		p.cursor += uint64(n)
+		return pos, n, true, nil
+	}
+	return 0, 0, false, nil
+}
+
+// hotWindow is how far into the ring the writer goes while the reader
+// keeps up: past it, with every record released, the next one starts again
+// at offset 0, so that the pages both sides touch stay in their caches
+// instead of the whole ring streaming through them.
+const hotWindow = 128 << 10
+
+// rewind reports whether to wrap to the ring's start now, before the end:
+// the ring is empty, the cursor is past hotWindow, and the record fits
+// in the space the wrap leaves.
+func (p *producer) rewind(minN int) bool {
+	off := p.cursor % p.size
+	if off < hotWindow || off < uint64(minN) || p.slots.n > 0 || len(p.islands) > 0 || p.abortOwed {
+		return false
+	}
+	return p.loadTail() == nil && p.tail == p.head && len(p.peer) == 0
+}
+
+// find returns the index of the slot at pos, or -1.
+func (p *producer) find(pos uint64) int {
+	for i := range p.slots.n {
+		if p.slots.at(i).pos == pos {
+			return i
+		}
+	}
+	return -1
+}
+
+// findLent returns the lent slot whose buffer starts at ring offset off.
+func (p *producer) findLent(off uint64) int {
+	for i := range p.slots.n {
+		if s := p.slots.at(i); s.state == slotLent && (s.pos%p.size)+lentPrefix == off {
+			return i
+		}
+	}
+	return -1
+}
+
+// letGo forgets the island whose buffer starts at ring offset off and
+// reports whether there was one.
+func (p *producer) letGo(off uint64) bool {
+	for i, is := range p.islands {
+		if is.off+lentPrefix == off {
+			p.islands = append(p.islands[:i], p.islands[i+1:]...)
+			p.freed.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+// isIsland reports whether an island's buffer starts at ring offset off.
+func (p *producer) isIsland(off uint64) bool {
+	for _, is := range p.islands {
+		if is.off+lentPrefix == off {
+			return true
+		}
+	}
+	return false
+}
+
+// written marks the slot at pos complete with a record of the given kind,
+// giving back the unused end of the reservation if nothing follows it.
+func (p *producer) written(pos uint64, used int, kind uint8) {
+	i := p.find(pos)
+	s := p.slots.at(i)
+	if i == p.slots.n-1 && used < int(s.size) {
+		p.cursor -= uint64(int(s.size) - used)
+		s.size = uint32(used)
+	}
+	s.state, s.kind = slotWritten, kind
+}
+
+// recycle turns the lent slot at index i into padding, and gives back the
+// space of the filler at the end.
+func (p *producer) recycle(i int) {
+	p.slots.at(i).state = slotDead
+	for p.slots.n > 0 {
+		last := p.slots.at(p.slots.n - 1)
+		if last.state != slotDead && last.state != slotWrap {
+			break
+		}
+		p.cursor = last.pos
+		p.slots.n--
+	}
+}
+
+// publish publishes every slot up to the last written one that no slot
+// being written precedes, and reports whether head moved. Slots passed on
+// the way become padding, wrap markers or abort records; lent ones become
+// islands.
+func (p *producer) publish() bool {
+	last := -1
+	for i := range p.slots.n {
+		s := p.slots.at(i)
+		if s.state == slotWriting {
+			break
+		}
+		if s.state == slotWritten {
+			last = i
+		}
+	}
+	if last < 0 {
+		return false
+	}
+	for i := 0; i <= last; i++ {
+		s := p.slots.at(i)
+		kind := uint8(kindPad)
+		switch s.state {
+		case slotWritten:
+			kind = s.kind
+		case slotWrap:
+			kind = kindWrap
+		case slotAbort:
+			kind = kindAbort
+		case slotLent:
+			p.islands = append(p.islands, island{off: s.pos % p.size, size: uint64(s.size)})
+		}
+		putWord(p.r.data, s.pos%p.size, s.size, kind)
+	}
+	end := p.slots.at(last).pos + uint64(p.slots.at(last).size)
+	p.slots.dropFront(last + 1)
+	p.head = end
+	p.r.head.Store(end)
+	return true
+}
+
+func putWord(data []byte, off uint64, size uint32, kind uint8) {
+	w := data[off : off+wordLen]
+	ne.PutUint32(w, size)
+	w[4], w[5], w[6], w[7] = kind, 0, 0, 0
+}
+
+// putContent writes a content record's second word.
+func putContent(data []byte, off uint64, start, length int) {
+	ne.PutUint32(data[off+8:], uint32(start))
+	ne.PutUint32(data[off+12:], uint32(length))
+}
+
+// consumer reads one direction. Records are read in order by the one
+// goroutine holding the reading role; frames lent from the ring are
+// released in any order, and the tail the writer may reuse up to moves
+// over released records only.
+type consumer struct {
+	r        ringView
+	size     uint64
+	maxFrame int
+
+	// The reader's, under conn.readMu.
+	rd     uint64 // the next record
+	head   uint64 // published, as last loaded and validated
+	in     kernel.Interner
+	fields []byte // a private copy of the frame header being decoded
+	asm    []byte // the chunked frame being assembled; nil when none
+	asmLen int    // its total length
+
+	mu       sync.Mutex
+	tail     uint64          // released up to here (stored to r.tail)
+	held     fifo[heldEntry] // read records the tail has not passed, in order
+	heldBase uint64          // sequence number of held's first entry
+	nextSeq  uint64
+	passed   map[uint64]int // listed records the tail passed: sequence number → table entry
+	free     []int          // free entries of the held table
+	frames   []*ringFrame   // free list
+}
+
+type heldEntry struct {
+	start, end uint64
+	released   bool
+	listed     int // 1 + its entry in the held table, once listed; 0 before
+}
+
+func newConsumer(r ringView, maxFrame int) consumer {
+	free := make([]int, maxHeld)
+	for i := range free {
+		free[i] = maxHeld - 1 - i
+	}
+	return consumer{r: r, size: uint64(len(r.data)), maxFrame: maxFrame, passed: map[uint64]int{}, free: free}
+}
+
+// loadHead reads the writer's publish index, which must not go back nor
+// run more than a ring ahead of what this side released.
+func (c *consumer) loadHead() error {
+	h := c.r.head.Load()
+	if h < c.head || h-c.rd > c.size {
+		return corrupt("the writer's head moved to %d (reading at %d, ring of %d)", h, c.rd, c.size)
+	}
+	c.head = h
+	return nil
+}
+
+// record is what the record at rd says, checked against the ring.
+type record struct {
+	kind    uint8
+	size    uint32
+	content []byte // frames and chunks: capped at its end, so appending cannot reach the next record
+}
+
+// parse reads and checks the record at rd; head > rd. Every field is read
+// from shared memory once and checked before use: the peer can write
+// anything there, at any time.
+func (c *consumer) parse() (record, error) {
+	off := c.rd % c.size
+	avail, toEnd := c.head-c.rd, c.size-off
+	w := c.r.data[off : off+wordLen]
+	size, kind := ne.Uint32(w), w[4]
+	switch {
+	case size < wordLen || size%8 != 0:
+		return record{}, corrupt("record of %d bytes at %d: want a positive multiple of 8", size, c.rd)
+	case uint64(size) > avail || uint64(size) > toEnd:
+		return record{}, corrupt("record of %d bytes at %d runs past what was published (%d) or the ring's end (%d)", size, c.rd, avail, toEnd)
+	}
+	rec := record{kind: kind, size: size}
+	switch kind {
+	case kindPad, kindAbort, kindEnd:
+	case kindWrap:
+		if uint64(size) != toEnd {
+			return record{}, corrupt("wrap marker of %d bytes at %d does not reach the ring's end (%d)", size, c.rd, toEnd)
+		}
+	case kindFrame, kindFirstChunk, kindChunk:
+		if size < recordHeaderLen {
+			return record{}, corrupt("content record of %d bytes at %d is shorter than its header", size, c.rd)
+		}
+		start, length := ne.Uint32(c.r.data[off+8:]), ne.Uint32(c.r.data[off+12:])
+		if start < recordHeaderLen || start > size || length > size-start {
+			return record{}, corrupt("content [%d, +%d) of the %d-byte record at %d is outside it", start, length, size, c.rd)
+		}
+		b, e := off+uint64(start), off+uint64(start)+uint64(length)
+		rec.content = c.r.data[b:e:e]
+	default:
+		return record{}, corrupt("record of unknown kind %d at %d", kind, c.rd)
+	}
+	return rec, nil
+}
+
+// decode decodes the kernel frame in b, which must hold exactly one, into
+// f. The header is decoded from a private copy, so that a peer rewriting
+// it meanwhile can confuse nothing but its own frame; the payload stays
+// where it is (capped, so appending to it allocates).
+func (c *consumer) decode(b []byte, f *kernel.Frame) error {
+	n, err := kernel.ReadFrameLength(b, c.maxFrame)
+	if err != nil {
+		return err
+	}
+	if kernel.FramePrefixLen+n != len(b) {
+		return corrupt("frame length %d does not match its record's content of %d bytes", n, len(b)-kernel.FramePrefixLen)
+	}
+	body := b[kernel.FramePrefixLen:]
+	hl := kernel.FrameFixedLen + int(binary.BigEndian.Uint32(body[12:16]))
+	if hl < kernel.FrameFixedLen || hl > len(body) {
+		return fmt.Errorf("%w: fields length runs past the frame end", kernel.ErrMalformedFrame)
+	}
+	c.fields = append(c.fields[:0], body[:hl]...)
+	if err := kernel.DecodeFrame(c.fields, f, &c.in); err != nil {
+		return err
+	}
+	f.Payload = body[hl:len(body):len(body)]
+	return nil
+}
+
+// hold records that the record [start, end) is read but lent out, and
+// returns its sequence number for release.
+func (c *consumer) hold(start, end uint64) uint64 {
+	c.mu.Lock()
+	seq := c.nextSeq
+	c.nextSeq++
+	c.held.push(heldEntry{start: start, end: end})
+	c.mu.Unlock()
+	return seq
+}
+
+// consumed releases at once a record nothing is lent from.
+func (c *consumer) consumed(end uint64) {
+	c.mu.Lock()
+	if c.held.n > 0 {
+		// Released, but the tail waits for the lent records before it.
+		c.held.push(heldEntry{end: end, released: true})
+		c.nextSeq++
+		c.mu.Unlock()
+		return
+	}
+	c.advanceLocked(end)
+	c.mu.Unlock()
+	wakeIfSleeping(c.r.writer)
+}
+
+// release lets the writer reuse the record seq once every record before
+// it is released too, or at once if it is listed.
+func (c *consumer) release(seq uint64) {
+	c.mu.Lock()
+	if seq < c.heldBase {
+		c.unlist(c.passed[seq])
+		delete(c.passed, seq)
+		c.mu.Unlock()
+		return
+	}
+	e := c.held.at(int(seq - c.heldBase))
+	e.released = true
+	c.unlist(e.listed)
+	e.listed = 0
+	moved := c.passLocked()
+	c.mu.Unlock()
+	if moved {
+		wakeIfSleeping(c.r.writer)
+	}
+}
+
+// islandize lists the records whose frames are lent out in the held table,
+// as far as it has room, and moves the tail past them: called when the
+// writer waits for space, so that a frame held long (a slow handler
+// reading its request in place) costs the writer a record's space, not the
+// whole ring. It reports whether the tail moved.
+func (c *consumer) islandize() bool {
+	c.mu.Lock()
+	for i := 0; i < c.held.n && len(c.free) > 0; i++ {
+		e := c.held.at(i)
+		if e.released || e.listed != 0 {
+			continue
+		}
+		k := c.free[len(c.free)-1]
+		c.free = c.free[:len(c.free)-1]
+		// Listed before the tail moves past it: see producer.loadTail.
+		c.r.held[k][0].Store(e.start)
+		c.r.held[k][1].Store(e.end)
+		c.r.nheld.Add(1)
+		e.listed = k + 1
+	}
+	moved := c.passLocked()
+	c.mu.Unlock()
+	if moved {
+		wakeIfSleeping(c.r.writer)
+	}
+	return moved
+}
+
+// unlist frees entry listed-1 of the held table (none if listed is 0).
+func (c *consumer) unlist(listed int) {
+	if listed == 0 {
+		return
+	}
+	k := listed - 1
+	c.r.held[k][1].Store(0)
+	c.r.held[k][0].Store(0)
+	c.r.nheld.Add(^uint32(0))
+	c.free = append(c.free, k)
+}
+
+// passLocked moves the tail past every leading record that is released or
+// listed, and reports whether it moved; c.mu is held.
+func (c *consumer) passLocked() bool {
+	n := 0
+	for ; n < c.held.n; n++ {
+		e := c.held.at(n)
+		if !e.released && e.listed == 0 {
+			break
+		}
+		if !e.released {
+			c.passed[c.heldBase+uint64(n)] = e.listed
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	c.advanceLocked(c.held.at(n - 1).end)
+	c.held.dropFront(n)
+	c.heldBase += uint64(n)
+	return true
+}
+
+// advanceLocked moves the tail the writer may reuse up to; c.mu is held.
+func (c *consumer) advanceLocked(end uint64) {
+	c.tail = end
+	c.r.tail.Store(end)
+}
+
+// maxFreeFrames bounds the frames a connection keeps for reuse.
+const maxFreeFrames = 256
+
+func (c *consumer) getFrame(owner *conn) *ringFrame {
+	c.mu.Lock()
+	if n := len(c.frames); n > 0 {
+		rf := c.frames[n-1]
+		c.frames[n-1] = nil
+		c.frames = c.frames[:n-1]
+		c.mu.Unlock()
+		return rf
+	}
+	c.mu.Unlock()
+	return &ringFrame{c: owner}
+}
+
+func (c *consumer) putFrame(rf *ringFrame) {
+	rf.f.Reset()
+	rf.buf = nil
+	c.mu.Lock()
+	if len(c.frames) < maxFreeFrames {
+		c.frames = append(c.frames, rf)
+	}
+	c.mu.Unlock()
+}

@@ -1,0 +1,287 @@
+package shmring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+var (
+	_ kernel.Transport             = (*transport)(nil)
+	_ kernel.TransportCapabilities = (*transport)(nil)
+	_ kernel.Listener              = (*listener)(nil)
+)
+
+// transport holds validated options; listeners and connections it makes
+// are their callers' to close.
+type transport struct {
+	ringSize    int
+	maxFrame    int
+	spin        time.Duration
+	waitTimeout time.Duration
+	allowUIDs   []uint32 // this process's own uid first
+	log         *slog.Logger
+}
+
+// New builds an shm-ring transport from o (nil means DefaultOptions),
+// naming the bad option when one is invalid.
+func New(o *Options) (kernel.Transport, error) {
+	if o == nil {
+		o = DefaultOptions()
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	t := &transport{
+		ringSize:    int(o.RingSize),
+		maxFrame:    int(o.MaxFrameSize),
+		spin:        o.Spin.D(),
+		waitTimeout: o.WaitTimeout.D(),
+		allowUIDs:   append([]uint32{uint32(os.Getuid())}, o.AllowUIDs...),
+		log:         o.Logger,
+	}
+	if t.log == nil {
+		t.log = slog.Default()
+	}
+	return t, nil
+}
+
+// LendsMemory is true: Buffer lends ring space and read payloads live in
+// the ring until released.
+func (t *transport) LendsMemory() bool { return true }
+
+func (t *transport) allowed(uid uint32) bool { return slices.Contains(t.allowUIDs, uid) }
+
+// socketPath turns an address into the Unix socket path to listen on or
+// dial: "/path/x.sock", "shm-ring:///path/x.sock", or "@name" for an
+// abstract socket (Linux), which leaves no file behind. auto is set for a
+// host:port address with port 0, the kernel's default address: like TCP's
+// port 0, it asks the listener for a fresh name.
+func socketPath(addr string) (path string, auto bool, err error) {
+	p := strings.TrimPrefix(addr, "shm-ring://")
+	if p == "" {
+		return "", false, fmt.Errorf("shm-ring: empty address: give a Unix socket path such as /run/kernrpc/echo.sock")
+	}
+	if _, port, err := net.SplitHostPort(p); err == nil && !strings.Contains(p, "/") {
+		if port == "0" {
+			return "", true, nil
+		}
+		return "", false, fmt.Errorf("shm-ring: address %q is host:port, but shm-ring listens on a Unix socket path such as /run/kernrpc/echo.sock (or port 0 for a fresh abstract name)", addr)
+	}
+	return p, false, nil
+}
+
+// Listen listens on the Unix socket at addr. A socket file left by a
+// process that died is replaced; one a live server listens on is not.
+func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, error) {
+	path, auto, err := socketPath(addr)
+	if err != nil {
+		return nil, err
+	}
+	if auto {
+		path = fmt.Sprintf("@kernrpc-shm-ring-%d-%016x", os.Getpid(), rand.Uint64())
+	} else if err := removeStaleSocket(ctx, path); err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("shm-ring: listen on %s: %w", path, err)
+	}
+	l := &listener{
+		t:       t,
+		ln:      ln.(*net.UnixListener),
+		addr:    path,
+		ready:   make(chan kernel.Conn),
+		closed:  make(chan struct{}),
+		shaking: make(map[*net.UnixConn]struct{}),
+	}
+	l.loops.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// removeStaleSocket removes the socket file at path if nobody listens on
+// it any more (its server was killed, say), so that a restarted server
+// does not fail with "address already in use".
+func removeStaleSocket(ctx context.Context, path string) error {
+	if strings.HasPrefix(path, "@") {
+		return nil
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil // absent, or not a socket: Listen says what is wrong
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", path)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("shm-ring: listen on %s: another server is listening there", path)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("shm-ring: listen on %s: remove the stale socket left by a dead server: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// Dial connects to the listener at addr and attaches: it receives the
+// segment and maps it, all within ctx's deadline.
+func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	path, auto, err := socketPath(addr)
+	if err == nil && auto {
+		err = fmt.Errorf("shm-ring: cannot dial %q: port 0 names no listener; dial the address the listener reports", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("shm-ring: dial %s: %w", path, err)
+	}
+	uc := nc.(*net.UnixConn)
+	if dl, ok := ctx.Deadline(); ok {
+		uc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(aLongTimeAgo) })
+	c, err := t.attachClient(uc, path)
+	if !stop() || err != nil {
+		uc.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("shm-ring: dial %s: %w", path, err)
+	}
+	uc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// listener accepts sockets on a goroutine of its own and attaches each
+// client on another, so that a client that stalls in its handshake holds
+// up nobody; Accept takes attached connections from ready.
+type listener struct {
+	t         *transport
+	ln        *net.UnixListener
+	addr      string
+	ready     chan kernel.Conn
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	mu      sync.Mutex
+	shaking map[*net.UnixConn]struct{} // handshakes in progress, closed by Close
+	loops   sync.WaitGroup             // the accept loop and the handshakes
+}
+
+// Accept waits for the next attached client.
+func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.closed:
+		return nil, fmt.Errorf("shm-ring: listener %s: %w", l.addr, kernel.ErrClosed)
+	}
+}
+
+func (l *listener) acceptLoop() {
+	defer l.loops.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		uc, err := l.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
+			}
+			l.t.log.Warn("shm-ring: accept failed; retrying", "listener", l.addr, "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-l.closed:
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		l.mu.Lock()
+		select {
+		case <-l.closed:
+			l.mu.Unlock()
+			uc.Close()
+			return
+		default:
+		}
+		l.shaking[uc] = struct{}{}
+		l.loops.Add(1)
+		l.mu.Unlock()
+		go l.attach(uc)
+	}
+}
+
+// attach runs one server handshake and hands the connection to Accept.
+func (l *listener) attach(uc *net.UnixConn) {
+	defer l.loops.Done()
+	uc.SetDeadline(time.Now().Add(l.t.waitTimeout))
+	c, err := l.t.attachServer(uc, l.addr)
+	l.mu.Lock()
+	delete(l.shaking, uc)
+	l.mu.Unlock()
+	if err != nil {
+		uc.Close()
+		select {
+		case <-l.closed:
+		default:
+			l.t.log.Warn("shm-ring: client not attached", "listener", l.addr, "err", err)
+		}
+		return
+	}
+	uc.SetDeadline(time.Time{})
+	select {
+	case l.ready <- c:
+	case <-l.closed:
+		c.Close()
+	}
+}
+
+// Addr is the socket path clients dial.
+func (l *listener) Addr() string { return l.addr }
+
+// Close stops accepting and removes the socket file; attached connections
+// stay. It is idempotent.
+func (l *listener) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		close(l.closed)
+		for uc := range l.shaking {
+			uc.Close()
+		}
+		l.mu.Unlock()
+		if err = l.ln.Close(); err != nil {
+			err = fmt.Errorf("shm-ring: close listener %s: %w", l.addr, err)
+		}
+		l.loops.Wait()
+	})
+	return err
+}
