@@ -362,9 +362,15 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 		return fmt.Errorf("shm-ring: connection %s: the payload points into the ring but not at a buffer Buffer lent (was it sent or recycled already?)", c.remote)
 	}
 	// The header does not fit in front of the payload, or the buffer was
-	// given up on: copy it, then end the loan.
-	err := c.writeCopy(f, hl, payload)
+	// given up on (an island). Its ring space is freed before this writer
+	// waits for room to copy it to: writers that each hold lent space while
+	// waiting for more can fill the ring between them and wait forever (64
+	// callers on a 64 KiB ring did). So the payload moves to the heap
+	// first, a second copy on this path only.
+	moved := append(c.pool.get(len(payload)), payload...)
 	c.giveBack(off)
+	err := c.writeCopy(f, hl, moved)
+	c.pool.put(moved)
 	return err
 }
 

@@ -55,8 +55,10 @@
 // reserves its record, fills it without a lock, and records are published
 // in ring order. A lent buffer that is still being filled when a later
 // record is published is turned into padding and its space held back until
-// its holder sends it (by copying it to a new record) or recycles it, so
-// one slow encoder never holds up the others. A frame larger than a
+// its holder sends or recycles it, so one slow encoder never holds up the
+// others. Sending it frees that space before waiting for room for a new
+// record (the payload goes through the heap), so holders waiting for room
+// cannot fill the ring between them. A frame larger than a
 // quarter of the ring goes through in chunks, each copied in by the writer
 // and out by the reader as soon as it lands, so a frame of any size up to
 // max_frame_size passes through a ring of any size.
