@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -37,22 +36,10 @@ func readMachine() machine {
 		}
 		f.Close()
 	}
-	var u syscall.Utsname
-	if syscall.Uname(&u) == nil {
-		m.uname = utsString(u.Sysname[:]) + " " + utsString(u.Release[:]) + " " + utsString(u.Machine[:])
+	if u := uname(); u != "" {
+		m.uname = u
 	}
 	return m
-}
-
-func utsString[T int8 | uint8](field []T) string {
-	var b []byte
-	for _, c := range field {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b)
 }
 
 // machineBusy is the CPU time all processes have used so far, from the
