@@ -311,7 +311,7 @@ func (e *decodeError) Unwrap() error { return e.err }
 func explainDecodeError(err error, opts any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		if te.Type == reflect.TypeFor[Duration]() || te.Type == reflect.TypeFor[Size]() {
+		if te.Type == reflect.TypeFor[Duration]() || te.Type == reflect.TypeFor[Size]() || te.Type == reflect.TypeFor[Code]() {
 			// Their UnmarshalJSON put the whole explanation in Value.
 			return &decodeError{key: te.Field, err: err, msg: te.Value}
 		}

@@ -2,9 +2,12 @@ package kernel
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 )
 
 // Code is the outcome of a call. The set and the numbering are gRPC's, so
@@ -44,6 +47,36 @@ func (c Code) String() string {
 	}
 	return "Code(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
+
+// ParseCode returns the code Code.String spells as name, e.g.
+// "PermissionDenied".
+func ParseCode(name string) (Code, error) {
+	for c, n := range codeNames {
+		if n == name {
+			return Code(c), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a status code; use one of %s", name, strings.Join(codeNames[:], ", "))
+}
+
+// UnmarshalJSON lets config options name a code, as in `code:
+// PermissionDenied`.
+func (c *Code) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err != nil {
+		return valueError(reflect.TypeFor[Code](), "status code %s must be a name such as %q", b, PermissionDenied.String())
+	}
+	code, err := ParseCode(name)
+	if err != nil {
+		return valueError(reflect.TypeFor[Code](), "%v", err)
+	}
+	*c = code
+	return nil
+}
+
+// MarshalText spells the code by name, so that listed defaults read as
+// they are written in a config.
+func (c Code) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // Status is the error a call ends with when it does not succeed. It crosses
 // the wire as a code and a message.

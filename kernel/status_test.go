@@ -2,8 +2,10 @@ package kernel
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +47,27 @@ func TestStatusIsMatchesOnCode(t *testing.T) {
 func TestCodeString(t *testing.T) {
 	if Unauthenticated.String() != "Unauthenticated" || Code(99).String() != "Code(99)" {
 		t.Errorf("got %q and %q", Unauthenticated.String(), Code(99).String())
+	}
+}
+
+func TestCodesDecodeFromConfigByName(t *testing.T) {
+	var opts struct {
+		Code Code `json:"code"`
+	}
+	for c := OK; c <= Unauthenticated; c++ {
+		if err := DecodeOptions(map[string]any{"code": c.String()}, &opts); err != nil || opts.Code != c {
+			t.Errorf("decoding %q: got %v, %v; want %v", c.String(), opts.Code, err, c)
+		}
+	}
+	err := DecodeOptions(map[string]any{"code": "Denied"}, &opts)
+	if err == nil || !strings.Contains(err.Error(), `"Denied" is not a status code`) || !strings.Contains(err.Error(), "PermissionDenied") {
+		t.Errorf("decoding an unknown name: err = %v, want one naming it and listing the codes", err)
+	}
+	if key := optionKeyOf(err); key != "code" {
+		t.Errorf("the error for a bad code names key %q, want \"code\"", key)
+	}
+	opts.Code = PermissionDenied
+	if b, _ := json.Marshal(opts); string(b) != `{"code":"PermissionDenied"}` {
+		t.Errorf("defaults list as %s, want the code by name", b)
 	}
 }

@@ -110,7 +110,7 @@ func rejectCode(cfg *kernel.Config) string {
 		if code, ok := f.Options["code"].(string); ok {
 			return code
 		}
-		return requiremeta.DefaultOptions().Code
+		return requiremeta.DefaultOptions().Code.String()
 	}
 	return "(no require-metadata filter in the config)"
 }

@@ -76,7 +76,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		options map[string]any
 		want    string // in the error
 	}{
-		{"unknown code", map[string]any{"code": "Teapot"}, `option "code": "Teapot" is not a status code; use one of Canceled,`},
+		{"unknown code", map[string]any{"code": "Teapot"}, `option "code": "Teapot" is not a status code; use one of OK, Canceled,`},
 		{"OK is no rejection", map[string]any{"code": "OK"}, `option "code": OK would report a rejected call as a success`},
 		{"empty key", map[string]any{"keys": []any{"tenant", " "}}, `option "keys": entry 1 is empty`},
 		{"unknown option", map[string]any{"key": []any{"tenant"}}, `option "key": unknown key (known keys: code, keys)`},
