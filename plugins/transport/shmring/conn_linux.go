@@ -65,8 +65,7 @@ func newConn(t *transport, sock *net.UnixConn, seg *segment, server bool, local,
 	c := &conn{t: t, sock: sock, seg: seg, local: local, remote: remote, done: make(chan struct{})}
 	c.out = newProducer(seg.ring(outDir))
 	c.in = newConsumer(seg.ring(inDir), t.maxFrame)
-	c.pool.segLo = uintptr(unsafe.Pointer(unsafe.SliceData(seg.mem)))
-	c.pool.segHi = c.pool.segLo + uintptr(len(seg.mem))
+	c.pool = newBufferPool(seg.mem)
 	c.refs.Store(1)
 	c.interrupt = func() {
 		if c.acquire() {

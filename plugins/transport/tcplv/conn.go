@@ -109,6 +109,7 @@ func newConn(t *transport, nc, raw net.Conn) *conn {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+	c.pool.init()
 	c.br = bufio.NewReaderSize(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
 	c.goroutines.Go(c.writeLoop)
@@ -129,10 +130,10 @@ func (r socketReader) Read(p []byte) (int, error) {
 }
 
 // Buffer returns a pooled buffer for an outgoing payload.
-func (c *conn) Buffer(sizeHint int) []byte { return c.pool.get(sizeHint) }
+func (c *conn) Buffer(sizeHint int) []byte { return c.pool.Get(sizeHint) }
 
 // Recycle takes back a buffer from Buffer that will not be sent.
-func (c *conn) Recycle(buf []byte) { c.pool.put(buf) }
+func (c *conn) Recycle(buf []byte) { c.pool.Put(buf) }
 
 func (c *conn) LocalAddr() string     { return c.local }
 func (c *conn) RemoteAddr() string    { return c.remote }
@@ -187,15 +188,15 @@ func (c *conn) QueueFrame(f *kernel.Frame) error { return c.writeFrame(f, true) 
 
 func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	if err := c.Err(); err != nil {
-		c.pool.put(f.Payload)
+		c.pool.Put(f.Payload)
 		return err
 	}
 	if p := c.writeShut.Load(); p != nil {
-		c.pool.put(f.Payload)
+		c.pool.Put(f.Payload)
 		return *p
 	}
 	if n := kernel.FrameHeaderLen(f) - kernel.FramePrefixLen + len(f.Payload); n > c.t.maxFrame {
-		c.pool.put(f.Payload)
+		c.pool.Put(f.Payload)
 		return fmt.Errorf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d: %w", f.Type, n, c.t.maxFrame, kernel.ErrFrameTooLarge)
 	}
 	if f.Type == kernel.FrameRequest {
@@ -209,7 +210,7 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	var err error
 	switch {
 	case c.finSent:
-		c.pool.put(f.Payload)
+		c.pool.Put(f.Payload)
 		err = *c.writeShut.Load()
 	case c.queued.Load() == 0:
 		err = c.writeDirect(f)
@@ -269,7 +270,7 @@ func (c *conn) writeDirect(f *kernel.Frame) error {
 		c.scratch = b[:0]
 	}
 	c.framesOut++
-	c.pool.put(f.Payload)
+	c.pool.Put(f.Payload)
 	return err
 }
 
@@ -281,7 +282,7 @@ func (c *conn) enqueue(f *kernel.Frame, own []byte) {
 	if f.Type == kernel.FramePong {
 		if q.pongs >= maxQueuedPongs {
 			c.qmu.Unlock()
-			c.pool.put(own)
+			c.pool.Put(own)
 			return
 		}
 		q.pongs++
@@ -296,7 +297,7 @@ func (c *conn) enqueue(f *kernel.Frame, own []byte) {
 	q.frames++
 	c.queued.Store(int32(q.frames))
 	c.qmu.Unlock()
-	c.pool.put(own)
+	c.pool.Put(own)
 }
 
 func (c *conn) signalWriter() {
@@ -359,7 +360,7 @@ func (c *conn) flushLocked() error {
 		c.framesOut += uint64(q.frames)
 	}
 	for i := range q.large {
-		c.pool.put(q.large[i].own)
+		c.pool.Put(q.large[i].own)
 		q.large[i] = largePayload{}
 	}
 	q.large = q.large[:0]
@@ -474,7 +475,7 @@ func (c *conn) readFrame() (*pooledFrame, error) {
 			return nil, c.protocolError(err)
 		}
 		c.br.Discard(kernel.FramePrefixLen)
-		c.body, c.got = c.pool.get(n)[:n], 0
+		c.body, c.got = c.pool.Get(n)[:n], 0
 	}
 	for c.got < len(c.body) {
 		n, err := c.br.Read(c.body[c.got:])
