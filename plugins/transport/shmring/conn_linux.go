@@ -49,6 +49,7 @@ type conn struct {
 	pool bufferPool // buffers for frames that do not go through the ring in place
 
 	peerGone  atomic.Bool
+	closing   atomic.Bool // Close began: the socket's end is our doing
 	writeShut atomic.Pointer[error]
 	death     atomic.Pointer[error]
 	done      chan struct{}
@@ -136,6 +137,10 @@ func (c *conn) protocolError(err error) error {
 // already written), closes the socket and lets go of the segment, which
 // is unmapped once every lent frame and buffer is back. It is idempotent.
 func (c *conn) Close() error {
+	// The peer may read the end record and close before this side dies:
+	// its socket closing must not make this connection die of ErrPeerGone
+	// instead of ErrClosed.
+	c.closing.Store(true)
 	if c.Err() == nil && c.acquire() {
 		c.sendEnd(time.Time{})
 		c.releaseRef()
@@ -200,7 +205,7 @@ func (c *conn) watch() {
 	defer c.watching.Done()
 	var b [1]byte
 	n, _ := c.sock.Read(b[:])
-	if c.Err() != nil {
+	if c.Err() != nil || c.closing.Load() {
 		return // we closed it
 	}
 	if n > 0 {
