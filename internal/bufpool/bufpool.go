@@ -11,7 +11,6 @@ package bufpool
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 )
 
 // minClassShift makes 512 B the smallest class: a smaller buffer costs
@@ -41,13 +40,7 @@ type Limits struct {
 // Limits.MaxSize. It is safe for concurrent use.
 type Pool struct {
 	maxSize int
-	mu      sync.Mutex
-	classes []class
-}
-
-type class struct {
-	limit int // how many buffers free may hold
-	free  [][]byte
+	classes []FreeList[[]byte] // one per size class, smallest first
 }
 
 // New returns an empty pool sized by l. Limits are fixed by the code that
@@ -61,10 +54,10 @@ func New(l Limits) *Pool {
 	}
 	p := &Pool{
 		maxSize: l.MaxSize,
-		classes: make([]class, bits.Len(uint(l.MaxSize))-minClassShift),
+		classes: make([]FreeList[[]byte], bits.Len(uint(l.MaxSize))-minClassShift),
 	}
 	for k := range p.classes {
-		p.classes[k].limit = min(max(l.ClassBudget>>(k+minClassShift), l.MinPerClass), l.MaxPerClass)
+		p.classes[k].Limit = min(max(l.ClassBudget>>(k+minClassShift), l.MinPerClass), l.MaxPerClass)
 	}
 	return p
 }
@@ -78,16 +71,9 @@ func (p *Pool) Get(size int) []byte {
 	if size > MinSize {
 		k = bits.Len(uint(size-1)) - minClassShift
 	}
-	p.mu.Lock()
-	c := &p.classes[k]
-	if n := len(c.free); n > 0 {
-		b := c.free[n-1]
-		c.free[n-1] = nil
-		c.free = c.free[:n-1]
-		p.mu.Unlock()
+	if b, ok := p.classes[k].Get(); ok {
 		return b
 	}
-	p.mu.Unlock()
 	return make([]byte, 0, 1<<(k+minClassShift))
 }
 
@@ -99,11 +85,5 @@ func (p *Pool) Put(b []byte) {
 	if n < MinSize || n > p.maxSize {
 		return
 	}
-	k := bits.Len(uint(n)) - 1 - minClassShift
-	p.mu.Lock()
-	c := &p.classes[k]
-	if len(c.free) < c.limit {
-		c.free = append(c.free, b[:0])
-	}
-	p.mu.Unlock()
+	p.classes[bits.Len(uint(n))-1-minClassShift].Put(b[:0])
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -430,7 +431,7 @@ type consumer struct {
 	nextSeq  uint64
 	passed   map[uint64]int // listed records the tail passed: sequence number → table entry
 	free     []int          // free entries of the held table
-	frames   []*ringFrame   // free list
+	frames   bufpool.FreeList[*ringFrame]
 }
 
 type heldEntry struct {
@@ -444,7 +445,8 @@ func newConsumer(r ringView, maxFrame int) consumer {
 	for i := range free {
 		free[i] = maxHeld - 1 - i
 	}
-	return consumer{r: r, size: uint64(len(r.data)), maxFrame: maxFrame, passed: map[uint64]int{}, free: free}
+	return consumer{r: r, size: uint64(len(r.data)), maxFrame: maxFrame, passed: map[uint64]int{}, free: free,
+		frames: bufpool.FreeList[*ringFrame]{Limit: maxFreeFrames}}
 }
 
 // loadHead reads the writer's publish index, which must not go back nor
@@ -646,24 +648,14 @@ func (c *consumer) advanceLocked(end uint64) {
 const maxFreeFrames = 256
 
 func (c *consumer) getFrame(owner *conn) *ringFrame {
-	c.mu.Lock()
-	if n := len(c.frames); n > 0 {
-		rf := c.frames[n-1]
-		c.frames[n-1] = nil
-		c.frames = c.frames[:n-1]
-		c.mu.Unlock()
+	if rf, ok := c.frames.Get(); ok {
 		return rf
 	}
-	c.mu.Unlock()
 	return &ringFrame{c: owner}
 }
 
 func (c *consumer) putFrame(rf *ringFrame) {
 	rf.f.Reset()
 	rf.buf = nil
-	c.mu.Lock()
-	if len(c.frames) < maxFreeFrames {
-		c.frames = append(c.frames, rf)
-	}
-	c.mu.Unlock()
+	c.frames.Put(rf)
 }

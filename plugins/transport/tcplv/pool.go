@@ -1,8 +1,6 @@
 package tcplv
 
 import (
-	"sync"
-
 	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -39,23 +37,18 @@ func (pf *pooledFrame) ReleaseFrame(*kernel.Frame) { pf.c.pool.putFrame(pf) }
 // bufferPool holds a connection's free buffers and frames.
 type bufferPool struct {
 	*bufpool.Pool
-
-	mu     sync.Mutex
-	frames []*pooledFrame
+	frames bufpool.FreeList[*pooledFrame]
 }
 
-func (p *bufferPool) init() { p.Pool = bufpool.New(poolLimits) }
+func (p *bufferPool) init() {
+	p.Pool = bufpool.New(poolLimits)
+	p.frames.Limit = maxFreeFrames
+}
 
 func (p *bufferPool) getFrame(c *conn) *pooledFrame {
-	p.mu.Lock()
-	if n := len(p.frames); n > 0 {
-		pf := p.frames[n-1]
-		p.frames[n-1] = nil
-		p.frames = p.frames[:n-1]
-		p.mu.Unlock()
+	if pf, ok := p.frames.Get(); ok {
 		return pf
 	}
-	p.mu.Unlock()
 	return &pooledFrame{c: c}
 }
 
@@ -65,9 +58,5 @@ func (p *bufferPool) putFrame(pf *pooledFrame) {
 	pf.body = nil
 	pf.f.Reset()
 	p.Put(body)
-	p.mu.Lock()
-	if len(p.frames) < maxFreeFrames {
-		p.frames = append(p.frames, pf)
-	}
-	p.mu.Unlock()
+	p.frames.Put(pf)
 }
