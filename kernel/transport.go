@@ -51,6 +51,10 @@ type Conn interface {
 	// f.Payload from then on (it gives it back to its pool once written).
 	// It never waits for another caller's write to finish: when the
 	// connection is busy writing, f is queued and written in a batch.
+	// An error that is a *Status (e.g. ResourceExhausted from a full ring)
+	// means this frame alone was refused and nothing of it was sent: the
+	// connection stays usable, and the kernel fails only that call. Any
+	// other error means the connection is dead.
 	WriteFrame(f *Frame) error
 	// ReadFrame returns the next frame from the peer. Its payload is lent
 	// until the frame's Release. When ctx is done first, ReadFrame returns
