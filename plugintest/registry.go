@@ -187,13 +187,21 @@ func (s registryRun) registerVisible(t tb) {
 		"after registering a (ttl 1m) and b (ttl 0, the default) and c of another service")
 }
 
-func (s registryRun) deregisterRemoves(t tb) {
-	r := s.open(t)
-	service := registryService(t)
-	a, b := registryInstance(service, "a"), registryInstance(service, "b")
+// registerTwo registers instances a and b of service and waits until r
+// resolves both.
+func (s registryRun) registerTwo(t tb, r kernel.Registry, service string) (a, b kernel.Instance) {
+	t.Helper()
+	a, b = registryInstance(service, "a"), registryInstance(service, "b")
 	s.register(t, r, a, registryLongTTL)
 	s.register(t, r, b, registryLongTTL)
 	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "after registering a and b")
+	return a, b
+}
+
+func (s registryRun) deregisterRemoves(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b := s.registerTwo(t, r, service)
 	s.deregister(t, r, a)
 	registryResolveUntil(t, r, service, []kernel.Instance{b}, s.cfg.tolerance(), "after deregistering a")
 }
@@ -246,10 +254,7 @@ func (s registryRun) metadataWatch(t tb) {
 func (s registryRun) watchInitialSet(t tb) {
 	r := s.open(t)
 	service := registryService(t)
-	a, b := registryInstance(service, "a"), registryInstance(service, "b")
-	s.register(t, r, a, registryLongTTL)
-	s.register(t, r, b, registryLongTTL)
-	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "after registering a and b")
+	a, b := s.registerTwo(t, r, service)
 	ch := s.watch(t, registryContext(t), r, service)
 	registryFirst(t, ch, s.cfg.tolerance(), []kernel.Instance{a, b})
 }
