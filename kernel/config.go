@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"reflect"
 	"slices"
@@ -373,29 +374,42 @@ func describeType(t reflect.Type) string {
 }
 
 func knownKeys(opts any) []string {
-	t := reflect.TypeOf(opts)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
 	var keys []string
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		keys = append(keys, name)
+	for key := range OptionFields(opts) {
+		keys = append(keys, key)
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// OptionFields yields each key a config may set in opts (a plugin's
+// options struct, or a pointer to one) with the type its value decodes
+// into, in field order: the keys strict decoding knows.
+func OptionFields(opts any) iter.Seq2[string, reflect.Type] {
+	return func(yield func(string, reflect.Type) bool) {
+		t := reflect.TypeOf(opts)
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return
+		}
+		for f := range t.Fields() {
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if !yield(name, f.Type) {
+				return
+			}
+		}
+	}
 }
 
 // Duration is a time.Duration that config files write as "500ms" or "5s".

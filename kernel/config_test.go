@@ -2,6 +2,9 @@ package kernel
 
 import (
 	"encoding/json"
+	"log/slog"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +129,32 @@ func TestSizeAndDurationRoundTripThroughJSON(t *testing.T) {
 	}
 	if b, _ := json.Marshal(Size(4 << 20)); string(b) != `"4MiB"` {
 		t.Errorf("4 MiB marshals as %s, want \"4MiB\"", b)
+	}
+}
+
+func TestOptionFieldsYieldsConfigKeysWithTheirTypes(t *testing.T) {
+	type opts struct {
+		Rate    int          `json:"rate"`
+		Window  Duration     `json:"window,omitempty"`
+		Logger  *slog.Logger `json:"-"`
+		Plain   string
+		private bool
+		Any     any `json:"any"`
+	}
+	got := map[string]reflect.Type{}
+	var order []string
+	for k, typ := range OptionFields(&opts{}) {
+		got[k] = typ
+		order = append(order, k)
+	}
+	want := []string{"rate", "window", "Plain", "any"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("keys = %v, want %v (json names, field order, without '-' and unexported fields)", order, want)
+	}
+	if got["window"] != reflect.TypeFor[Duration]() || got["any"].Kind() != reflect.Interface {
+		t.Errorf("types = %v; want Duration for window and an interface for any", got)
+	}
+	for range OptionFields(42) {
+		t.Fatal("a non-struct yielded a key")
 	}
 }

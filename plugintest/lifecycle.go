@@ -106,34 +106,17 @@ func closePlugin(p any) error {
 	return nil
 }
 
-// optionKeys lists the keys of f's options struct, as the config spells
-// them; options of interface type are left out, since they accept every
-// value.
+// optionKeys lists the keys of f's options, as the config spells them;
+// options of interface type are left out, since they accept every value.
 func optionKeys[T any](f kernel.Factory[T]) []string {
 	if f.NewOptions == nil {
 		return nil
 	}
-	rt := reflect.TypeOf(f.NewOptions())
-	for rt.Kind() == reflect.Pointer {
-		rt = rt.Elem()
-	}
-	if rt.Kind() != reflect.Struct {
-		return nil
-	}
 	var keys []string
-	for i := range rt.NumField() {
-		field := rt.Field(i)
-		if !field.IsExported() || field.Type.Kind() == reflect.Interface {
-			continue
+	for key, typ := range kernel.OptionFields(f.NewOptions()) {
+		if typ.Kind() != reflect.Interface {
+			keys = append(keys, key)
 		}
-		name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = field.Name
-		}
-		keys = append(keys, name)
 	}
 	sort.Strings(keys)
 	return keys
