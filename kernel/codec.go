@@ -30,6 +30,16 @@ type AliasingCodec interface {
 	AliasesInput() bool
 }
 
+// InPlaceUnmarshaler is an optional interface for codecs that decode by
+// copying in Unmarshal but can also decode in place, leaving v pointing
+// into data (the protobuf codec's alias_requests option). The server uses
+// UnmarshalInPlace for requests, and keeps their bytes alive and unchanged
+// as for an AliasingCodec; clients keep calling Unmarshal, which copies into
+// the caller's reply.
+type InPlaceUnmarshaler interface {
+	UnmarshalInPlace(data []byte, v any) error
+}
+
 func codecAliases(c Codec) bool {
 	a, ok := c.(AliasingCodec)
 	return ok && a.AliasesInput()

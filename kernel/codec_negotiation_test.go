@@ -43,6 +43,14 @@ func init() {
 		},
 	})
 	kernel.RegisterCodec(kernel.Factory[kernel.Codec]{
+		Name: "test-slow-in-place",
+		Doc:  "protobuf with alias_requests, slow to encode (kernel tests)",
+		New: func(any) (kernel.Codec, error) {
+			c, err := kernel.NewCodec("protobuf", map[string]any{"alias_requests": true}, "test")
+			return slowInPlace{c}, err
+		},
+	})
+	kernel.RegisterCodec(kernel.Factory[kernel.Codec]{
 		Name: "test-needs-options",
 		Doc:  "never builds from its defaults (kernel tests)",
 		New: func(any) (kernel.Codec, error) {
@@ -227,13 +235,31 @@ func (c slowAliasing) Marshal(dst []byte, v any) ([]byte, error) {
 	return c.Codec.Marshal(dst, v)
 }
 
+// slowInPlace is the protobuf codec with alias_requests on, slow to encode.
+type slowInPlace struct{ kernel.Codec }
+
+func (c slowInPlace) Name() string { return "test-slow-in-place" }
+func (c slowInPlace) Marshal(dst []byte, v any) ([]byte, error) {
+	time.Sleep(2 * time.Millisecond)
+	return c.Codec.Marshal(dst, v)
+}
+func (c slowInPlace) UnmarshalInPlace(data []byte, v any) error {
+	return c.Codec.(kernel.InPlaceUnmarshaler).UnmarshalInPlace(data, v)
+}
+
 // With a codec whose values read the request in place, a handler may answer
 // with the request itself (the echo handler does): the server keeps the
 // request's bytes until the answer is encoded, while the connection goes on
 // reading other requests into recycled buffers.
 func TestAliasedRequestOutlivesTheHandlerUntilEncoded(t *testing.T) {
+	for _, codec := range []string{"test-slow-aliasing", "test-slow-in-place"} {
+		t.Run(codec, func(t *testing.T) { testAliasedRequestOutlivesTheHandler(t, codec) })
+	}
+}
+
+func testAliasedRequestOutlivesTheHandler(t *testing.T, codec string) {
 	cfg := testConfig(t)
-	cfg.Codec = kernel.PluginConfig{Name: "test-slow-aliasing"}
+	cfg.Codec = kernel.PluginConfig{Name: codec}
 	startServer(t, cfg, nil)
 	cli := newClient(t, cfg)
 	var wg sync.WaitGroup

@@ -655,9 +655,9 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 // run decodes the request with the codec it names and passes it through
 // the filters to the handler. It releases f as soon as nothing can read
 // from it any more: once decoded, or, if the codec's values point into
-// their input (AliasingCodec), only after the response is encoded, since
-// the handler may answer with the request or parts of it. Then it returns
-// f as lent, for serve to release.
+// their input (AliasingCodec, InPlaceUnmarshaler), only after the response
+// is encoded, since the handler may answer with the request or parts of
+// it. Then it returns f as lent, for serve to release.
 func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Frame, err error) {
 	s := sc.srv
 	released := false
@@ -689,10 +689,16 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Fr
 		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
 	}
 	req := desc.newRequest()
-	if err := codec.Unmarshal(f.Payload, req); err != nil {
+	aliases := codecAliases(codec)
+	if d, ok := codec.(InPlaceUnmarshaler); ok {
+		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
+	} else {
+		err = codec.Unmarshal(f.Payload, req)
+	}
+	if err != nil {
 		return nil, codec, nil, Errorf(InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
 	}
-	if codecAliases(codec) {
+	if aliases {
 		lent = f
 	} else {
 		f.Release()

@@ -61,6 +61,9 @@ type CodecConfig struct {
 //     overwriting the input after Unmarshal does not change the decoded
 //     value, since the kernel then recycles that input at once. Skipped for
 //     codecs that declare AliasesInput.
+//   - InPlace/<sample>: if the codec is a kernel.InPlaceUnmarshaler,
+//     UnmarshalInPlace decodes every sample to a value equal to itself.
+//     Skipped for other codecs.
 //   - Lifecycle and Options, as for every plugin kind, using the codec to
 //     round-trip the first sample.
 func Codec(t *testing.T, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
@@ -91,6 +94,7 @@ func codecSuite(t tb, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
 	t.Run("Concurrent", func(t tb) { codecConcurrent(t, c, cfg.Samples) })
 	codecEachSample(t, "Size", cfg.Samples, func(t tb, s CodecSample) { codecSize(t, c, s) })
 	codecEachSample(t, "Aliasing", cfg.Samples, func(t tb, s CodecSample) { codecAliasing(t, c, s) })
+	codecEachSample(t, "InPlace", cfg.Samples, func(t tb, s CodecSample) { codecInPlace(t, c, s) })
 
 	lifecycle(t, f, cfg.Options, func(t tb, c kernel.Codec) {
 		t.Helper()
@@ -415,6 +419,27 @@ func codecAliasing(t tb, c kernel.Codec, s CodecSample) {
 	if !codecEqual(s, s.Value, got) {
 		t.Errorf("overwriting the input after Unmarshal changed the decoded value to %s, want %s; "+
 			"copy what you decode, or implement kernel.AliasingCodec with AliasesInput true", codecShow(got), codecShow(s.Value))
+	}
+}
+
+func codecInPlace(t tb, c kernel.Codec, s CodecSample) {
+	d, ok := c.(kernel.InPlaceUnmarshaler)
+	if !ok {
+		t.Skipf("%T does not implement kernel.InPlaceUnmarshaler", c)
+	}
+	data, err := c.Marshal(nil, s.Value)
+	if err != nil {
+		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
+	}
+	got := s.New()
+	p := codecCatch(func() error { return d.UnmarshalInPlace(data, got) })
+	switch {
+	case p.panicked:
+		t.Fatalf("UnmarshalInPlace(%s) into %T panicked: %v", codecHex(data), got, p.value)
+	case p.err != nil:
+		t.Fatalf("UnmarshalInPlace of the codec's own encoding %s into %T: %v", codecHex(data), got, p.err)
+	case !codecEqual(s, s.Value, got):
+		t.Errorf("UnmarshalInPlace of sample %q gave %s, want %s (what Unmarshal gives)", s.Name, codecShow(got), codecShow(s.Value))
 	}
 }
 

@@ -81,6 +81,14 @@ func (c *codecFault) Size(v any) int {
 
 func (c *codecFault) AliasesInput() bool { return c.aliases }
 
+// codecInPlaceFault adds a faulty UnmarshalInPlace to a codec.
+type codecInPlaceFault struct {
+	*codecFault
+	inPlace func(data []byte, v any) error
+}
+
+func (c codecInPlaceFault) UnmarshalInPlace(data []byte, v any) error { return c.inPlace(data, v) }
+
 // codecWithoutSize hides Size, to stand for a codec that is no CodecSizer.
 type codecWithoutSize struct{ kernel.Codec }
 
@@ -114,6 +122,17 @@ func TestCodecPassesTheProtobufCodec(t *testing.T) {
 		if why := rec.skippedUnder(path); why != "" {
 			t.Errorf("%s was skipped for the protobuf codec (%s); it has the capability", path, why)
 		}
+	}
+}
+
+func TestCodecPassesTheProtobufCodecAliasingRequests(t *testing.T) {
+	rec := codecRecord(t, protobuf.Factory, CodecConfig{
+		Options: map[string]any{"alias_requests": true},
+		Samples: codecEchoSamples(),
+	})
+	codecExpectClean(t, rec)
+	if why := rec.skippedUnder("Codec/InPlace"); why != "" {
+		t.Errorf("Codec/InPlace was skipped for protobuf with alias_requests (%s); it decodes in place", why)
 	}
 }
 
@@ -229,6 +248,20 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 				return nil
 			}}
 		}, "Codec/Aliasing"},
+		{"in-place decode loses the text", func() kernel.Codec {
+			return codecInPlaceFault{&codecFault{}, func(data []byte, v any) error {
+				if err := pb.Unmarshal(data, v); err != nil {
+					return err
+				}
+				if m, ok := v.(*echopb.Echo); ok {
+					m.Text = ""
+				}
+				return nil
+			}}
+		}, "Codec/InPlace"},
+		{"in-place decode panics", func() kernel.Codec {
+			return codecInPlaceFault{&codecFault{}, func([]byte, any) error { panic("in place") }}
+		}, "Codec/InPlace"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
@@ -104,7 +105,6 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 		{"length past the end", []byte{0x0a, 0x7f, 'a'}},
 		{"field number zero", []byte{0x00, 0x01}},
 		{"unterminated varint", []byte{0x08, 0xff, 0xff, 0xff}},
-		{"invalid utf-8 in a string field", []byte{0x12, 0x02, 0xff, 0xfe}},
 		{"end-group wire type with no group", []byte{0x0c}},
 	}
 	var c Codec
@@ -119,6 +119,115 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 				t.Errorf("error %q does not say it is the protobuf codec unmarshalling into *echopb.Echo", err)
 			}
 		})
+	}
+}
+
+// Messages without vtprotobuf methods take protobuf-go's reflective path,
+// which also checks UTF-8 (the vtprotobuf methods do not).
+func TestMessagesWithoutVTMethods(t *testing.T) {
+	var c Codec
+	in := wrapperspb.Bytes(bytes.Repeat([]byte{1, 2, 3}, 1000))
+	b, err := c.Marshal([]byte("hdr"), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := proto.Marshal(in)
+	if !bytes.Equal(b[3:], want) || c.Size(in) != len(want) {
+		t.Errorf("Marshal = %x... (Size %d), want proto.Marshal's %x... (%d bytes)", b[3:min(len(b), 10)], c.Size(in), want[:7], len(want))
+	}
+	got := wrapperspb.Bytes([]byte("stale"))
+	if err := c.Unmarshal(b[3:], got); err != nil || !proto.Equal(got, in) {
+		t.Errorf("Unmarshal = %v, equal %v; want the message back", err, proto.Equal(got, in))
+	}
+	err = c.Unmarshal([]byte{0x0a, 0x02, 0xff, 0xfe}, new(wrapperspb.StringValue))
+	if err == nil || !strings.Contains(err.Error(), "*wrapperspb.StringValue") {
+		t.Errorf("invalid UTF-8 in a string field: err = %v, want an error naming *wrapperspb.StringValue", err)
+	}
+}
+
+// echopb.Echo has vtprotobuf methods: the codec's encoding must be
+// protobuf-go's, byte for byte, so either side may use either path.
+func TestVTMethodsEncodeAsProtobufGoDoes(t *testing.T) {
+	var c Codec
+	for _, m := range []*echopb.Echo{{}, {Text: "t"}, {Payload: []byte{0}}, {Text: "both", Payload: bytes.Repeat([]byte{9}, 300)}} {
+		got, err := c.Marshal(nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if !bytes.Equal(got, want) || c.Size(m) != len(want) {
+			t.Errorf("%v: Marshal = %x (Size %d), want %x", m, got, c.Size(m), want)
+		}
+	}
+}
+
+func TestDecodeIntoAReusedMessageReusesItsPayload(t *testing.T) {
+	var c Codec
+	big, _ := proto.Marshal(&echopb.Echo{Payload: bytes.Repeat([]byte{7}, 64<<10)})
+	var m echopb.Echo
+	if err := c.Unmarshal(big, &m); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := c.Unmarshal(big, &m); err != nil || len(m.Payload) != 64<<10 {
+			t.Fatalf("Unmarshal: %v, %d bytes", err, len(m.Payload))
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("decoding 64 KiB into a reused message: %.1f allocations, want 0", allocs)
+	}
+	// Reuse must not leak the previous contents.
+	small, _ := proto.Marshal(&echopb.Echo{Text: "only text"})
+	if err := c.Unmarshal(small, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Payload) != 0 || m.Text != "only text" {
+		t.Errorf("after decoding a message without payload: text %q, %d payload bytes; want the payload gone", m.Text, len(m.Payload))
+	}
+}
+
+func TestAliasRequests(t *testing.T) {
+	plain, err := kernel.NewCodec(Name, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := plain.(kernel.InPlaceUnmarshaler); ok {
+		t.Errorf("the default codec decodes in place; it must copy unless alias_requests is on")
+	}
+	c, err := kernel.NewCodec(Name, map[string]any{"alias_requests": true}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := c.(kernel.InPlaceUnmarshaler)
+	if !ok || c.Name() != Name {
+		t.Fatalf("with alias_requests: %T named %q, want a kernel.InPlaceUnmarshaler named %q", c, c.Name(), Name)
+	}
+	data, _ := proto.Marshal(&echopb.Echo{Text: "in place", Payload: []byte("0123456789")})
+	var m echopb.Echo
+	if err := d.UnmarshalInPlace(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.Index(data, m.Payload); m.Text != "in place" || i < 0 || &data[i] != &m.Payload[0] {
+		t.Errorf("UnmarshalInPlace: text %q, payload %q not inside the input; want it to point into the input", m.Text, m.Payload)
+	}
+	// A message without UnmarshalVTUnsafe is decoded by copying.
+	data, _ = proto.Marshal(wrapperspb.Bytes([]byte("copied")))
+	var w wrapperspb.BytesValue
+	if err := d.UnmarshalInPlace(data, &w); err != nil || string(w.Value) != "copied" {
+		t.Fatalf("UnmarshalInPlace into a message without vtprotobuf methods: %v, %q", err, w.Value)
+	}
+	if &w.Value[0] == &data[len(data)-len(w.Value)] {
+		t.Errorf("a message without UnmarshalVTUnsafe points into its input")
+	}
+	if err := d.UnmarshalInPlace([]byte{0x0a, 0x7f, 'a'}, &m); err == nil || !strings.Contains(err.Error(), "*echopb.Echo") {
+		t.Errorf("UnmarshalInPlace of a truncated message: %v, want an error naming *echopb.Echo", err)
+	}
+	if err := d.UnmarshalInPlace(data, (*echopb.Echo)(nil)); err == nil {
+		t.Errorf("UnmarshalInPlace into a nil message: no error")
+	}
+	_, err = kernel.NewCodec(Name, map[string]any{"alias_requests": "yes"}, "svc.yaml")
+	if err == nil || !strings.Contains(err.Error(), "alias_requests") || !strings.Contains(err.Error(), "svc.yaml") {
+		t.Errorf("alias_requests: \"yes\": err = %v, want an error naming the key and the file", err)
 	}
 }
 
@@ -220,8 +329,10 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 }
 
-// FuzzUnmarshal checks that no input makes Unmarshal panic, and that what it
-// accepts survives a round trip. Seeds live in testdata/fuzz/FuzzUnmarshal.
+// FuzzUnmarshal checks that no input makes Unmarshal panic, that what it
+// accepts survives a round trip, and that the vtprotobuf path (echopb.Echo
+// has the methods) agrees with protobuf-go's own decoder, in place or not.
+// Seeds live in testdata/fuzz/FuzzUnmarshal.
 func FuzzUnmarshal(f *testing.F) {
 	for _, m := range []*echopb.Echo{{}, {Text: "hi"}, {Payload: []byte{0, 1, 2}}, {Text: "both", Payload: []byte("x")}} {
 		b, _ := proto.Marshal(m)
@@ -229,9 +340,29 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{0x0a, 0x7f})
 	var c Codec
+	var inPlace aliasingCodec
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m echopb.Echo
-		if err := c.Unmarshal(data, &m); err != nil {
+		err := c.Unmarshal(data, &m)
+		var ref echopb.Echo
+		refErr := proto.Unmarshal(data, &ref)
+		switch {
+		case err == nil && refErr == nil:
+			if !equalKnownFields(&m, &ref) {
+				t.Fatalf("protobuf-go decodes %x to %v; the codec to %v", data, &ref, &m)
+			}
+		case err == nil && !strings.Contains(refErr.Error(), "invalid UTF-8"):
+			t.Fatalf("the codec accepts %x as %v; protobuf-go refuses it (%v), and not for UTF-8", data, &m, refErr)
+		case refErr == nil && !strings.Contains(err.Error(), "wrong wireType"):
+			// The documented difference: vtprotobuf refuses a known field
+			// with another wire type, where protobuf-go keeps it unknown.
+			t.Fatalf("protobuf-go decodes %x to %v; the codec refuses it: %v", data, &ref, err)
+		}
+		var aliased echopb.Echo
+		if aErr := inPlace.UnmarshalInPlace(data, &aliased); (aErr == nil) != (err == nil) || (err == nil && !proto.Equal(&aliased, &m)) {
+			t.Fatalf("in place: %v, %v; copying: %v, %v", &aliased, aErr, &m, err)
+		}
+		if err != nil {
 			return
 		}
 		b, err := c.Marshal(nil, &m)
@@ -246,4 +377,14 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("round trip changed the message: %v then %v", &m, &again)
 		}
 	})
+}
+
+// equalKnownFields compares two messages without their unknown fields,
+// which the two decoders may keep byte-for-byte differently (protobuf-go
+// and vtprotobuf differ on non-minimal tag encodings).
+func equalKnownFields(a, b *echopb.Echo) bool {
+	a, b = proto.CloneOf(a), proto.CloneOf(b)
+	a.ProtoReflect().SetUnknown(nil)
+	b.ProtoReflect().SetUnknown(nil)
+	return proto.Equal(a, b)
 }
