@@ -35,8 +35,8 @@ const childWait = 10 * time.Second
 //
 // With profileDir set, the child writes a CPU profile of its whole life to
 // profileDir/server-<system>.pprof.
-func startServer(ctx context.Context, exe string, sys *system, profileDir string) (*serverProcess, error) {
-	args := []string{serveFlag + sys.name, "-addr=127.0.0.1:0"}
+func startServer(ctx context.Context, exe string, sys *system, profileDir string, so serveOptions) (*serverProcess, error) {
+	args := []string{serveFlag + sys.name, "-addr=127.0.0.1:0", "-alias-requests=" + strconv.FormatBool(so.aliasRequests)}
 	if profileDir != "" {
 		args = append(args, "-cpuprofile="+filepath.Join(profileDir, "server-"+sys.name+".pprof"))
 	}

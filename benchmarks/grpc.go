@@ -56,7 +56,7 @@ type grpcEcho struct{}
 
 func (grpcEcho) Echo(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil }
 
-func serveGRPC(ctx context.Context, addr string) (string, func(context.Context) error, error) {
+func serveGRPC(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {

@@ -7,11 +7,13 @@ import (
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
+	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 )
 
 // The system under test: kernrpc with its default plugins (tcp-lv
 // transport, protobuf codec, round-robin balancer, one connection per
-// instance) and no filters. The client finds the server through the memory
+// instance) and no filters; -alias-requests (on unless turned off) sets
+// the one non-default option, on the server's codec. The client finds the server through the memory
 // registry's static list, so no registry traffic is measured. codecs.go
 // adds the same with each other codec.
 
@@ -25,12 +27,12 @@ const kernrpcService = "echo"
 
 // serveKernRPC serves echo configured with codec. The server would answer
 // any codec a client sends; configuring the one measured keeps it honest.
-func serveKernRPC(codec string) func(ctx context.Context, addr string) (string, func(context.Context) error, error) {
-	return func(ctx context.Context, addr string) (string, func(context.Context) error, error) {
+func serveKernRPC(codec string) func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
+	return func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
 		cfg := kernel.DefaultConfig()
 		cfg.Service = kernrpcService
 		cfg.Address = addr
-		cfg.Codec.Name = codec
+		cfg.Codec = serverCodec(codec, so)
 		srv, err := kernel.NewServer(cfg)
 		if err != nil {
 			return "", nil, fmt.Errorf("kernrpc: new server: %w", err)
@@ -43,6 +45,18 @@ func serveKernRPC(codec string) func(ctx context.Context, addr string) (string, 
 		}
 		return srv.Addr(), srv.Shutdown, nil
 	}
+}
+
+// serverCodec is the codec config of a kernrpc echo server: alias_requests
+// is a protobuf option (the other codecs' requests alias or copy by
+// nature), and the echo handler keeps its contract: it only reads the
+// request, and answers with it before returning.
+func serverCodec(codec string, so serveOptions) kernel.PluginConfig {
+	pc := kernel.PluginConfig{Name: codec}
+	if codec == protobuf.Name && so.aliasRequests {
+		pc.Options = map[string]any{"alias_requests": true}
+	}
+	return pc
 }
 
 // dialKernRPC makes a client that calls in codec.

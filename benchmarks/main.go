@@ -136,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	systemList := fs.String("systems", strings.Join(defaultSystems, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
 	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
 		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
+	fs.BoolVar(&o.server.aliasRequests, "alias-requests", true, "kernrpc servers decode protobuf requests in place (the codec's alias_requests option; the echo handler only reads its request); false measures the default copying decode")
 	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles: client.pprof (this process) and server-<system>.pprof")
 	out := fs.String("out", "", "results file (default benchmarks/results/<UTC date-time>.md; - for none)")
 	if err := fs.Parse(args); err != nil {

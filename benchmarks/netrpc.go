@@ -31,7 +31,7 @@ func (EchoService) Echo(args *EchoArgs, reply *EchoReply) error {
 	return nil
 }
 
-func serveNetRPC(ctx context.Context, addr string) (string, func(context.Context) error, error) {
+func serveNetRPC(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
 	srv := rpc.NewServer()
 	if err := srv.RegisterName("Echo", EchoService{}); err != nil {
 		return "", nil, fmt.Errorf("net/rpc: register: %w", err)

@@ -37,8 +37,15 @@ func (b *benchmark) markdown(command string) string {
 	fmt.Fprintf(&w, "- Other processes: %.0f%% of the CPUs during the measured windows (worst cell and system %.0f%%); %s\n",
 		100*share, 100*worstShare, verdict)
 	fmt.Fprintf(&w, "- Method: each server in its own process, the callers in the harness process sharing one client per system; "+
-		"per cell and system %d × %s measured, each after %s of warm-up, the systems taking turns round by round.\n\n",
+		"per cell and system %d × %s measured, each after %s of warm-up, the systems taking turns round by round.\n",
 		o.rounds, o.duration, o.warmup)
+	w.WriteString("- Messages: one `echopb.Echo` type for all. It has vtprotobuf's generated methods, which kernrpc's protobuf codec uses " +
+		"(and which let a reused reply keep its payload's memory); grpc-go's default codec encodes it through protobuf-go's reflection.\n")
+	if o.server.aliasRequests {
+		w.WriteString("- Non-default option: kernrpc servers decode protobuf requests in place (the codec's `alias_requests`; the echo handler only reads its request). " +
+			"`-alias-requests=false` measures the default, copying decode.\n")
+	}
+	w.WriteString("\n")
 
 	for _, p := range o.payloads {
 		fmt.Fprintf(&w, "## %s payload\n\n", sizeName(p))

@@ -27,6 +27,8 @@ type options struct {
 	profileDir string
 	// codecs asks for the codec table (see codecs.go) after the rounds.
 	codecs bool
+	// server configures the servers, in their child processes.
+	server serveOptions
 }
 
 // cell is one point of the matrix: every system runs it, rounds interleaved.
@@ -106,7 +108,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 		}
 	}()
 	for i, sys := range o.systems {
-		s, err := startServer(ctx, exe, sys, o.profileDir)
+		s, err := startServer(ctx, exe, sys, o.profileDir, o.server)
 		if err != nil {
 			return nil, err
 		}

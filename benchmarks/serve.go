@@ -55,6 +55,8 @@ func serveMain(args []string) int {
 	name := fs.String("serve", "", "system to serve: "+strings.Join(systemOrder, ", "))
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	var so serveOptions
+	fs.BoolVar(&so.aliasRequests, "alias-requests", false, "kernrpc: decode protobuf requests in place (the codec's alias_requests)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -77,7 +79,7 @@ func serveMain(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 
-	listening, stop, err := sys.serve(ctx, *addr)
+	listening, stop, err := sys.serve(ctx, *addr, so)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchmarks -serve=%s: %v\n", *name, err)
 		return 1

@@ -26,11 +26,12 @@ func init() {
 	}
 }
 
-func serveShmRing(ctx context.Context, addr string) (string, func(context.Context) error, error) {
+func serveShmRing(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
 	cfg := kernel.DefaultConfig()
 	cfg.Service = kernrpcService
 	cfg.Address = addr
 	cfg.Transport.Name = shmring.Name
+	cfg.Codec = serverCodec(kernel.DefaultCodec, so)
 	srv, err := kernel.NewServer(cfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("kernrpc over shm-ring: new server: %w", err)

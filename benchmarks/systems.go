@@ -16,10 +16,18 @@ type system struct {
 	// serve starts an echo server listening on addr (host:port, port 0 for
 	// any) and returns the address clients dial and a function that stops
 	// the server. It runs in the child process.
-	serve func(ctx context.Context, addr string) (listening string, stop func(context.Context) error, err error)
+	serve func(ctx context.Context, addr string, so serveOptions) (listening string, stop func(context.Context) error, err error)
 	// dial makes one client to addr. Every caller of a round shares it, as
 	// an application shares one grpc.ClientConn or one kernrpc client.
 	dial func(ctx context.Context, addr string) (echoClient, error)
+}
+
+// serveOptions are the harness flags that configure servers; the harness
+// passes them on to its children.
+type serveOptions struct {
+	// aliasRequests turns on the protobuf codec's alias_requests on kernrpc
+	// servers: requests are decoded in place, as the echo handler allows.
+	aliasRequests bool
 }
 
 // echoClient is one framework client, shared by the callers of a round.
