@@ -150,11 +150,22 @@ func checkDevShm(tb testing.TB, before []string) {
 	}
 }
 
+// With alias_requests the server's protobuf requests point into the ring
+// (or, for a frame larger than a record, into the copy it was assembled
+// in) until the answer is encoded.
 func TestEchoOverTheKernelIncludingFourTimesTheRing(t *testing.T) {
-	opts := map[string]any{"ring_size": "64KiB"}
-	cfg := kernelConfig(t, socketIn(t), opts)
-	startServer(t, cfg, nil)
-	cli := newClient(t, cfg)
+	for _, alias := range []bool{false, true} {
+		t.Run(fmt.Sprint("alias_requests=", alias), func(t *testing.T) {
+			cfg := kernelConfig(t, socketIn(t), map[string]any{"ring_size": "64KiB"})
+			srvCfg := *cfg
+			srvCfg.Codec.Options = map[string]any{"alias_requests": alias}
+			startServer(t, &srvCfg, nil)
+			echoSizes(t, newClient(t, cfg))
+		})
+	}
+}
+
+func echoSizes(t *testing.T, cli *kernel.Client) {
 	for _, n := range []int{0, 16, 1000, 64 << 10, 4 * 64 << 10} {
 		req := &echopb.Echo{Text: "hello", Payload: pattern(n, byte(n))}
 		var resp echopb.Echo
