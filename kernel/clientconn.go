@@ -321,8 +321,10 @@ func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
 				cc.mu.Unlock()
 				return
 			}
-			cc.mu.Unlock()
+			// Signalled under the lock: once it is released, t may see its
+			// answer, return, and be reused by another call.
 			t.signal()
+			cc.mu.Unlock()
 		case FrameGoAway:
 			cc.serverGoingAway(f.CallID, true)
 			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
