@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -325,6 +326,13 @@ func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
 			// answer, return, and be reused by another call.
 			t.signal()
 			cc.mu.Unlock()
+			// The caller just signalled is queued on this goroutine's P. A
+			// transport that polls for the next frame (shm-ring) keeps the
+			// P meanwhile, and on a machine whose cores are all busy no
+			// other P picks that caller up for tens of microseconds: let it
+			// run first. Measured with 4 callers over shm-ring: 1.3-1.6x the
+			// calls/s; no change over tcp-lv, whose reader parks anyway.
+			runtime.Gosched()
 		case FrameGoAway:
 			cc.serverGoingAway(f.CallID, true)
 			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
