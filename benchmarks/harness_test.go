@@ -157,13 +157,23 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults are the documented matrix", nil, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{16, 64 << 10}) && slices.Equal(o.callers, []int{1, 4, 64}) &&
-				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond
+				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests
 		}},
 		{"sizes take units", []string{"-payloads=0, 512B,1MiB"}, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{0, 512, 1 << 20})
 		}},
 		{"systems keep the table order", []string{"-systems=netrpc,grpc"}, "", func(o options) bool {
 			return len(o.systems) == 2 && o.systems[0].name == "grpc" && o.systems[1].name == "netrpc"
+		}},
+		{"floors add the bare ping-pongs after the frameworks", []string{"-systems=grpc", "-floors"}, "", func(o options) bool {
+			names := make([]string, len(o.systems))
+			for i, s := range o.systems {
+				names[i] = s.name
+			}
+			return slices.Equal(names, append([]string{"grpc"}, floorSystems...))
+		}},
+		{"alias-requests is on unless turned off", []string{"-alias-requests=false"}, "", func(o options) bool {
+			return !o.server.aliasRequests
 		}},
 		{"unknown system is named", []string{"-systems=thrift"}, `unknown system "thrift"`, nil},
 		{"oversized payload says the limit", []string{"-payloads=8MiB"}, "over 1 MiB", nil},

@@ -46,6 +46,7 @@ Examples:
   go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
   go run ./benchmarks -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
   go run ./benchmarks -codecs -systems=kernrpc                 # kernrpc's four codecs
+  go run ./benchmarks -floors -payloads=16 -callers=1           # kernrpc beside bare ping-pongs
 `
 
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -136,6 +137,8 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	systemList := fs.String("systems", strings.Join(defaultSystems, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
 	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
 		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
+	floors := fs.Bool("floors", false, "measure what the machine allows without a framework: add "+strings.Join(floorSystems, ", ")+
+		" (a plain ping-pong per caller over loopback TCP and over the shm-ring transport) to -systems")
 	fs.BoolVar(&o.server.aliasRequests, "alias-requests", true, "kernrpc servers decode protobuf requests in place (the codec's alias_requests option; the echo handler only reads its request); false measures the default copying decode")
 	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles: client.pprof (this process) and server-<system>.pprof")
 	out := fs.String("out", "", "results file (default benchmarks/results/<UTC date-time>.md; - for none)")
@@ -158,6 +161,9 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	names := splitList(*systemList)
 	if o.codecs {
 		names = append(names, codecSystems...)
+	}
+	if *floors {
+		names = append(names, floorSystems...)
 	}
 	if o.systems, err = lookupSystems(names); err != nil {
 		return o, "", err

@@ -44,7 +44,7 @@ type callFunc func(ctx context.Context) (echoed int, err error)
 
 // systemOrder is the order systems run in within a cell and appear in
 // tables; kernrpc first, then its peers.
-var systemOrder = []string{"kernrpc", "kernrpc-shm", "kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers", "grpc", "netrpc"}
+var systemOrder = []string{"kernrpc", "kernrpc-shm", "kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers", "grpc", "netrpc", "bare-tcp", "bare-shm"}
 
 // defaultSystems are what a run compares unless -systems says otherwise:
 // kernrpc as configured by default against its peers. -codecs adds
