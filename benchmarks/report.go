@@ -67,28 +67,40 @@ func (b *benchmark) markdown(command string) string {
 	}
 
 	k := b.systemIndex("kernrpc")
-	if k < 0 {
-		return w.String()
+	if k >= 0 {
+		for i, peer := range o.systems {
+			if i != k && floorOf[peer.name] == "" {
+				b.ratioTable(&w, k, i)
+			}
+		}
 	}
-	for i, peer := range o.systems {
-		if i == k {
-			continue
+	for i, floor := range o.systems {
+		if s := b.systemIndex(floorOf[floor.name]); s >= 0 {
+			b.ratioTable(&w, s, i)
 		}
-		fmt.Fprintf(&w, "## kernrpc / %s\n\n", peer.label)
-		w.WriteString("Above 1 is better for calls/s, below 1 for the rest; allocations and CPU count client + server.\n\n")
-		t := table{header: []string{"payload", "callers", "calls/s", "mean", "p99", "allocs/call", "CPU/call"}}
-		for _, c := range b.cells {
-			kr, pr := b.results[c][k], b.results[c][i]
-			t.add(sizeName(c.payload), fmt.Sprint(c.callers),
-				fmtRatio(kr.qps(), pr.qps()),
-				fmtRatio(float64(kr.hist.mean()), float64(pr.hist.mean())),
-				fmtRatio(float64(kr.hist.quantile(0.99)), float64(pr.hist.quantile(0.99))),
-				fmtRatio(kr.perCall(float64(kr.client.mallocs+kr.server.mallocs)), pr.perCall(float64(pr.client.mallocs+pr.server.mallocs))),
-				fmtRatio(kr.perCall(float64(kr.client.cpu+kr.server.cpu)), pr.perCall(float64(pr.client.cpu+pr.server.cpu))))
-		}
-		t.write(&w)
 	}
 	return w.String()
+}
+
+// floorOf names, for each bare ping-pong, the kernrpc system over the same
+// transport, which its ratio table compares with it.
+var floorOf = map[string]string{"bare-tcp": "kernrpc", "bare-shm": "kernrpc-shm"}
+
+// ratioTable writes system a's figures divided by system b's, per cell.
+func (b *benchmark) ratioTable(w *strings.Builder, a, p int) {
+	fmt.Fprintf(w, "## %s / %s\n\n", b.opts.systems[a].label, b.opts.systems[p].label)
+	w.WriteString("Above 1 is better for calls/s, below 1 for the rest; allocations and CPU count client + server.\n\n")
+	t := table{header: []string{"payload", "callers", "calls/s", "mean", "p99", "allocs/call", "CPU/call"}}
+	for _, c := range b.cells {
+		kr, pr := b.results[c][a], b.results[c][p]
+		t.add(sizeName(c.payload), fmt.Sprint(c.callers),
+			fmtRatio(kr.qps(), pr.qps()),
+			fmtRatio(float64(kr.hist.mean()), float64(pr.hist.mean())),
+			fmtRatio(float64(kr.hist.quantile(0.99)), float64(pr.hist.quantile(0.99))),
+			fmtAllocRatio(kr.perCall(float64(kr.client.mallocs+kr.server.mallocs)), pr.perCall(float64(pr.client.mallocs+pr.server.mallocs))),
+			fmtRatio(kr.perCall(float64(kr.client.cpu+kr.server.cpu)), pr.perCall(float64(pr.client.cpu+pr.server.cpu))))
+	}
+	t.write(w)
 }
 
 // systemTable writes one row per callers value and one column per system.
@@ -208,6 +220,16 @@ func fmtCPU(us float64) string {
 }
 
 // fmtRatio prints a/b, or n/a when b is zero (a peer that allocated nothing).
+// fmtAllocRatio is fmtRatio for allocations per call: against a peer that
+// allocates almost nothing (a bare ping-pong), a ratio would only divide by
+// noise.
+func fmtAllocRatio(a, b float64) string {
+	if b < 0.5 {
+		return "n/a"
+	}
+	return fmtRatio(a, b)
+}
+
 func fmtRatio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
