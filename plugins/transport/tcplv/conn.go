@@ -420,18 +420,25 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	if ctx.Done() != nil {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		// A read deadline in the past wakes the blocked read; no
-		// goroutine waits on ctx for us.
-		stop := context.AfterFunc(ctx, c.interrupt)
-		defer stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
+	// A read deadline in the past wakes a blocked read, so no goroutine
+	// waits on ctx for us. It is armed only before a read that may block:
+	// a frame already in the buffer (most of them, with many callers) is
+	// taken without the lock and allocations of context.AfterFunc.
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	c.reading.Store(true)
 	defer c.reading.Store(false)
 	for {
+		if stop == nil && ctx.Done() != nil && !c.frameBuffered() {
+			stop = context.AfterFunc(ctx, c.interrupt)
+		}
 		pf, err := c.readFrame()
 		if err != nil {
 			if !errors.Is(err, os.ErrDeadlineExceeded) || c.Err() != nil {
@@ -464,6 +471,22 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 
 // readFrame reads and decodes one frame, resuming a partly read one. The
 // length prefix is peeked, not consumed, until it is whole.
+// frameBuffered reports whether readFrame can complete without reading
+// from the socket. A length it cannot accept counts as buffered: readFrame
+// fails on it at once.
+func (c *conn) frameBuffered() bool {
+	if c.body != nil {
+		return c.br.Buffered() >= len(c.body)-c.got
+	}
+	// Peek would read from the socket for bytes not yet buffered.
+	if c.br.Buffered() < kernel.FramePrefixLen {
+		return false
+	}
+	prefix, _ := c.br.Peek(kernel.FramePrefixLen)
+	n, err := kernel.ReadFrameLength(prefix, c.t.maxFrame)
+	return err != nil || c.br.Buffered() >= kernel.FramePrefixLen+n
+}
+
 func (c *conn) readFrame() (*pooledFrame, error) {
 	if c.body == nil {
 		prefix, err := c.br.Peek(kernel.FramePrefixLen)

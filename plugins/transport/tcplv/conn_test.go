@@ -238,6 +238,57 @@ func TestReadFrameWithADoneContextReturnsAtOnceAndKeepsTheConnection(t *testing.
 	f.Release()
 }
 
+// A frame already in the read buffer is taken without arming ctx's
+// AfterFunc, so a cancellable ctx costs nothing there; the read that
+// follows a buffered Ping still waits for ctx.
+func TestBufferedFramesNeedNoContextHookAndABlockingReadStillHonoursCtx(t *testing.T) {
+	raw, server := rawPair(t, testOptions())
+	frames := 1001 // AllocsPerRun runs once more than asked
+	var wire []byte
+	for i := range frames {
+		wire = append(wire, encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: uint64(i + 1)})...)
+	}
+	wire = append(wire, encode(&kernel.Frame{Type: kernel.FramePing, CallID: 99})...)
+	go raw.Write(wire)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f, err := server.ReadFrame(ctx) // waits for the bytes, then fills the buffer
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	// Wait until the rest is in the read buffer.
+	if _, err := server.br.Peek(len(wire) - len(encode(f))); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(frames-2, func() {
+		f, err := server.ReadFrame(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Release()
+	})
+	if allocs != 0 {
+		t.Errorf("ReadFrame of buffered frames with a cancellable ctx: %.1f allocations, want 0", allocs)
+	}
+	// Only the Ping is left: it is answered, and the read after it blocks
+	// until ctx is cancelled.
+	time.AfterFunc(20*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	go func() {
+		_, err := server.ReadFrame(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("ReadFrame after the buffered Ping: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFrame after a buffered Ping ignored the cancelled ctx")
+	}
+}
+
 func TestPingIsAnsweredWithItsPayloadAndNeitherIsReturned(t *testing.T) {
 	raw, server := rawPair(t, testOptions())
 	ping := &kernel.Frame{Type: kernel.FramePing, CallID: 77, Payload: []byte("are you there")}
