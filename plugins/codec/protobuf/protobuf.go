@@ -30,8 +30,9 @@
 // bytes and string fields point into the received frame instead of into
 // copies, and the frame stays untouched until the handler has returned and
 // its response is encoded, so a handler may answer with parts of the
-// request. A handler must then treat the request as read-only and copy
-// what it keeps after it returns. For a 64 KiB payload this saves an
+// request. Handlers, and server filters (which see the same request), must
+// then treat the request as read-only and copy what they keep after the
+// call returns: a filter that logs requests asynchronously, say. For a 64 KiB payload this saves an
 // allocation and a copy per call. Clients always decode by copying, into
 // the caller's reply.
 package protobuf
