@@ -153,26 +153,21 @@ func marshalVT(dst []byte, m vtMarshaler, v any) ([]byte, error) {
 // Unmarshal decodes data into v, a non-nil pointer to a generated message.
 // v is reset first.
 func (Codec) Unmarshal(data []byte, v any) error {
-	m, err := resetTarget(v)
+	if u, ok := v.(vtUnmarshaler); ok {
+		return unmarshalVT(data, v, u.UnmarshalVT)
+	}
+	m, err := target(v)
 	if err != nil {
 		return err
 	}
-	if u, ok := v.(vtUnmarshaler); ok {
-		if err = u.UnmarshalVT(data); err == nil {
-			err = checkUnknown(m)
-		}
-	} else {
-		err = unmarshalOptions.Unmarshal(data, m)
-	}
-	if err != nil {
+	if err := unmarshalOptions.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
 	}
 	return nil
 }
 
-// resetTarget checks that v can be decoded into and clears it, keeping the
-// memory of its bytes fields when the message knows how (ResetVT).
-func resetTarget(v any) (proto.Message, error) {
+// target checks that v can be decoded into.
+func target(v any) (proto.Message, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, notMessage("unmarshal into", v)
@@ -180,13 +175,29 @@ func resetTarget(v any) (proto.Message, error) {
 	if !m.ProtoReflect().IsValid() { // a typed nil pointer: proto would panic
 		return nil, fmt.Errorf("protobuf: cannot unmarshal into a nil %T; pass a pointer to a message, e.g. new(T)", v)
 	}
+	return m, nil
+}
+
+// unmarshalVT resets v, keeping the memory of its bytes fields when the
+// message knows how (ResetVT; vtprotobuf's decoders merge), and decodes
+// data into it with one of its vtprotobuf methods.
+func unmarshalVT(data []byte, v any, decode func([]byte) error) error {
+	m, err := target(v)
+	if err != nil {
+		return err
+	}
 	if r, ok := v.(vtResetter); ok {
 		r.ResetVT()
-	} else if _, ok := v.(vtUnmarshaler); ok {
-		// UnmarshalVT merges; proto.Unmarshal (below) resets by itself.
+	} else {
 		proto.Reset(m)
 	}
-	return m, nil
+	if err = decode(data); err == nil {
+		err = checkUnknown(m)
+	}
+	if err != nil {
+		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
+	}
+	return nil
 }
 
 // Size returns the encoded size of v, or 0 when v is not a proto.Message
@@ -209,21 +220,10 @@ type aliasingCodec struct{ Codec }
 // fields pointing into data when v has UnmarshalVTUnsafe; other messages
 // are decoded by copying, as Unmarshal does.
 func (c aliasingCodec) UnmarshalInPlace(data []byte, v any) error {
-	u, ok := v.(vtInPlace)
-	if !ok {
-		return c.Unmarshal(data, v)
+	if u, ok := v.(vtInPlace); ok {
+		return unmarshalVT(data, v, u.UnmarshalVTUnsafe)
 	}
-	m, err := resetTarget(v)
-	if err != nil {
-		return err
-	}
-	if err = u.UnmarshalVTUnsafe(data); err == nil {
-		err = checkUnknown(m)
-	}
-	if err != nil {
-		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
-	}
-	return nil
+	return c.Unmarshal(data, v)
 }
 
 // checkUnknown parses the unknown fields vtprotobuf's decoders kept, the
