@@ -146,18 +146,32 @@ func codecEqual(s CodecSample, want, got any) bool {
 // into a failure that shows the input.
 func codecDecode(t tb, c kernel.Codec, s CodecSample, data []byte) (any, bool) {
 	t.Helper()
+	return codecDecodeWith(t, "Unmarshal", c.Unmarshal, s, data)
+}
+
+// codecDecodeWith decodes data into a fresh value of the sample's type
+// with unmarshal, named op in failures.
+func codecDecodeWith(t tb, op string, unmarshal func([]byte, any) error, s CodecSample, data []byte) (any, bool) {
+	t.Helper()
 	got := s.New()
-	if p := codecCatch(func() error { return c.Unmarshal(data, got) }); p.panicked {
-		t.Errorf("Unmarshal(%s) into %T panicked: %v", codecHex(data), got, p.value)
+	if p := codecCatch(func() error { return unmarshal(data, got) }); p.panicked {
+		t.Errorf("%s(%s) into %T panicked: %v", op, codecHex(data), got, p.value)
 		return nil, false
 	} else if p.err != nil {
-		t.Errorf("Unmarshal of the codec's own encoding %s into %T: %v", codecHex(data), got, p.err)
+		t.Errorf("%s of the codec's own encoding %s into %T: %v", op, codecHex(data), got, p.err)
 		return nil, false
 	}
 	return got, true
 }
 
 func codecRoundTrip(t tb, c kernel.Codec, s CodecSample) {
+	t.Helper()
+	codecRoundTripWith(t, c, "Unmarshal", c.Unmarshal, s)
+}
+
+// codecRoundTripWith encodes the sample with Marshal and decodes it with
+// unmarshal, named op in failures.
+func codecRoundTripWith(t tb, c kernel.Codec, op string, unmarshal func([]byte, any) error, s CodecSample) {
 	t.Helper()
 	var data []byte
 	p := codecCatch(func() (err error) { data, err = c.Marshal(nil, s.Value); return err })
@@ -167,9 +181,10 @@ func codecRoundTrip(t tb, c kernel.Codec, s CodecSample) {
 	if p.err != nil {
 		t.Fatalf("Marshal(nil, %T): %v; the codec must encode every sample it is given", s.Value, p.err)
 	}
-	got, ok := codecDecode(t, c, s, data)
+	got, ok := codecDecodeWith(t, op, unmarshal, s, data)
 	if ok && !codecEqual(s, s.Value, got) {
-		t.Errorf("round trip of sample %q changed it: encoded %s, decoded %s, want %s", s.Name, codecHex(data), codecShow(got), codecShow(s.Value))
+		t.Errorf("round trip of sample %q through Marshal and %s changed it: encoded %s, decoded %s, want %s",
+			s.Name, op, codecHex(data), codecShow(got), codecShow(s.Value))
 	}
 }
 
@@ -427,20 +442,7 @@ func codecInPlace(t tb, c kernel.Codec, s CodecSample) {
 	if !ok {
 		t.Skipf("%T does not implement kernel.InPlaceUnmarshaler", c)
 	}
-	data, err := c.Marshal(nil, s.Value)
-	if err != nil {
-		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
-	}
-	got := s.New()
-	p := codecCatch(func() error { return d.UnmarshalInPlace(data, got) })
-	switch {
-	case p.panicked:
-		t.Fatalf("UnmarshalInPlace(%s) into %T panicked: %v", codecHex(data), got, p.value)
-	case p.err != nil:
-		t.Fatalf("UnmarshalInPlace of the codec's own encoding %s into %T: %v", codecHex(data), got, p.err)
-	case !codecEqual(s, s.Value, got):
-		t.Errorf("UnmarshalInPlace of sample %q gave %s, want %s (what Unmarshal gives)", s.Name, codecShow(got), codecShow(s.Value))
-	}
+	codecRoundTripWith(t, c, "UnmarshalInPlace", d.UnmarshalInPlace, s)
 }
 
 // codecDistinctTypes keeps the first sample of each Go type.
