@@ -13,9 +13,9 @@ import (
 // The system under test: kernrpc with its default plugins (tcp-lv
 // transport, protobuf codec, round-robin balancer, one connection per
 // instance) and no filters; -alias-requests (on unless turned off) sets
-// the one non-default option, on the server's codec. The client finds the server through the memory
-// registry's static list, so no registry traffic is measured. codecs.go
-// adds the same with each other codec.
+// the one non-default option, on the server's codec. The client finds the
+// server through the memory registry's static list, so no registry traffic
+// is measured. codecs.go adds the same with each other codec.
 
 func init() {
 	registerSystem(&system{name: "kernrpc", label: "kernrpc",

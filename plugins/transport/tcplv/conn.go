@@ -469,8 +469,6 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	}
 }
 
-// readFrame reads and decodes one frame, resuming a partly read one. The
-// length prefix is peeked, not consumed, until it is whole.
 // frameBuffered reports whether readFrame can complete without reading
 // from the socket. A length it cannot accept counts as buffered: readFrame
 // fails on it at once.
@@ -487,6 +485,8 @@ func (c *conn) frameBuffered() bool {
 	return err != nil || c.br.Buffered() >= kernel.FramePrefixLen+n
 }
 
+// readFrame reads and decodes one frame, resuming a partly read one. The
+// length prefix is peeked, not consumed, until it is whole.
 func (c *conn) readFrame() (*pooledFrame, error) {
 	if c.body == nil {
 		prefix, err := c.br.Peek(kernel.FramePrefixLen)
