@@ -269,7 +269,7 @@ func (h *helper) expect(t testing.TB, prefix string) string {
 const survivorBound = 100 * time.Millisecond
 
 func TestKilledClientProcessFreesItsCallsAndSegment(t *testing.T) {
-	before, shm := len(segmentMappings(t)), devShm(t)
+	before, shm := settledMappings(t), devShm(t)
 	addr := socketIn(t)
 	cancelled := make(chan time.Time, hangCalls)
 	arrived := make(chan struct{}, hangCalls)
@@ -317,7 +317,7 @@ func TestKilledClientProcessFreesItsCallsAndSegment(t *testing.T) {
 }
 
 func TestKilledServerProcessFailsPendingCallsWithUnavailable(t *testing.T) {
-	before, shm := len(segmentMappings(t)), devShm(t)
+	before, shm := settledMappings(t), devShm(t)
 	addr := socketIn(t)
 	h := startHelper(t, "server", addr, nil)
 	h.expect(t, "READY")
