@@ -51,6 +51,10 @@ type Conn interface {
 	// f.Payload from then on (it gives it back to its pool once written).
 	// It never waits for another caller's write to finish: when the
 	// connection is busy writing, f is queued and written in a batch.
+	// A Request may also be held while whole frames already received
+	// wait for ReadFrame (the kernel's readers take them promptly), so
+	// that the requests a burst of answers prompts share a write; it must
+	// leave as soon as none waits.
 	// An error that is a *Status (e.g. ResourceExhausted from a full ring)
 	// means this frame alone was refused and nothing of it was sent: the
 	// connection stays usable, and the kernel fails only that call. Any

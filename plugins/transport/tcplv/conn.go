@@ -76,6 +76,13 @@ type conn struct {
 	q      frameQueue    // frames waiting for the next write (qmu)
 	queued atomic.Int32  // q.frames, readable without qmu
 	wake   chan struct{} // capacity 1: the writer goroutine has frames to send
+	// corked is set while the reader works through frames it has already
+	// received: the requests and queued answers they prompt wait in q, and
+	// the reader has them sent in one write before its next read that may
+	// block. Changed from false to true by the reader alone, and to false
+	// only under qmu, so a frame queued under cork is always seen by the
+	// uncorking reader.
+	corked atomic.Bool
 
 	pool bufferPool
 
@@ -202,6 +209,12 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
 	}
+	// Requests, and answers queued for a batch, that frames the reader has
+	// not finished handing out prompted leave together when it is done.
+	// Other frames (a Cancel, a GoAway) go at once.
+	if (f.Type == kernel.FrameRequest || queue && f.Type == kernel.FrameResponse) && c.corked.Load() && c.enqueueCorked(f) {
+		return nil
+	}
 	if queue || !c.wmu.TryLock() {
 		c.enqueue(f, f.Payload)
 		c.signalWriter()
@@ -287,6 +300,16 @@ func (c *conn) enqueue(f *kernel.Frame, own []byte) {
 		}
 		q.pongs++
 	}
+	own = c.appendLocked(f, own)
+	c.qmu.Unlock()
+	c.pool.Put(own)
+}
+
+// appendLocked adds f to the queue; qmu is held. own is the buffer to
+// recycle once f's payload is copied or sent; appendLocked returns it when
+// the payload was copied, for the caller to recycle after unlocking.
+func (c *conn) appendLocked(f *kernel.Frame, own []byte) []byte {
+	q := &c.q
 	q.arena = kernel.AppendFrameHeader(q.arena, f)
 	if len(f.Payload) < copyLimit {
 		q.arena = append(q.arena, f.Payload...)
@@ -296,8 +319,36 @@ func (c *conn) enqueue(f *kernel.Frame, own []byte) {
 	}
 	q.frames++
 	c.queued.Store(int32(q.frames))
+	return own
+}
+
+// enqueueCorked queues f without waking the writer if the connection is
+// still corked, and reports whether it did.
+func (c *conn) enqueueCorked(f *kernel.Frame) bool {
+	c.qmu.Lock()
+	if !c.corked.Load() {
+		c.qmu.Unlock()
+		return false
+	}
+	own := c.appendLocked(f, f.Payload)
 	c.qmu.Unlock()
 	c.pool.Put(own)
+	return true
+}
+
+// uncork ends a cork before a read that may block: what was queued under
+// it goes to the writer goroutine, so the read loop never writes itself.
+func (c *conn) uncork() {
+	if !c.corked.Load() {
+		return
+	}
+	c.qmu.Lock()
+	c.corked.Store(false)
+	n := c.q.frames
+	c.qmu.Unlock()
+	if n > 0 {
+		c.signalWriter()
+	}
 }
 
 func (c *conn) signalWriter() {
@@ -421,6 +472,7 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
+		c.uncork() // the next reader may be a while
 		return nil, err
 	}
 	// A read deadline in the past wakes a blocked read, so no goroutine
@@ -436,8 +488,11 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	c.reading.Store(true)
 	defer c.reading.Store(false)
 	for {
-		if stop == nil && ctx.Done() != nil && !c.frameBuffered() {
-			stop = context.AfterFunc(ctx, c.interrupt)
+		if !c.frameBuffered() {
+			c.uncork()
+			if stop == nil && ctx.Done() != nil {
+				stop = context.AfterFunc(ctx, c.interrupt)
+			}
 		}
 		pf, err := c.readFrame()
 		if err != nil {
@@ -465,6 +520,13 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			c.answered()
 		}
 		pf.f.SetOwner(pf)
+		// Corked exactly while a whole frame waits here: a reader that
+		// stops reading after this frame leaves nothing held.
+		if c.frameBuffered() {
+			c.corked.Store(true)
+		} else {
+			c.uncork()
+		}
 		return &pf.f, nil
 	}
 }

@@ -497,3 +497,82 @@ func TestQueuedFramesLeaveTogetherInOrderWithoutAFlushCall(t *testing.T) {
 		t.Errorf("%d queued frames took %d writes; queueing should batch them", frames, writes)
 	}
 }
+
+// A client's reader hands out a burst of answers already received; the
+// requests their callers send meanwhile must leave together once the last
+// answer is taken, and a Cancel must not wait for that.
+func TestRequestsWrittenDuringABurstLeaveInOneWriteWhenItIsRead(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	const burst = 8
+	for i := range burst {
+		if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := timeout(t, 5*time.Second)
+	readResponse := func(i int) {
+		t.Helper()
+		f, err := client.ReadFrame(ctx)
+		if err != nil || f.CallID != uint64(i+1) {
+			t.Fatalf("answer %d: call %v, %v", i+1, f, err)
+		}
+		f.Release()
+	}
+	// Wait until the whole burst is in the client's buffer.
+	readResponse(0)
+	for client.Buffered() < (burst-1)*kernel.FrameHeaderLen(&kernel.Frame{Type: kernel.FrameResponse, CallID: 2}) {
+		time.Sleep(time.Millisecond)
+		if ctx.Err() != nil {
+			t.Fatal("the burst never arrived whole")
+		}
+	}
+	client.wmu.Lock()
+	writesBefore := client.writes
+	client.wmu.Unlock()
+	for i := range burst - 1 {
+		readResponse(i + 1)
+		if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: uint64(100 + i), Payload: []byte("next")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last answer is taken: the requests are on their way.
+	for i := range burst - 1 {
+		f, err := server.ReadFrame(ctx)
+		if err != nil || f.CallID != uint64(100+i) {
+			t.Fatalf("request %d: %v, %v", i, f, err)
+		}
+		f.Release()
+	}
+	client.wmu.Lock()
+	writes := client.writes - writesBefore
+	client.wmu.Unlock()
+	if writes != 1 {
+		t.Errorf("%d requests sent during a burst took %d writes, want 1", burst-1, writes)
+	}
+
+	// A Cancel goes at once, even while answers wait unread. Holding the
+	// server's write lock makes both answers leave in one write.
+	server.wmu.Lock()
+	for i := range 2 {
+		if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(200 + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server.wmu.Unlock()
+	if f, err := client.ReadFrame(ctx); err != nil || f.CallID != 200 {
+		t.Fatalf("answer 200: %v, %v", f, err)
+	} else {
+		f.Release()
+	}
+	if !client.corked.Load() {
+		t.Fatal("not corked while an answer waits unread")
+	}
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: 300}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := server.ReadFrame(ctx); err != nil || f.Type != kernel.FrameCancel {
+		t.Fatalf("the Cancel written while an answer waited unread did not arrive: %v, %v", f, err)
+	} else {
+		f.Release()
+	}
+}
