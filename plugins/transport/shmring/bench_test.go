@@ -6,6 +6,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -74,7 +75,40 @@ func benchmarkEcho(b *testing.B, cli *kernel.Client, size, callers int) {
 		})
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
 
+// BenchmarkEchoManyClients has several clients, each with a connection
+// and one caller of its own, call one server process: the server's readers
+// and the clients' all wait for each other on two cores, and polling that
+// holds a core too long shows here first.
+//
+//	go test -run '^$' -bench EchoManyClients ./plugins/transport/shmring/
+func BenchmarkEchoManyClients(b *testing.B) {
+	addr := socketIn(b)
+	h := startHelper(b, "server", addr, nil, transportEnv+"="+Name)
+	addr = h.expect(b, "READY")
+	for _, clients := range []int{8, 32} {
+		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
+			clis := make([]*kernel.Client, clients)
+			for i := range clis {
+				clis[i] = newClient(b, clientConfig(addr, nil))
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.SetParallelism(max(clients/runtime.GOMAXPROCS(0), 1))
+			b.RunParallel(func(pb *testing.PB) {
+				cli := clis[int(next.Add(1)-1)%clients]
+				req, resp := &echopb.Echo{Payload: pattern(16, 1)}, &echopb.Echo{}
+				for pb.Next() {
+					if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+	}
 }
 
 // BenchmarkPingPong is one round trip through an echo peer in another

@@ -486,3 +486,41 @@ func TestBufferedCountsPublishedBytes(t *testing.T) {
 		t.Fatalf("Buffered after reading everything: %d", n)
 	}
 }
+
+// The reader polls for the whole budget while answers come quickly, only
+// glances once the average wait is far above it (an idle connection, a
+// slow peer), and polls again once answers come quickly again.
+func TestReaderPollsLessWhileWaitsAreLongAndAgainWhenTheyShorten(t *testing.T) {
+	const spin = 50 * time.Microsecond
+	var w waitStats
+	for range 32 {
+		w.observe(10 * time.Microsecond)
+	}
+	if got := w.budget(spin); got != spin {
+		t.Fatalf("budget after quick answers = %s, want the whole %s", got, spin)
+	}
+	for range 32 {
+		w.observe(10 * time.Millisecond)
+	}
+	if got := w.budget(spin); got >= spin {
+		t.Fatalf("budget after 10ms waits = %s, want less than %s", got, spin)
+	}
+	for range 64 {
+		w.observe(10 * time.Microsecond)
+	}
+	if got := w.budget(spin); got != spin {
+		t.Fatalf("budget once answers are quick again = %s, want %s", got, spin)
+	}
+	// A few slow wake-ups among quick answers do not stop the polling.
+	w = waitStats{}
+	for i := range 64 {
+		d := 10 * time.Microsecond
+		if i%16 == 0 {
+			d = 2 * time.Millisecond
+		}
+		w.observe(d)
+	}
+	if got := w.budget(spin); got != spin {
+		t.Fatalf("budget with one 2ms wake-up in 16 = %s, want %s", got, spin)
+	}
+}
