@@ -209,8 +209,8 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
 	}
-	// Requests, and answers queued for a batch, that frames the reader has
-	// not finished handing out prompted leave together when it is done.
+	// While the reader still holds frames it received, the requests (and
+	// queued answers) they prompt wait to leave together in one write.
 	// Other frames (a Cancel, a GoAway) go at once.
 	if (f.Type == kernel.FrameRequest || queue && f.Type == kernel.FrameResponse) && c.corked.Load() && c.enqueueCorked(f) {
 		return nil
