@@ -499,74 +499,67 @@ func TestQueuedFramesLeaveTogetherInOrderWithoutAFlushCall(t *testing.T) {
 }
 
 // A client's reader hands out a burst of answers already received; the
-// requests their callers send meanwhile must leave together once the last
-// answer is taken, and a Cancel must not wait for that.
+// requests their callers send meanwhile must wait and then leave together
+// once the last answer is taken, and a Cancel must not wait for that.
 func TestRequestsWrittenDuringABurstLeaveInOneWriteWhenItIsRead(t *testing.T) {
 	client, server := connPair(t, testOptions())
-	const burst = 8
-	for i := range burst {
-		if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i + 1)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := timeout(t, 5*time.Second)
-	readResponse := func(i int) {
+	// sendAnswers makes the server send answers for ids in one write, and
+	// reads the first of them, so that the rest wait in the client's buffer.
+	sendAnswers := func(ids ...uint64) {
 		t.Helper()
-		f, err := client.ReadFrame(ctx)
-		if err != nil || f.CallID != uint64(i+1) {
-			t.Fatalf("answer %d: call %v, %v", i+1, f, err)
+		server.wmu.Lock() // the writer goroutine sends them all at once
+		for _, id := range ids {
+			if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: id}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		f.Release()
-	}
-	// Wait until the whole burst is in the client's buffer.
-	readResponse(0)
-	for client.Buffered() < (burst-1)*kernel.FrameHeaderLen(&kernel.Frame{Type: kernel.FrameResponse, CallID: 2}) {
-		time.Sleep(time.Millisecond)
-		if ctx.Err() != nil {
-			t.Fatal("the burst never arrived whole")
+		server.wmu.Unlock()
+		readAnswer(t, ctx, client, ids[0])
+		want := 0
+		for _, id := range ids[1:] {
+			want += kernel.FrameHeaderLen(&kernel.Frame{Type: kernel.FrameResponse, CallID: id})
+		}
+		if n := client.Buffered(); n != want {
+			t.Fatalf("%d bytes of %d answers buffered after the first, want %d: they did not arrive together", n, len(ids)-1, want)
 		}
 	}
-	client.wmu.Lock()
-	writesBefore := client.writes
-	client.wmu.Unlock()
-	for i := range burst - 1 {
-		readResponse(i + 1)
+	writes := func() uint64 {
+		client.wmu.Lock()
+		defer client.wmu.Unlock()
+		return client.writes
+	}
+
+	const burst = 8
+	ids := make([]uint64, burst)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	sendAnswers(ids...)
+	before := writes()
+	for i := 1; i < burst-1; i++ {
+		readAnswer(t, ctx, client, ids[i])
 		if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: uint64(100 + i), Payload: []byte("next")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The last answer is taken: the requests are on their way.
-	for i := range burst - 1 {
+	if n := writes() - before; n != 0 {
+		t.Fatalf("%d writes while answers waited unread; the requests should wait for them", n)
+	}
+	readAnswer(t, ctx, client, ids[burst-1])
+	for i := 1; i < burst-1; i++ {
 		f, err := server.ReadFrame(ctx)
 		if err != nil || f.CallID != uint64(100+i) {
-			t.Fatalf("request %d: %v, %v", i, f, err)
+			t.Fatalf("request %d: %v, %v", 100+i, f, err)
 		}
 		f.Release()
 	}
-	client.wmu.Lock()
-	writes := client.writes - writesBefore
-	client.wmu.Unlock()
-	if writes != 1 {
-		t.Errorf("%d requests sent during a burst took %d writes, want 1", burst-1, writes)
+	if n := writes() - before; n != 1 {
+		t.Errorf("%d requests written during a burst took %d writes, want 1", burst-2, n)
 	}
 
-	// A Cancel goes at once, even while answers wait unread. Holding the
-	// server's write lock makes both answers leave in one write.
-	server.wmu.Lock()
-	for i := range 2 {
-		if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(200 + i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	server.wmu.Unlock()
-	if f, err := client.ReadFrame(ctx); err != nil || f.CallID != 200 {
-		t.Fatalf("answer 200: %v, %v", f, err)
-	} else {
-		f.Release()
-	}
-	if !client.corked.Load() {
-		t.Fatal("not corked while an answer waits unread")
-	}
+	// A Cancel goes at once, even while answers wait unread.
+	sendAnswers(200, 201)
 	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: 300}); err != nil {
 		t.Fatal(err)
 	}
@@ -575,4 +568,13 @@ func TestRequestsWrittenDuringABurstLeaveInOneWriteWhenItIsRead(t *testing.T) {
 	} else {
 		f.Release()
 	}
+}
+
+func readAnswer(t *testing.T, ctx context.Context, c *conn, id uint64) {
+	t.Helper()
+	f, err := c.ReadFrame(ctx)
+	if err != nil || f.CallID != id {
+		t.Fatalf("answer %d: %v, %v", id, f, err)
+	}
+	f.Release()
 }
