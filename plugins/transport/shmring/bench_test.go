@@ -49,28 +49,38 @@ func BenchmarkEcho(b *testing.B) {
 
 func benchmarkEcho(b *testing.B, cli *kernel.Client, size, callers int) {
 	payload := pattern(size, 1)
-	call := func(req, resp *echopb.Echo) {
+	// call reports failures with Errorf: RunParallel's goroutines must not
+	// call Fatal.
+	call := func(req, resp *echopb.Echo) bool {
 		if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil || len(resp.Payload) != size {
-			b.Fatalf("echo of %d bytes: %v (%d bytes back)", size, err, len(resp.Payload))
+			b.Errorf("echo of %d bytes: %v (%d bytes back)", size, err, len(resp.Payload))
+			return false
 		}
+		return true
 	}
 	req, resp := &echopb.Echo{Payload: payload}, &echopb.Echo{}
 	for range 100 {
-		call(req, resp)
+		if !call(req, resp) {
+			return
+		}
 	}
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	if callers == 1 {
 		for b.Loop() {
-			call(req, resp)
+			if !call(req, resp) {
+				return
+			}
 		}
 	} else {
 		b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
 		b.RunParallel(func(pb *testing.PB) {
 			req, resp := &echopb.Echo{Payload: payload}, &echopb.Echo{}
 			for pb.Next() {
-				call(req, resp)
+				if !call(req, resp) {
+					return
+				}
 			}
 		})
 	}
@@ -92,6 +102,10 @@ func BenchmarkEchoManyClients(b *testing.B) {
 			clis := make([]*kernel.Client, clients)
 			for i := range clis {
 				clis[i] = newClient(b, clientConfig(addr, nil))
+				// Attach before the clock starts.
+				if err := clis[i].Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+					b.Fatal(err)
+				}
 			}
 			var next atomic.Int64
 			b.ReportAllocs()
@@ -102,7 +116,8 @@ func BenchmarkEchoManyClients(b *testing.B) {
 				req, resp := &echopb.Echo{Payload: pattern(16, 1)}, &echopb.Echo{}
 				for pb.Next() {
 					if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil {
-						b.Fatal(err)
+						b.Error(err) // not Fatal: this is not the benchmark's goroutine
+						return
 					}
 				}
 			})
