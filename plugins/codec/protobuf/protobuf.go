@@ -32,9 +32,9 @@
 // its response is encoded, so a handler may answer with parts of the
 // request. Handlers, and server filters (which see the same request), must
 // then treat the request as read-only and copy what they keep after the
-// call returns: a filter that logs requests asynchronously, say. For a 64 KiB payload this saves an
-// allocation and a copy per call. Clients always decode by copying, into
-// the caller's reply.
+// call returns: a filter that logs requests asynchronously, say. For a
+// 64 KiB payload this saves an allocation and a copy per call. Clients
+// always decode by copying, into the caller's reply.
 package protobuf
 
 import (

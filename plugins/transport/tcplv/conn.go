@@ -76,12 +76,12 @@ type conn struct {
 	q      frameQueue    // frames waiting for the next write (qmu)
 	queued atomic.Int32  // q.frames, readable without qmu
 	wake   chan struct{} // capacity 1: the writer goroutine has frames to send
-	// corked is set while the reader works through frames it has already
-	// received: the requests and queued answers they prompt wait in q, and
-	// the reader has them sent in one write before its next read that may
-	// block. Changed from false to true by the reader alone, and to false
-	// only under qmu, so a frame queued under cork is always seen by the
-	// uncorking reader.
+	// corked is set while a whole received frame waits for ReadFrame: the
+	// requests and queued answers written meanwhile wait in q, and the
+	// reader hands them to the writer goroutine, to leave in one write, as
+	// soon as none is left (or it leaves on its context). Changed from
+	// false to true by the reader alone, and to false only under qmu, so a
+	// frame queued under cork is always seen by the uncorking reader.
 	corked atomic.Bool
 
 	pool bufferPool
