@@ -86,13 +86,14 @@ func (b *benchmark) markdown(command string) string {
 // transport, which its ratio table compares with it.
 var floorOf = map[string]string{"bare-tcp": "kernrpc", "bare-shm": "kernrpc-shm"}
 
-// ratioTable writes system a's figures divided by system b's, per cell.
-func (b *benchmark) ratioTable(w *strings.Builder, a, p int) {
-	fmt.Fprintf(w, "## %s / %s\n\n", b.opts.systems[a].label, b.opts.systems[p].label)
+// ratioTable writes the figures of system s divided by those of system
+// peer, per cell (indexes into the run's systems).
+func (b *benchmark) ratioTable(w *strings.Builder, s, peer int) {
+	fmt.Fprintf(w, "## %s / %s\n\n", b.opts.systems[s].label, b.opts.systems[peer].label)
 	w.WriteString("Above 1 is better for calls/s, below 1 for the rest; allocations and CPU count client + server.\n\n")
 	t := table{header: []string{"payload", "callers", "calls/s", "mean", "p99", "allocs/call", "CPU/call"}}
 	for _, c := range b.cells {
-		kr, pr := b.results[c][a], b.results[c][p]
+		kr, pr := b.results[c][s], b.results[c][peer]
 		t.add(sizeName(c.payload), fmt.Sprint(c.callers),
 			fmtRatio(kr.qps(), pr.qps()),
 			fmtRatio(float64(kr.hist.mean()), float64(pr.hist.mean())),
@@ -219,7 +220,6 @@ func fmtCPU(us float64) string {
 	return fmt.Sprintf("%.0f", us)
 }
 
-// fmtRatio prints a/b, or n/a when b is zero (a peer that allocated nothing).
 // fmtAllocRatio is fmtRatio for allocations per call: against a peer that
 // allocates almost nothing (a bare ping-pong), a ratio would only divide by
 // noise.
@@ -230,6 +230,7 @@ func fmtAllocRatio(a, b float64) string {
 	return fmtRatio(a, b)
 }
 
+// fmtRatio prints a/b, or n/a when b is zero (a peer that allocated nothing).
 func fmtRatio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
