@@ -114,27 +114,18 @@ func inSharedMemory(tb testing.TB, b []byte) bool {
 	return false
 }
 
-// waitUnmapped waits (boundedly) until this process maps no more segments
-// than it did before.
-func waitUnmapped(tb testing.TB, before int) {
+// waitNoSegments waits (boundedly) until this process maps no segment. A
+// test that counts mappings calls it first too: the last user of an
+// earlier test's segment may let go of it just after that test ended.
+func waitNoSegments(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for n := len(segmentMappings(tb)); n > before; n = len(segmentMappings(tb)) {
+	for n := len(segmentMappings(tb)); n > 0; n = len(segmentMappings(tb)) {
 		if time.Now().After(deadline) {
-			tb.Fatalf("%d segments still mapped, %d before: a dead connection kept its segment", n, before)
+			tb.Fatalf("%d segments still mapped: a dead connection kept its segment", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// settledMappings waits until the segments of earlier tests are unmapped
-// (the last user of a closed connection's segment may let go of it just
-// after its test ended) and returns the count left, 0, so that a test
-// counting mappings counts only its own.
-func settledMappings(tb testing.TB) int {
-	tb.Helper()
-	waitUnmapped(tb, 0)
-	return 0
 }
 
 // devShm lists /dev/shm, where a POSIX shared memory segment would leave
@@ -230,7 +221,7 @@ func TestManyCallsInFlightOnOneClient(t *testing.T) {
 }
 
 func TestThirtyTwoClientsAtOnce(t *testing.T) {
-	before := settledMappings(t)
+	waitNoSegments(t)
 	opts := map[string]any{"ring_size": "64KiB"}
 	addr := socketIn(t)
 	cfg := kernelConfig(t, addr, opts)
@@ -272,7 +263,7 @@ func TestThirtyTwoClientsAtOnce(t *testing.T) {
 	}
 	// Each client attached a segment of its own: mapped here twice, by the
 	// server's end and the client's.
-	if n := len(segmentMappings(t)) - before; n != 2*clients {
+	if n := len(segmentMappings(t)); n != 2*clients {
 		t.Errorf("%d segment mappings for %d clients, want %d", n, clients, 2*clients)
 	}
 	for _, c := range clis {
@@ -281,7 +272,7 @@ func TestThirtyTwoClientsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
-	waitUnmapped(t, before)
+	waitNoSegments(t)
 }
 
 // rawCodec passes []byte through and decodes in place: the decoded value
