@@ -26,6 +26,24 @@ func writeConfig(t *testing.T, name, content string) string {
 	return path
 }
 
+func init() {
+	// The configs below name these: a config is checked against the
+	// plugins it names when it is loaded.
+	kernel.RegisterTransport(kernel.NewFactory("every-kind", "test: options of every kind", func() *everyKind { return &everyKind{} },
+		func(*everyKind) (kernel.Transport, error) { return nil, errors.New("test only") }))
+	kernel.RegisterFilter(kernel.NewFactory("rate-stub", "test: takes a rate", func() *struct {
+		Rate int `json:"rate"`
+	} {
+		return &struct {
+			Rate int `json:"rate"`
+		}{}
+	}, func(*struct {
+		Rate int `json:"rate"`
+	}) (kernel.Filter, error) {
+		return nil, errors.New("test only")
+	}))
+}
+
 // everyKind is what a plugin's options struct may hold; the transport's
 // options block of the configs below decodes into it.
 type everyKind struct {
@@ -48,7 +66,7 @@ const yamlConfig = `
 service: echo
 address: 127.0.0.1:7000
 transport:
-  name: tcp-lv
+  name: every-kind
   options:
     max_frame_size: 4MiB
     read_timeout: 5s
@@ -71,7 +89,7 @@ registry:
       echo: ["10.0.0.1:7000", "10.0.0.2:7000"]
 balancer: {name: round-robin}
 filters:
-  - {name: token-bucket, side: server, methods: ["Echo.*"], options: {rate: 1000}}
+  - {name: rate-stub, side: server, methods: ["Echo.*"], options: {rate: 1000}}
 server:
   shutdown_timeout: 3s
   metadata: {zone: eu}
@@ -84,7 +102,7 @@ client:
 const jsonConfig = `{
   "service": "echo",
   "address": "127.0.0.1:7000",
-  "transport": {"name": "tcp-lv", "options": {
+  "transport": {"name": "every-kind", "options": {
     "max_frame_size": "4MiB", "read_timeout": "5s", "workers": 8, "ratio": 0.75, "no_delay": true,
     "zones": ["eu-west-1a", "eu-west-1b"], "limits": {"Echo.Say": 100, "Echo.Stream": 10},
     "tls": {"enabled": false, "ca_file": "/etc/ca.pem"}, "optional": null}},
@@ -92,7 +110,7 @@ const jsonConfig = `{
   "registry": {"name": "memory", "options": {"namespace": "json-test", "default_ttl": "2s",
     "static": {"echo": ["10.0.0.1:7000", "10.0.0.2:7000"]}}},
   "balancer": {"name": "round-robin"},
-  "filters": [{"name": "token-bucket", "side": "server", "methods": ["Echo.*"], "options": {"rate": 1000}}],
+  "filters": [{"name": "rate-stub", "side": "server", "methods": ["Echo.*"], "options": {"rate": 1000}}],
   "server": {"shutdown_timeout": "3s", "metadata": {"zone": "eu"}},
   "client": {"pool_size": 4, "timeout": "250ms", "retries": 0}
 }`
@@ -116,11 +134,11 @@ func TestLoadConfigReadsEveryKindOfValue(t *testing.T) {
 				t.Errorf("service, address = %q, %q; want echo, 127.0.0.1:7000", cfg.Service, cfg.Address)
 			}
 			names := []string{cfg.Transport.Name, cfg.Codec.Name, cfg.Registry.Name, cfg.Balancer.Name}
-			if want := []string{"tcp-lv", "protobuf", "memory", "round-robin"}; !slices.Equal(names, want) {
+			if want := []string{"every-kind", "protobuf", "memory", "round-robin"}; !slices.Equal(names, want) {
 				t.Errorf("plugin names = %v, want %v", names, want)
 			}
 			if len(cfg.Filters) != 1 || cfg.Filters[0].Side != "server" || !slices.Equal(cfg.Filters[0].Methods, []string{"Echo.*"}) {
-				t.Errorf("filters = %+v, want one server-side token-bucket on Echo.*", cfg.Filters)
+				t.Errorf("filters = %+v, want one server-side rate-stub on Echo.*", cfg.Filters)
 			}
 			if cfg.Server.ShutdownTimeout.D() != 3*time.Second || cfg.Server.Metadata["zone"] != "eu" {
 				t.Errorf("server = %+v, want shutdown_timeout 3s and metadata zone=eu", cfg.Server)
@@ -169,7 +187,7 @@ func TestEmptyConfigMeansDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if cfg.Registry.Name != kernel.DefaultRegistry || cfg.Transport.Name != kernel.DefaultTransport {
+			if cfg.Registry.Name != kernrpc.DefaultRegistry || cfg.Transport.Name != kernrpc.DefaultTransport {
 				t.Errorf("registry, transport = %q, %q; want the defaults", cfg.Registry.Name, cfg.Transport.Name)
 			}
 		})
@@ -280,49 +298,56 @@ func TestAddressOverriddenByEnvironment(t *testing.T) {
 	}
 }
 
-func TestUnknownPluginIsNamedWithTheKnownOnes(t *testing.T) {
+func TestUnknownPluginIsNamedWithTheKnownOnesWhenLoaded(t *testing.T) {
 	path := writeConfig(t, "nope.yaml", "registry: {name: nope}\ntransport: {name: nope}\n")
-	cfg, err := kernrpc.LoadConfig(path)
-	if err != nil {
-		t.Fatalf("LoadConfig: %v (an unknown plugin is found when building it, not when loading)", err)
-	}
-	_, err = kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source)
+	_, err := kernrpc.LoadConfig(path)
 	var unknown *kernel.UnknownPluginError
 	if !errors.As(err, &unknown) {
-		t.Fatalf("NewRegistry(nope) = %v, want a *kernel.UnknownPluginError", err)
+		t.Fatalf("LoadConfig = %v, want a *kernel.UnknownPluginError: every name is checked when the config is loaded", err)
 	}
-	if unknown.Name != "nope" || unknown.Kind != kernel.KindRegistry || !slices.Contains(unknown.Known, "memory") {
-		t.Errorf("error = %+v, want registry \"nope\" with memory among the known", unknown)
+	for _, want := range []string{
+		"kernrpc: " + path + `: transport "nope": no transport of that name`,
+		"kernrpc: " + path + `: registry "nope": no registry of that name`,
+		"memory", "tcp-lv", "forgotten import",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
-	if !strings.Contains(err.Error(), "memory") || !strings.Contains(err.Error(), "import") {
-		t.Errorf("error %q should list memory and hint at the forgotten import", err)
-	}
-
-	_, err = kernel.NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source)
-	if !errors.As(err, &unknown) || unknown.Name != "nope" || unknown.Kind != kernel.KindTransport {
-		t.Errorf("NewTransport(nope) = %v, want an UnknownPluginError for transport \"nope\"", err)
+	if strings.Count(err.Error(), "kernrpc: "+path) != 2 {
+		t.Errorf("error %q: want one line per unknown plugin", err)
 	}
 }
 
-func TestUnknownPluginOptionIsNamed(t *testing.T) {
+func TestUnknownPluginOptionIsNamedWhenLoaded(t *testing.T) {
 	path := writeConfig(t, "bogus.yaml", "registry:\n  name: memory\n  options: {bogus: 1}\n")
+	_, err := kernrpc.LoadConfig(path)
+	var pe *kernel.PluginError
+	if !errors.As(err, &pe) || pe.Name != "memory" || pe.Source != path || pe.Kind != kernel.KindRegistry {
+		t.Fatalf("error = %#v, want a *kernel.PluginError for registry memory from %s", err, path)
+	}
+	want := "kernrpc: " + path + `: registry "memory": option "bogus": unknown key (known keys: `
+	if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "namespace") {
+		t.Errorf("error %q, want it to start %q and list namespace", err, want)
+	}
+}
+
+func TestClientSidePluginsAreCheckedOnTheServerSideToo(t *testing.T) {
+	path := writeConfig(t, "typo.yaml", "balancer: roundrobin\n")
+	_, err := kernrpc.LoadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), `balancer "roundrobin": no balancer of that name is registered (known: round-robin`) {
+		t.Fatalf("LoadConfig = %v, want the misspelt balancer named with the known ones", err)
+	}
+}
+
+func TestBarePluginNamesStandForNameBlocks(t *testing.T) {
+	path := writeConfig(t, "bare.yaml", "transport: tcp-lv\ncodec: json\nregistry: memory\nbalancer: round-robin\n")
 	cfg, err := kernrpc.LoadConfig(path)
 	if err != nil {
-		t.Fatalf("LoadConfig: %v", err)
+		t.Fatal(err)
 	}
-	reg, err := kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source)
-	if err == nil {
-		reg.Close()
-		t.Fatal("NewRegistry with option bogus succeeded, want an error")
-	}
-	var oe *kernel.OptionError
-	if !errors.As(err, &oe) || oe.Plugin != "memory" || oe.Source != path {
-		t.Fatalf("error = %#v, want a *kernel.OptionError for plugin memory from %s", err, path)
-	}
-	for _, want := range []string{`"memory"`, `"bogus"`, path, "namespace"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %s", err, want)
-		}
+	if cfg.Transport.Name != "tcp-lv" || cfg.Codec.Name != "json" || cfg.Registry.Name != "memory" || cfg.Balancer.Name != "round-robin" {
+		t.Errorf("config = %+v, want each bare name as the plugin's name", cfg)
 	}
 }
 
@@ -362,7 +387,7 @@ func TestReadmeConfigExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("README's config example: %v", err)
 	}
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		t.Fatalf("README's config example does not build a server: %v", err)
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
-	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 )
@@ -19,7 +19,7 @@ import (
 
 func init() {
 	registerSystem(&system{name: "kernrpc", label: "kernrpc",
-		serve: serveKernRPC(kernel.DefaultCodec), dial: dialKernRPC(kernel.DefaultCodec)})
+		serve: serveKernRPC(kernrpc.DefaultCodec), dial: dialKernRPC(kernrpc.DefaultCodec)})
 }
 
 // kernrpcService is the service name both sides agree on.
@@ -29,15 +29,15 @@ const kernrpcService = "echo"
 // any codec a client sends; configuring the one measured keeps it honest.
 func serveKernRPC(codec string) func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
 	return func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
-		cfg := kernel.DefaultConfig()
+		cfg := kernrpc.DefaultConfig()
 		cfg.Service = kernrpcService
 		cfg.Address = addr
 		cfg.Codec = serverCodec(codec, so)
-		srv, err := kernel.NewServer(cfg)
+		srv, err := kernrpc.NewServer(cfg)
 		if err != nil {
 			return "", nil, fmt.Errorf("kernrpc: new server: %w", err)
 		}
-		kernel.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			return req, nil
 		})
 		if err := srv.Start(ctx); err != nil {
@@ -51,8 +51,8 @@ func serveKernRPC(codec string) func(ctx context.Context, addr string, so serveO
 // is a protobuf option (the other codecs' requests alias or copy by
 // nature), and the echo handler keeps its contract: it only reads the
 // request, and answers with it before returning.
-func serverCodec(codec string, so serveOptions) kernel.PluginConfig {
-	pc := kernel.PluginConfig{Name: codec}
+func serverCodec(codec string, so serveOptions) kernrpc.PluginConfig {
+	pc := kernrpc.PluginConfig{Name: codec}
 	if codec == protobuf.Name && so.aliasRequests {
 		pc.Options = map[string]any{"alias_requests": true}
 	}
@@ -62,13 +62,13 @@ func serverCodec(codec string, so serveOptions) kernel.PluginConfig {
 // dialKernRPC makes a client that calls in codec.
 func dialKernRPC(codec string) func(ctx context.Context, addr string) (echoClient, error) {
 	return func(_ context.Context, addr string) (echoClient, error) {
-		cfg := kernel.DefaultConfig()
+		cfg := kernrpc.DefaultConfig()
 		cfg.Codec.Name = codec
-		cfg.Registry = kernel.PluginConfig{
+		cfg.Registry = kernrpc.PluginConfig{
 			Name:    "memory",
 			Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
 		}
-		cli, err := kernel.NewClient(cfg, kernrpcService)
+		cli, err := kernrpc.NewClient(cfg, kernrpcService)
 		if err != nil {
 			return nil, fmt.Errorf("kernrpc: new client for %s: %w", addr, err)
 		}
@@ -76,7 +76,7 @@ func dialKernRPC(codec string) func(ctx context.Context, addr string) (echoClien
 	}
 }
 
-type kernrpcClient struct{ c *kernel.Client }
+type kernrpcClient struct{ c *kernrpc.Client }
 
 func (c kernrpcClient) newCaller(payload []byte) callFunc {
 	req := &echopb.Echo{Payload: payload}

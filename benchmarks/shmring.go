@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
-	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/transport/shmring"
 )
 
@@ -27,16 +27,16 @@ func init() {
 }
 
 func serveShmRing(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
-	cfg := kernel.DefaultConfig()
+	cfg := kernrpc.DefaultConfig()
 	cfg.Service = kernrpcService
 	cfg.Address = addr
 	cfg.Transport.Name = shmring.Name
-	cfg.Codec = serverCodec(kernel.DefaultCodec, so)
-	srv, err := kernel.NewServer(cfg)
+	cfg.Codec = serverCodec(kernrpc.DefaultCodec, so)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("kernrpc over shm-ring: new server: %w", err)
 	}
-	kernel.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 		return req, nil
 	})
 	if err := srv.Start(ctx); err != nil {
@@ -46,13 +46,13 @@ func serveShmRing(ctx context.Context, addr string, so serveOptions) (string, fu
 }
 
 func dialShmRing(_ context.Context, addr string) (echoClient, error) {
-	cfg := kernel.DefaultConfig()
+	cfg := kernrpc.DefaultConfig()
 	cfg.Transport.Name = shmring.Name
-	cfg.Registry = kernel.PluginConfig{
+	cfg.Registry = kernrpc.PluginConfig{
 		Name:    "memory",
 		Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
 	}
-	cli, err := kernel.NewClient(cfg, kernrpcService)
+	cli, err := kernrpc.NewClient(cfg, kernrpcService)
 	if err != nil {
 		return nil, fmt.Errorf("kernrpc over shm-ring: new client for %s: %w", addr, err)
 	}

@@ -39,8 +39,3 @@ type AliasingCodec interface {
 type InPlaceUnmarshaler interface {
 	UnmarshalInPlace(data []byte, v any) error
 }
-
-func codecAliases(c Codec) bool {
-	a, ok := c.(AliasingCodec)
-	return ok && a.AliasesInput()
-}

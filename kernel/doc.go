@@ -1,17 +1,18 @@
-// Package kernel is the microkernel of kernrpc: the interfaces every plugin
-// implements (Transport, Codec, Registry, Balancer, Filter), the registry of
-// plugins by name, the configuration that composes a service from plugin
-// names, the frame format shared by transports, and the Server and Client
-// that glue the plugins together.
+// Package kernel is the contract of kernrpc: the interfaces every plugin
+// implements (Transport, Codec, Registry, Balancer, Filter) and their
+// optional interfaces, the plugin table with its factories, options
+// decoding, the frame format transports carry, status codes, metadata and
+// the CallInfo filters see.
 //
-// The kernel imports only the standard library and never a plugin. Plugins
-// live in their own packages, register themselves from init under their
-// config name, and are picked by name in a config file:
+// It imports only the standard library and never a plugin or the engine.
+// Plugin authors read this package; users who build services import the
+// engine, package github.com/kernrpc/kernrpc, which composes plugins from
+// a config file. A plugin registers its Factory from init under its config
+// name:
 //
-//	import _ "github.com/kernrpc/kernrpc/plugins/all"
+//	const Name = "my-codec"
 //
-//	cfg, _ := kernel.ParseConfig(tree, "kernrpc.yaml")
-//	srv, _ := kernel.NewServer(cfg)
-//	kernel.Handle(srv, "Echo.Say", func(ctx context.Context, req *pb.Msg) (*pb.Msg, error) { return req, nil })
-//	srv.Serve(ctx)
+//	var Factory = kernel.NewFactory(Name, "what it does", defaultOptions, build)
+//
+//	func init() { kernel.RegisterCodec(Factory) }
 package kernel

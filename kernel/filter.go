@@ -2,9 +2,7 @@ package kernel
 
 import (
 	"context"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"errors"
 )
 
 // Side says which end of a call a filter runs on.
@@ -25,29 +23,64 @@ func (s Side) String() string {
 	return "unknown"
 }
 
-// CallInfo describes one call to the filters it passes through. Filters may
-// read every field and may add to the two metadata maps.
+// Stage says where in a client's pipeline a filter runs:
+//
+//	call filters → pick → attempt filters → transport → server filters → handler
+//
+// A call filter runs once per call, before any instance is picked: retry,
+// hedge, timeout and tracing belong here, and each call of its next is a
+// new attempt with a pick of its own. An attempt filter runs once per
+// attempt, after the pick, with CallInfo.Instance set: a breaker per host
+// or per-host metrics belong here.
+type Stage uint8
+
+const (
+	CallStage    Stage = 1
+	AttemptStage Stage = 2
+)
+
+func (s Stage) String() string {
+	switch s {
+	case CallStage:
+		return "call"
+	case AttemptStage:
+		return "attempt"
+	}
+	return "unknown"
+}
+
+// StagedFilter is an optional Filter interface: a client filter that
+// belongs in one stage says so, and a config that does not name a stage
+// puts it there. Without it, a client filter runs in the call stage.
+type StagedFilter interface {
+	Stage() Stage
+}
+
+// CallInfo describes one call (or, in the attempt stage, one attempt) to
+// the filters it passes through. It is plain data: a filter may copy it
+// and pass the copy on.
 type CallInfo struct {
 	Method string
 	Side   Side
-	// Peer is the remote address: on the client, known once the balancer
-	// has picked (after next returns); on the server, from the start.
+	// Peer is the remote address: on the server, from the start; on the
+	// client, in the attempt stage, the picked instance's address (a call
+	// filter finds the last attempt's there once next returns).
 	Peer string
-	// Codec is the codec's name the call is encoded with.
+	// Codec is the name of the codec the call is encoded with.
 	Codec string
-	// Metadata travels with the request: on the client a filter may add to
-	// it before calling next; on the server it is what the client sent.
+	// Metadata travels with the request. A client filter may add to it
+	// (see SetRequestMetadata) before calling next; on the server it is
+	// what the client sent.
 	Metadata Metadata
-	// ResponseMetadata travels with the response: on the server a filter or
-	// handler may set it (see SetResponseMetadata); on the client it holds
-	// what the server sent once next returns.
+	// ResponseMetadata travels with the response: on the server a filter
+	// or handler sets it; on the client, next fills it in from the answer.
 	ResponseMetadata Metadata
-	// Instance is, on the client, the instance the balancer picked.
+	// Instance is, on the client, the instance the balancer picked: set in
+	// the attempt stage, and for a call filter once next returns.
 	Instance *Instance
-
-	reply  any        // client: where the response is decoded
-	client *callState // client: the call this info belongs to
-	server *callCtx   // server: the call this info belongs to
+	// Attempt numbers the attempts of one client call from 1, in the
+	// attempt stage (and for a call filter once next returns); 0 before.
+	Attempt int
 }
 
 // SetRequestMetadata sets one request metadata entry, allocating the map on
@@ -68,13 +101,28 @@ func (ci *CallInfo) SetResponseMetadata(k, v string) {
 }
 
 // Invoker is what a filter calls to pass the call on: the next filter, or at
-// the end of the chain the transport (client) or the handler (server).
+// the end of the chain the pick and the transport (client) or the handler
+// (server).
 type Invoker func(ctx context.Context, info *CallInfo, req any) (resp any, err error)
 
-// Filter is middleware around a call. It may inspect or change the request,
-// metadata and response, call next at most once (a retry or hedge filter is
-// the documented exception), or reject the call by returning a *Status
-// without calling next.
+// Filter is middleware around a call, on the client or the server side.
+//
+// A filter may inspect the request, the metadata and the response, and
+// may:
+//   - answer by itself without calling next (a cache, a fallback, a
+//     rejection: return a *Status). On the client the caller's reply then
+//     receives the response the filter returned;
+//   - call next once, and return or replace its response;
+//   - on the client, call next several times, one after another (retry)
+//     or at once (hedge). Each call of next in the call stage is an
+//     independent attempt: its own pick, call id, cancellation (through
+//     the ctx passed to it) and response value. Concurrent attempts must
+//     each get a CallInfo of their own (a copy: ci := *info), since next
+//     writes the attempt's outcome into the one it is given.
+//
+// The ctx passed to next must be the one Invoke received or derived from
+// it. A filter must not keep info or req after Invoke returns: both are
+// reused for later calls.
 type Filter interface {
 	Invoke(ctx context.Context, info *CallInfo, req any, next Invoker) (resp any, err error)
 }
@@ -87,81 +135,8 @@ func (f FilterFunc) Invoke(ctx context.Context, info *CallInfo, req any, next In
 	return f(ctx, info, req, next)
 }
 
-// configuredFilter is a filter with the scope its config gave it.
-type configuredFilter struct {
-	filter  Filter
-	methods []string // empty: every method
-}
-
-func (cf *configuredFilter) applies(method string) bool {
-	if len(cf.methods) == 0 {
-		return true
-	}
-	for _, m := range cf.methods {
-		if m == method || (strings.HasSuffix(m, "*") && strings.HasPrefix(method, m[:len(m)-1])) {
-			return true
-		}
-	}
-	return false
-}
-
-// chain builds the invoker that runs filters in order around last.
-func chain(filters []Filter, last Invoker) Invoker {
-	next := last
-	for i := len(filters) - 1; i >= 0; i-- {
-		f, n := filters[i], next
-		next = func(ctx context.Context, info *CallInfo, req any) (any, error) {
-			return f.Invoke(ctx, info, req, n)
-		}
-	}
-	return next
-}
-
-// filterChains keeps one prebuilt chain per method, so a call pays nothing
-// to find which filters apply to it.
-type filterChains struct {
-	filters []configuredFilter
-	last    Invoker
-	all     Invoker  // the chain with every filter, used when none is scoped
-	scoped  bool     // some filter applies to some methods only
-	byMeth  sync.Map // method -> Invoker, when scoped
-	cached  atomic.Int32
-}
-
-// maxCachedChains bounds the per-method cache: method names can come from a
-// peer, and a peer must not be able to grow our memory.
-const maxCachedChains = 1024
-
-func newFilterChains(filters []configuredFilter, last Invoker) *filterChains {
-	fc := &filterChains{filters: filters, last: last}
-	all := make([]Filter, 0, len(filters))
-	for _, f := range filters {
-		all = append(all, f.filter)
-		if len(f.methods) > 0 {
-			fc.scoped = true
-		}
-	}
-	fc.all = chain(all, last)
-	return fc
-}
-
-// forMethod returns the chain for method, built once per method.
-func (fc *filterChains) forMethod(method string) Invoker {
-	if !fc.scoped {
-		return fc.all
-	}
-	if inv, ok := fc.byMeth.Load(method); ok {
-		return inv.(Invoker)
-	}
-	var fs []Filter
-	for i := range fc.filters {
-		if fc.filters[i].applies(method) {
-			fs = append(fs, fc.filters[i].filter)
-		}
-	}
-	inv := chain(fs, fc.last)
-	if fc.cached.Add(1) <= maxCachedChains {
-		fc.byMeth.Store(method, inv)
-	}
-	return inv
-}
+// ErrInstanceRefused is what an attempt filter wraps in its error to refuse
+// the picked instance (a breaker open for that host, say): nothing is sent
+// and the client picks another instance, a bounded number of times, instead
+// of failing the call.
+var ErrInstanceRefused = errors.New("instance refused by an attempt filter")

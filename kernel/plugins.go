@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -121,9 +122,19 @@ func (t *pluginTable[T]) build(name string, options map[string]any, source strin
 	f, err := t.lookup(name)
 	if err != nil {
 		var zero T
-		return zero, err
+		return zero, &PluginError{Source: source, Kind: t.kind, Name: name, Err: err}
 	}
 	return f.build(t.kind, options, source)
+}
+
+// check looks name up and decodes options without building.
+func (t *pluginTable[T]) check(name string, options map[string]any, source string) error {
+	f, err := t.lookup(name)
+	if err != nil {
+		return &PluginError{Source: source, Kind: t.kind, Name: name, Err: err}
+	}
+	_, err = f.decode(t.kind, options, source)
+	return err
 }
 
 // Build decodes options (an already-parsed config tree; nil for defaults)
@@ -135,28 +146,38 @@ func (f Factory[T]) Build(options map[string]any, source string) (T, error) {
 	return f.build(kindOf[T](), options, source)
 }
 
+// decode returns the factory's defaults with options decoded over them.
+func (f Factory[T]) decode(kind Kind, options map[string]any, source string) (any, error) {
+	if f.NewOptions == nil {
+		if len(options) > 0 {
+			keys := make([]string, 0, len(options))
+			for k := range options {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			return nil, &PluginError{Source: source, Kind: kind, Name: f.Name, Key: keys[0], Err: fmt.Errorf("unknown key: %s %q takes no options", kind, f.Name)}
+		}
+		return nil, nil
+	}
+	opts := f.NewOptions()
+	if err := DecodeOptions(options, opts); err != nil {
+		return nil, &PluginError{Source: source, Kind: kind, Name: f.Name, Err: err}
+	}
+	return opts, nil
+}
+
 func (f Factory[T]) build(kind Kind, options map[string]any, source string) (T, error) {
 	var zero T
 	if f.New == nil {
-		return zero, fmt.Errorf("kernrpc: %s %q has a nil New", kind, f.Name)
+		return zero, &PluginError{Source: source, Kind: kind, Name: f.Name, Err: fmt.Errorf("its factory has a nil New")}
 	}
-	var opts any
-	if f.NewOptions != nil {
-		opts = f.NewOptions()
-		if err := DecodeOptions(options, opts); err != nil {
-			return zero, &OptionError{Kind: kind, Plugin: f.Name, Source: source, Err: err}
-		}
-	} else if len(options) > 0 {
-		keys := make([]string, 0, len(options))
-		for k := range options {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		return zero, &OptionError{Kind: kind, Plugin: f.Name, Source: source, Key: keys[0], Err: fmt.Errorf("unknown key: %s %q takes no options", kind, f.Name)}
+	opts, err := f.decode(kind, options, source)
+	if err != nil {
+		return zero, err
 	}
 	p, err := f.New(opts)
 	if err != nil {
-		return zero, fmt.Errorf("%s %q (%s): %w", kind, f.Name, sourceOr(source), err)
+		return zero, &PluginError{Source: source, Kind: kind, Name: f.Name, Err: err}
 	}
 	return p, nil
 }
@@ -257,8 +278,9 @@ func Plugins() []PluginInfo {
 	return out
 }
 
-// UnknownPluginError is returned when a config names a plugin nobody
-// registered. It lists what is known and hints at the forgotten import.
+// UnknownPluginError is the cause of a PluginError when a config names a
+// plugin nobody registered. It lists what is known and hints at the
+// forgotten import.
 type UnknownPluginError struct {
 	Kind  Kind
 	Name  string
@@ -266,33 +288,88 @@ type UnknownPluginError struct {
 }
 
 func (e *UnknownPluginError) Error() string {
-	known := "none registered"
+	known := "none is registered"
 	if len(e.Known) > 0 {
 		known = "known: " + strings.Join(e.Known, ", ")
 	}
-	return fmt.Sprintf("kernrpc: unknown %s %q (%s); forgotten import? Import the plugin's package for its side effect, "+
-		"or _ \"github.com/kernrpc/kernrpc/plugins/all\" for every built-in plugin", e.Kind, e.Name, known)
+	return fmt.Sprintf("no %s of that name is registered (%s); forgotten import? Import the plugin's package for its side effect, "+
+		"or _ \"github.com/kernrpc/kernrpc/plugins/all\" for every built-in plugin", e.Kind, known)
 }
 
-// OptionError reports an options block that does not fit its plugin.
-type OptionError struct {
+// PluginError is the one shape of every error about a plugin a config
+// names: an unknown name, an option that does not fit, an error from the
+// plugin's New or from using it. It reads
+//
+//	kernrpc: svc.yaml: transport "tcp-lv": option "max_frame_size": ...
+//
+// naming the config file, the plugin and, when known, the option, once
+// each: a plugin's own prefix ("tcp-lv: ...") is not repeated.
+type PluginError struct {
+	Source string // the config file; "" for options given in code
 	Kind   Kind
-	Plugin string
-	Source string // the config file, if any
-	Key    string // the offending key, when known
+	Name   string
+	Key    string // the option concerned, when known
 	Err    error
 }
 
-func (e *OptionError) Error() string {
+func (e *PluginError) Error() string {
 	key := e.Key
 	if key == "" {
-		key = optionKeyOf(e.Err)
+		key = OptionKey(e.Err)
 	}
-	msg := fmt.Sprintf("kernrpc: %s: %s %q", sourceOr(e.Source), e.Kind, e.Plugin)
+	var b strings.Builder
+	b.WriteString("kernrpc: ")
+	b.WriteString(sourceOr(e.Source))
+	b.WriteString(": ")
+	b.WriteString(string(e.Kind))
+	b.WriteString(" ")
+	b.WriteString(strconv.Quote(e.Name))
 	if key != "" {
-		msg += fmt.Sprintf(": option %q", key)
+		b.WriteString(": option ")
+		b.WriteString(strconv.Quote(key))
 	}
-	return msg + ": " + e.Err.Error()
+	b.WriteString(": ")
+	b.WriteString(TrimPrefixes(e.Err.Error(), e.Name))
+	return b.String()
 }
 
-func (e *OptionError) Unwrap() error { return e.Err }
+func (e *PluginError) Unwrap() error { return e.Err }
+
+// TrimPrefixes removes the "kernrpc: " and "<name>: " prefixes that
+// wrapped errors accumulate, so that a message wrapping another names
+// each thing once.
+func TrimPrefixes(msg, name string) string {
+	for {
+		switch {
+		case strings.HasPrefix(msg, "kernrpc: "):
+			msg = msg[len("kernrpc: "):]
+		case name != "" && strings.HasPrefix(msg, name+": "):
+			msg = msg[len(name)+2:]
+		default:
+			return msg
+		}
+	}
+}
+
+// CheckOptions looks name up among the plugins of kind and decodes options
+// into its defaults without building it, so that a config can be checked
+// whole when it is loaded, whichever side will use each plugin. Its error
+// is a *PluginError.
+func CheckOptions(kind Kind, name string, options map[string]any, source string) error {
+	var err error
+	switch kind {
+	case KindTransport:
+		err = transports.check(name, options, source)
+	case KindCodec:
+		err = codecs.check(name, options, source)
+	case KindRegistry:
+		err = registries.check(name, options, source)
+	case KindBalancer:
+		err = balancers.check(name, options, source)
+	case KindFilter:
+		err = filters.check(name, options, source)
+	default:
+		err = &PluginError{Source: source, Kind: kind, Name: name, Err: fmt.Errorf("no such plugin kind")}
+	}
+	return err
+}

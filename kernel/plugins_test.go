@@ -126,7 +126,7 @@ func TestFactoryBuildWithoutRegistering(t *testing.T) {
 			t.Errorf("Build with an unknown key: err = %v, want it to mention %q", err, want)
 		}
 	}
-	if _, err := (Factory[Codec]{Name: "nil-new"}).Build(nil, ""); err == nil || !strings.Contains(err.Error(), `codec "nil-new" has a nil New`) {
+	if _, err := (Factory[Codec]{Name: "nil-new"}).Build(nil, ""); err == nil || !strings.Contains(err.Error(), `codec "nil-new": its factory has a nil New`) {
 		t.Errorf("Build of a factory without New: err = %v, want one naming the codec", err)
 	}
 }

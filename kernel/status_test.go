@@ -63,7 +63,7 @@ func TestCodesDecodeFromConfigByName(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"Denied" is not a status code`) || !strings.Contains(err.Error(), "PermissionDenied") {
 		t.Errorf("decoding an unknown name: err = %v, want one naming it and listing the codes", err)
 	}
-	if key := optionKeyOf(err); key != "code" {
+	if key := OptionKey(err); key != "code" {
 		t.Errorf("the error for a bad code names key %q, want \"code\"", key)
 	}
 	opts.Code = PermissionDenied

@@ -78,20 +78,6 @@ type Conn interface {
 	RemoteAddr() string
 }
 
-// encodeInto encodes v with codec into a buffer conn lends, giving the
-// buffer back when the encoding outgrew it or failed.
-func encodeInto(conn Conn, codec Codec, v any) ([]byte, error) {
-	buf := conn.Buffer(sizeHint(codec, v))
-	payload, err := codec.Marshal(buf, v)
-	if err != nil || cap(buf) > 0 && (cap(payload) == 0 || &buf[:1][0] != &payload[:1][0]) {
-		conn.Recycle(buf)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return payload, nil
-}
-
 // ErrClosed is wrapped by errors from operations on a closed listener or
 // connection.
 var ErrClosed = errors.New("closed")

@@ -105,7 +105,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // loadConfig reads the config both commands take; a config that names no
 // service means the built-in echo service.
-func loadConfig(path string) (*kernel.Config, error) {
+func loadConfig(path string) (*kernrpc.Config, error) {
 	if path == "" {
 		return nil, errors.New("no config: pass -config FILE (see examples/echo/kernrpc.yaml)")
 	}
@@ -129,13 +129,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return err
 	}
 	// echopb.Echo speaks every built-in codec, so this one handler serves
 	// whichever the config names and whichever a client sends.
-	kernel.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
+	kernrpc.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := srv.Start(ctx); err != nil {
@@ -177,10 +177,10 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *addr != "" {
-		cfg.Registry = kernel.PluginConfig{Name: "memory", Options: map[string]any{
+		cfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
 			"namespace": "kernrpc-call", "static": map[string]any{cfg.Service: []any{*addr}}}}
 	}
-	cli, err := kernel.NewClient(cfg, cfg.Service)
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
 		return err
 	}

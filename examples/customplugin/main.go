@@ -41,7 +41,7 @@ func main() {
 
 func run(configPath string, out io.Writer) error {
 	var (
-		cfg *kernel.Config
+		cfg *kernrpc.Config
 		err error
 	)
 	if configPath == "" {
@@ -54,12 +54,12 @@ func run(configPath string, out io.Writer) error {
 	}
 	ctx := context.Background()
 
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	kernel.Handle(srv, "Echo.Echo", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		tenant := kernel.IncomingMetadata(ctx)["tenant"]
+	kernrpc.Handle(srv, "Echo.Echo", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		tenant := kernrpc.IncomingMetadata(ctx)["tenant"]
 		return wrapperspb.String("echo for " + tenant + ": " + req.GetValue()), nil
 	})
 	if err := srv.Start(ctx); err != nil {
@@ -74,7 +74,7 @@ func run(configPath string, out io.Writer) error {
 		fmt.Fprintf(out, "filter:   %s on the %s side, options %v\n", f.Name, f.Side, f.Options)
 	}
 
-	cli, err := kernel.NewClient(cfg, cfg.Service)
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func run(configPath string, out io.Writer) error {
 
 	// With the metadata the filter requires, the call reaches the handler.
 	var resp wrapperspb.StringValue
-	withTenant := kernel.WithMetadata(ctx, kernel.Metadata{"tenant": "acme"})
+	withTenant := kernrpc.WithMetadata(ctx, kernel.Metadata{"tenant": "acme"})
 	if err := cli.Call(withTenant, "Echo.Echo", wrapperspb.String("hello"), &resp); err != nil {
 		return fmt.Errorf("a call with a tenant: %w", err)
 	}
@@ -102,7 +102,7 @@ func run(configPath string, out io.Writer) error {
 
 // rejectCode is the status code cfg tells the require-metadata filter to
 // reject with.
-func rejectCode(cfg *kernel.Config) string {
+func rejectCode(cfg *kernrpc.Config) string {
 	for _, f := range cfg.Filters {
 		if f.Name != requiremeta.Name {
 			continue

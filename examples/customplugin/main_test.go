@@ -68,23 +68,23 @@ func TestConfigPicksTheFilterByName(t *testing.T) {
 	}
 	cfg.Registry.Options = map[string]any{"namespace": t.Name()} // apart from other tests' servers
 
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var handled atomic.Int32
-	kernel.Handle(srv, "Echo.Echo", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+	kernrpc.Handle(srv, "Echo.Echo", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		handled.Add(1)
-		return wrapperspb.String(kernel.IncomingMetadata(ctx)["tenant"] + ":" + req.GetValue()), nil
+		return wrapperspb.String(kernrpc.IncomingMetadata(ctx)["tenant"] + ":" + req.GetValue()), nil
 	})
-	kernel.Handle(srv, "Admin.Ping", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+	kernrpc.Handle(srv, "Admin.Ping", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		return wrapperspb.String("pong"), nil
 	})
 	if err := srv.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	cli, err := kernel.NewClient(cfg, cfg.Service)
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestConfigPicksTheFilterByName(t *testing.T) {
 			before := handled.Load()
 			ctx := t.Context()
 			if tc.md != nil {
-				ctx = kernel.WithMetadata(ctx, tc.md)
+				ctx = kernrpc.WithMetadata(ctx, tc.md)
 			}
 			var resp wrapperspb.StringValue
 			err := cli.Call(ctx, tc.method, wrapperspb.String("hi"), &resp)

@@ -43,7 +43,7 @@ func main() {
 
 func run(configPath string) error {
 	var (
-		cfg *kernel.Config
+		cfg *kernrpc.Config
 		err error
 	)
 	if configPath == "" {
@@ -56,15 +56,15 @@ func run(configPath string) error {
 	}
 	ctx := context.Background()
 
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return err
 	}
 	// echopb.Echo speaks every built-in codec, so one handler serves them
 	// all. With flatbuffers, req.Payload points into the received bytes: it
 	// may go into the answer, but must be copied to outlive the call.
-	kernel.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-		return &echopb.Echo{Text: "echo: " + req.Text + " (" + kernel.CallInfoFrom(ctx).Codec + ")", Payload: req.Payload}, nil
+	kernrpc.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		return &echopb.Echo{Text: "echo: " + req.Text + " (" + kernrpc.CallInfoFrom(ctx).Codec + ")", Payload: req.Payload}, nil
 	})
 	if err := srv.Start(ctx); err != nil {
 		return err
@@ -77,7 +77,7 @@ func run(configPath string) error {
 	fmt.Printf("server: %s on %s (transport %s, codec %s, registry %s)\n",
 		cfg.Service, srv.Addr(), cfg.Transport.Name, cfg.Codec.Name, cfg.Registry.Name)
 
-	cli, err := kernel.NewClient(cfg, cfg.Service)
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func run(configPath string) error {
 	// 3. Callback: the function runs with the finished call.
 	finished := make(chan error, 1)
 	var cbResp echopb.Echo
-	cli.CallFunc(ctx, "Echo.Echo", &echopb.Echo{Text: "hello, callback"}, &cbResp, func(c *kernel.Call) {
+	cli.CallFunc(ctx, "Echo.Echo", &echopb.Echo{Text: "hello, callback"}, &cbResp, func(c *kernrpc.Call) {
 		if c.Err == nil {
 			fmt.Printf("callback: %q\n", c.Response.(*echopb.Echo).Text)
 		}
@@ -117,8 +117,8 @@ func run(configPath string) error {
 	// answers in it, whatever its own config says.
 	for _, codec := range []string{"protobuf", "json", "msgpack", "flatbuffers"} {
 		ccfg := *cfg
-		ccfg.Codec = kernel.PluginConfig{Name: codec}
-		c, err := kernel.NewClient(&ccfg, cfg.Service)
+		ccfg.Codec = kernrpc.PluginConfig{Name: codec}
+		c, err := kernrpc.NewClient(&ccfg, cfg.Service)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package all_test
 import (
 	"testing"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 )
@@ -21,10 +22,10 @@ func TestEveryDefaultIsRegistered(t *testing.T) {
 		kind kernel.Kind
 		name string
 	}{
-		{kernel.KindTransport, kernel.DefaultTransport},
-		{kernel.KindCodec, kernel.DefaultCodec},
-		{kernel.KindRegistry, kernel.DefaultRegistry},
-		{kernel.KindBalancer, kernel.DefaultBalancer},
+		{kernel.KindTransport, kernrpc.DefaultTransport},
+		{kernel.KindCodec, kernrpc.DefaultCodec},
+		{kernel.KindRegistry, kernrpc.DefaultRegistry},
+		{kernel.KindBalancer, kernrpc.DefaultBalancer},
 	} {
 		if !registered[want.kind][want.name] {
 			t.Errorf("default %s %q is not registered by plugins/all", want.kind, want.name)

@@ -75,7 +75,7 @@ var _ kernel.Filter = (*filter)(nil)
 func (f *filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	for _, k := range f.keys {
 		if info.Metadata[k] == "" {
-			return nil, kernel.Errorf(f.code, "%s: call to %s lacks metadata %q; the caller must send it (kernel.WithMetadata)", Name, info.Method, k)
+			return nil, kernel.Errorf(f.code, "%s: call to %s lacks metadata %q; the caller must send it (kernrpc.WithMetadata)", Name, info.Method, k)
 		}
 	}
 	return next(ctx, info, req)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
@@ -47,7 +48,7 @@ func BenchmarkEcho(b *testing.B) {
 	}
 }
 
-func benchmarkEcho(b *testing.B, cli *kernel.Client, size, callers int) {
+func benchmarkEcho(b *testing.B, cli *kernrpc.Client, size, callers int) {
 	payload := pattern(size, 1)
 	// call reports failures with Errorf: RunParallel's goroutines must not
 	// call Fatal.
@@ -99,7 +100,7 @@ func BenchmarkEchoManyClients(b *testing.B) {
 	addr = h.expect(b, "READY")
 	for _, clients := range []int{8, 32} {
 		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
-			clis := make([]*kernel.Client, clients)
+			clis := make([]*kernrpc.Client, clients)
 			for i := range clis {
 				clis[i] = newClient(b, clientConfig(addr, nil))
 				// Attach before the clock starts.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
-	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 )
 
@@ -32,11 +31,11 @@ func TestEchoExampleConfigRunsOverShmRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Registry.Options = map[string]any{"namespace": t.Name()}
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernel.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
+	kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Start(ctx); err != nil {
@@ -46,7 +45,7 @@ func TestEchoExampleConfigRunsOverShmRing(t *testing.T) {
 	if got := srv.Instance().Metadata["transport"]; got != "shm-ring" {
 		t.Fatalf("the server runs %q", got)
 	}
-	cli, err := kernel.NewClient(cfg, cfg.Service)
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
 		t.Fatal(err)
 	}

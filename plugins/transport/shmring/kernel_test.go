@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
@@ -27,34 +28,34 @@ import (
 
 // kernelConfig is a config for the echo service over shm-ring at addr,
 // found through a registry namespace of the test's own.
-func kernelConfig(tb testing.TB, addr string, options map[string]any) *kernel.Config {
-	cfg := kernel.DefaultConfig()
+func kernelConfig(tb testing.TB, addr string, options map[string]any) *kernrpc.Config {
+	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
 	cfg.Address = addr
-	cfg.Transport = kernel.PluginConfig{Name: Name, Options: options}
+	cfg.Transport = kernrpc.PluginConfig{Name: Name, Options: options}
 	cfg.Registry.Options = map[string]any{"namespace": tb.Name()}
 	return cfg
 }
 
 // clientConfig reaches the echo server at addr without a shared registry,
 // as a client in another process does.
-func clientConfig(addr string, options map[string]any) *kernel.Config {
-	cfg := kernel.DefaultConfig()
+func clientConfig(addr string, options map[string]any) *kernrpc.Config {
+	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
-	cfg.Transport = kernel.PluginConfig{Name: Name, Options: options}
+	cfg.Transport = kernrpc.PluginConfig{Name: Name, Options: options}
 	cfg.Registry.Options = map[string]any{"static": map[string]any{"echo": []any{addr}}}
 	return cfg
 }
 
 func echo(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil }
 
-func startServer(tb testing.TB, cfg *kernel.Config, extra func(*kernel.Server)) *kernel.Server {
+func startServer(tb testing.TB, cfg *kernrpc.Config, extra func(*kernrpc.Server)) *kernrpc.Server {
 	tb.Helper()
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kernel.Handle(srv, "Echo.Echo", echo)
+	kernrpc.Handle(srv, "Echo.Echo", echo)
 	if extra != nil {
 		extra(srv)
 	}
@@ -69,9 +70,9 @@ func startServer(tb testing.TB, cfg *kernel.Config, extra func(*kernel.Server)) 
 	return srv
 }
 
-func newClient(tb testing.TB, cfg *kernel.Config) *kernel.Client {
+func newClient(tb testing.TB, cfg *kernrpc.Config) *kernrpc.Client {
 	tb.Helper()
-	cli, err := kernel.NewClient(cfg, "echo")
+	cli, err := kernrpc.NewClient(cfg, "echo")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestEchoOverTheKernelIncludingFourTimesTheRing(t *testing.T) {
 	}
 }
 
-func echoSizes(t *testing.T, cli *kernel.Client) {
+func echoSizes(t *testing.T, cli *kernrpc.Client) {
 	for _, n := range []int{0, 16, 1000, 64 << 10, 4 * 64 << 10} {
 		req := &echopb.Echo{Text: "hello", Payload: pattern(n, byte(n))}
 		var resp echopb.Echo
@@ -183,8 +184,8 @@ func TestManyCallsInFlightOnOneClient(t *testing.T) {
 	cfg := kernelConfig(t, socketIn(t), map[string]any{"ring_size": "64KiB"})
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 64)
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Gather", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Gather", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			arrived <- struct{}{}
 			<-release
 			return req, nil
@@ -227,9 +228,9 @@ func TestThirtyTwoClientsAtOnce(t *testing.T) {
 	cfg := kernelConfig(t, addr, opts)
 	srv := startServer(t, cfg, nil)
 	const clients, callers, calls = 32, 4, 20
-	clis := make([]*kernel.Client, clients)
+	clis := make([]*kernrpc.Client, clients)
 	for i := range clis {
-		c, err := kernel.NewClient(clientConfig(addr, opts), "echo")
+		c, err := kernrpc.NewClient(clientConfig(addr, opts), "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,8 +300,8 @@ func TestHandlerReadsRequestInPlaceAndAFullRingGivesResourceExhausted(t *testing
 	cfg.Codec.Name = rawCodec{}.Name()
 	release := make(chan struct{})
 	inPlace := make(chan bool, 64)
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Raw.Hold", func(ctx context.Context, req *[]byte) (*[]byte, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Raw.Hold", func(ctx context.Context, req *[]byte) (*[]byte, error) {
 			inPlace <- inSharedMemory(t, *req)
 			<-release
 			return req, nil

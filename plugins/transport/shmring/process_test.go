@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -67,12 +68,12 @@ func helperServer(addr string) error {
 	if name := os.Getenv(transportEnv); name != "" {
 		cfg.Transport.Name = name
 	}
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	kernel.Handle(srv, "Echo.Echo", echo)
-	kernel.Handle(srv, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	kernrpc.Handle(srv, "Echo.Echo", echo)
+	kernrpc.Handle(srv, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 		fmt.Println("HANG")
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -86,7 +87,7 @@ func helperServer(addr string) error {
 
 // helperClient makes one echo call, then leaves hangCalls calls pending.
 func helperClient(addr string) error {
-	cli, err := kernel.NewClient(clientConfig(addr, nil), "echo")
+	cli, err := kernrpc.NewClient(clientConfig(addr, nil), "echo")
 	if err != nil {
 		return err
 	}
@@ -274,8 +275,8 @@ func TestKilledClientProcessFreesItsCallsAndSegment(t *testing.T) {
 	addr := socketIn(t)
 	cancelled := make(chan time.Time, hangCalls)
 	arrived := make(chan struct{}, hangCalls)
-	startServer(t, kernelConfig(t, addr, nil), func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, kernelConfig(t, addr, nil), func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			arrived <- struct{}{}
 			<-ctx.Done()
 			cancelled <- time.Now()

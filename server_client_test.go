@@ -1,4 +1,4 @@
-package kernel_test
+package kernrpc_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
@@ -27,8 +28,8 @@ import (
 
 // testConfig gives each test its own registry namespace, so tests running
 // one after another never see each other's servers.
-func testConfig(t testing.TB) *kernel.Config {
-	cfg := kernel.DefaultConfig()
+func testConfig(t testing.TB) *kernrpc.Config {
+	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
 	cfg.Registry.Options = map[string]any{"namespace": t.Name()}
 	cfg.Transport.Options = map[string]any{"keepalive_interval": "100ms", "keepalive_timeout": "200ms"}
@@ -38,13 +39,13 @@ func testConfig(t testing.TB) *kernel.Config {
 func echo(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil }
 
 // startServer starts a server with the echo handler plus extra handlers.
-func startServer(t testing.TB, cfg *kernel.Config, extra func(*kernel.Server)) *kernel.Server {
+func startServer(t testing.TB, cfg *kernrpc.Config, extra func(*kernrpc.Server)) *kernrpc.Server {
 	t.Helper()
-	srv, err := kernel.NewServer(cfg)
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernel.Handle(srv, "Echo.Echo", echo)
+	kernrpc.Handle(srv, "Echo.Echo", echo)
 	if extra != nil {
 		extra(srv)
 	}
@@ -72,9 +73,9 @@ func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	}
 }
 
-func newClient(t testing.TB, cfg *kernel.Config) *kernel.Client {
+func newClient(t testing.TB, cfg *kernrpc.Config) *kernrpc.Client {
 	t.Helper()
-	cli, err := kernel.NewClient(cfg, "echo")
+	cli, err := kernrpc.NewClient(cfg, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestCallModels(t *testing.T) {
 
 	got := make(chan string, 1)
 	var cbResp echopb.Echo
-	cli.CallFunc(ctx, "Echo.Echo", &echopb.Echo{Text: "callback"}, &cbResp, func(c *kernel.Call) {
+	cli.CallFunc(ctx, "Echo.Echo", &echopb.Echo{Text: "callback"}, &cbResp, func(c *kernrpc.Call) {
 		if c.Err != nil {
 			got <- "error: " + c.Err.Error()
 			return
@@ -118,8 +119,8 @@ func TestCallModels(t *testing.T) {
 func TestManyConcurrentCallersOverOneConnectionGetTheirOwnAnswers(t *testing.T) {
 	cfg := testConfig(t)
 	var slowest atomic.Int64
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			// Answer out of order, so matching by call id is really tested.
 			d := time.Duration(len(req.Payload)%7) * 100 * time.Microsecond
 			slowest.Store(max(slowest.Load(), int64(d)))
@@ -159,8 +160,8 @@ func TestClientDeadlineCancelsServerHandlerContext(t *testing.T) {
 	cfg := testConfig(t)
 	handlerErr := make(chan error, 1)
 	var sawDeadline atomic.Bool
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			_, ok := ctx.Deadline()
 			sawDeadline.Store(ok)
 			select {
@@ -202,8 +203,8 @@ func TestClientCancellationReachesServer(t *testing.T) {
 	cfg := testConfig(t)
 	handlerErr := make(chan error, 1)
 	started := make(chan struct{})
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Block", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			close(started)
 			<-ctx.Done()
 			handlerErr <- ctx.Err()
@@ -228,8 +229,8 @@ func TestBlockedHandlerDoesNotStallOtherCallsOnItsConnection(t *testing.T) {
 	cfg := testConfig(t)
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			close(entered)
 			<-release
 			return req, nil
@@ -260,8 +261,8 @@ func TestBlockedHandlerDoesNotStallOtherCallsOnItsConnection(t *testing.T) {
 func TestSlowHandlersOnOneConnectionRunInParallel(t *testing.T) {
 	cfg := testConfig(t)
 	var running, most atomic.Int32
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			n := running.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
@@ -290,15 +291,15 @@ func TestSlowHandlersOnOneConnectionRunInParallel(t *testing.T) {
 
 func TestMetadataTravelsBothWays(t *testing.T) {
 	cfg := testConfig(t)
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.MD", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			in := kernel.IncomingMetadata(ctx)
-			kernel.CallInfoFrom(ctx).SetResponseMetadata("seen", in["tenant"])
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.MD", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			in := kernrpc.IncomingMetadata(ctx)
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("seen", in["tenant"])
 			return &echopb.Echo{Text: in["request-id"]}, nil
 		})
 	})
 	cli := newClient(t, cfg)
-	ctx := kernel.WithMetadata(context.Background(), kernel.Metadata{"tenant": "acme", "request-id": "r-42"})
+	ctx := kernrpc.WithMetadata(context.Background(), kernel.Metadata{"tenant": "acme", "request-id": "r-42"})
 	var resp echopb.Echo
 	md, err := cli.CallWithMetadata(ctx, "Echo.MD", &echopb.Echo{}, &resp)
 	if err != nil {
@@ -311,19 +312,19 @@ func TestMetadataTravelsBothWays(t *testing.T) {
 
 func TestErrorsCarryStatusAndConnectionSurvives(t *testing.T) {
 	cfg := testConfig(t)
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Fail", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Fail", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			return nil, kernel.Errorf(kernel.NotFound, "no such %s", req.Text)
 		})
-		kernel.Handle(s, "Echo.Panic", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		kernrpc.Handle(s, "Echo.Panic", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			panic("handler bug")
 		})
-		kernel.Handle(s, "Echo.BadReply", func(ctx context.Context, req *echopb.Echo) (*wrapperspb.StringValue, error) {
+		kernrpc.Handle(s, "Echo.BadReply", func(ctx context.Context, req *echopb.Echo) (*wrapperspb.StringValue, error) {
 			// protobuf's reflective encoder refuses it (echopb.Echo has
 			// vtprotobuf methods, which do not check UTF-8).
 			return wrapperspb.String("\xff\xfe not utf-8"), nil
 		})
-		kernel.Handle(s, "Echo.Plain", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		kernrpc.Handle(s, "Echo.Plain", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			return nil, errors.New("plain error")
 		})
 	})
@@ -426,13 +427,13 @@ func TestServerAnswersBadRequestsAndKeepsTheConnection(t *testing.T) {
 func TestUnknownPluginInConfig(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Transport.Name = "nope"
-	_, err := kernel.NewServer(cfg)
+	_, err := kernrpc.NewServer(cfg)
 	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "tcp-lv") {
 		t.Fatalf("err = %v, want it to name nope and list tcp-lv", err)
 	}
 	cfg = testConfig(t)
 	cfg.Transport.Options = map[string]any{"max_frame_sise": "1MiB"}
-	_, err = kernel.NewClient(cfg, "echo")
+	_, err = kernrpc.NewClient(cfg, "echo")
 	if err == nil || !strings.Contains(err.Error(), `"max_frame_sise"`) || !strings.Contains(err.Error(), `"tcp-lv"`) {
 		t.Fatalf("err = %v, want it to name the transport and the key", err)
 	}
@@ -472,16 +473,16 @@ func init() {
 
 func TestFiltersRunInConfiguredOrderOnBothSides(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Filters = []kernel.FilterConfig{
+	cfg.Filters = []kernrpc.FilterConfig{
 		{Name: "test-first"},
 		{Name: "test-second"},
 		{Name: "test-deny", Side: "server", Methods: []string{"Echo.Sec*"}},
 	}
 	var seen kernel.Metadata
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Secret", echo)
-		kernel.Handle(s, "Echo.Look", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			seen = kernel.IncomingMetadata(ctx)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Secret", echo)
+		kernrpc.Handle(s, "Echo.Look", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			seen = kernrpc.IncomingMetadata(ctx)
 			return req, nil
 		})
 	})
@@ -509,8 +510,8 @@ func TestFiltersRunInConfiguredOrderOnBothSides(t *testing.T) {
 
 func TestGracefulShutdownUnderLoadLosesNoCall(t *testing.T) {
 	cfg := testConfig(t)
-	slow := func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	slow := func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			time.Sleep(2 * time.Millisecond)
 			return req, nil
 		})
@@ -562,8 +563,8 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	cfg := testConfig(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 8)
-	srv := startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			entered <- struct{}{}
 			<-release
 			return req, nil
@@ -618,14 +619,17 @@ func TestHelperServerProcess(t *testing.T) {
 	if os.Getenv("KERNRPC_HELPER_SERVER") != "1" {
 		t.Skip("helper process for the kill tests")
 	}
-	cfg := kernel.DefaultConfig()
+	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
-	srv, err := kernel.NewServer(cfg)
+	if f := os.Getenv("KERNRPC_HELPER_FILTER"); f != "" {
+		cfg.Filters = []kernrpc.FilterConfig{{Name: f, Side: "server"}}
+	}
+	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernel.Handle(srv, "Echo.Echo", echo)
-	kernel.Handle(srv, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	kernrpc.Handle(srv, "Echo.Echo", echo)
+	kernrpc.Handle(srv, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
@@ -759,8 +763,8 @@ func BenchmarkCallOtherProcess16B(b *testing.B) {
 func TestRequestReusingAnIDInFlightIsRefused(t *testing.T) {
 	cfg := testConfig(t)
 	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			<-release
 			return req, nil
 		})
@@ -795,8 +799,8 @@ func TestShutdownDeadlineCancelsWhatStillRuns(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	defer close(release)
-	srv := startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Stubborn", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Stubborn", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			close(entered)
 			<-ctx.Done() // told to stop when the shutdown deadline passes
 			handlerCtxErr <- ctx.Err()
@@ -827,14 +831,14 @@ func TestShutdownDeadlineCancelsWhatStillRuns(t *testing.T) {
 func TestClientCloseFailsCallsInFlight(t *testing.T) {
 	cfg := testConfig(t)
 	entered := make(chan struct{})
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hang", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			close(entered)
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
 	})
-	cli, err := kernel.NewClient(cfg, "echo")
+	cli, err := kernrpc.NewClient(cfg, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -861,8 +865,8 @@ func TestClientCloseFailsCallsInFlight(t *testing.T) {
 // answer or get another's, whoever was reading when a caller left.
 func TestCallersGivingUpAtRandomNeverStrandTheOthers(t *testing.T) {
 	cfg := testConfig(t)
-	startServer(t, cfg, func(s *kernel.Server) {
-		kernel.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Jitter", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			select {
 			case <-time.After(time.Duration(len(req.Payload)) * 50 * time.Microsecond):
 				return req, nil

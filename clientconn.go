@@ -1,4 +1,4 @@
-package kernel
+package kernrpc
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // clientConn multiplexes calls over one transport connection without a
@@ -17,15 +19,15 @@ import (
 // writes its request and reads its reply itself, with no goroutine hand-off
 // at all, while 64 callers still share one connection.
 type clientConn struct {
-	conn Conn
+	conn kernel.Conn
 	log  *slog.Logger
 
 	mu       sync.Mutex
 	nextID   uint64
-	pending  map[uint64]*callState
-	reader   *callState // holds the reader role; nil when nobody reads
-	waiters  waitList   // waiting callers that could take the role
-	draining bool       // GoAway received or pool retired: no new calls
+	pending  map[uint64]*attempt
+	reader   *attempt // holds the reader role; nil when nobody reads
+	waiters  waitList // waiting callers that could take the role
+	draining bool     // GoAway received or pool retired: no new calls
 	dead     error
 	// goAwayLast is the last call id the server promised to serve, once it
 	// sent GoAway; a pending call with a higher id was never served.
@@ -34,33 +36,23 @@ type clientConn struct {
 	pool       *connPool
 }
 
-// callState is a client call's bookkeeping, pooled so that a call costs no
-// allocation of its own.
-type callState struct {
-	info CallInfo
-	req  Frame
+// attempt is one attempt's bookkeeping on a connection, pooled so that it
+// costs no allocation of its own.
+type attempt struct {
+	info kernel.CallInfo // what the attempt filters see
+	req  kernel.Frame
 	id   uint64
 	wake chan struct{} // capacity 1: "your answer is in" or "you read now"
-	resp *Frame
+	resp *kernel.Frame
 	err  error
 	done bool
 
-	prev, next *callState // waitList links
+	prev, next *attempt // waitList links
 	queued     bool
 }
 
-func (cs *callState) reset() {
-	select {
-	case <-cs.wake:
-	default:
-	}
-	wake := cs.wake
-	*cs = callState{wake: wake}
-}
-
-// beginAttempt clears what an earlier attempt of the same call (a retry)
-// left behind.
-func (cs *callState) beginAttempt() {
+// begin clears what an earlier use of at left behind.
+func (cs *attempt) begin() {
 	select {
 	case <-cs.wake:
 	default:
@@ -68,7 +60,7 @@ func (cs *callState) beginAttempt() {
 	cs.id, cs.resp, cs.err, cs.done = 0, nil, nil, false
 }
 
-func (cs *callState) signal() {
+func (cs *attempt) signal() {
 	select {
 	case cs.wake <- struct{}{}:
 	default:
@@ -76,9 +68,9 @@ func (cs *callState) signal() {
 }
 
 // waitList is an intrusive list, so joining and leaving it allocates nothing.
-type waitList struct{ head, tail *callState }
+type waitList struct{ head, tail *attempt }
 
-func (l *waitList) push(cs *callState) {
+func (l *waitList) push(cs *attempt) {
 	cs.queued, cs.prev, cs.next = true, l.tail, nil
 	if l.tail != nil {
 		l.tail.next = cs
@@ -88,7 +80,7 @@ func (l *waitList) push(cs *callState) {
 	l.tail = cs
 }
 
-func (l *waitList) remove(cs *callState) {
+func (l *waitList) remove(cs *attempt) {
 	if !cs.queued {
 		return
 	}
@@ -106,7 +98,7 @@ func (l *waitList) remove(cs *callState) {
 }
 
 // popLatest takes the most recent waiter: its stack and caches are warmest.
-func (l *waitList) popLatest() *callState {
+func (l *waitList) popLatest() *attempt {
 	cs := l.tail
 	if cs != nil {
 		l.remove(cs)
@@ -142,8 +134,8 @@ func (cc *clientConn) fail(err error) {
 	if cc.dead == nil {
 		cc.dead = err
 	}
-	st := &Status{Code: Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
-	unserved := &Status{Code: Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
+	st := &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
+	unserved := &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
 	for id, cs := range cc.pending {
 		delete(cc.pending, id)
 		cs.err, cs.done = st, true
@@ -162,7 +154,7 @@ func (cc *clientConn) fail(err error) {
 
 // leaveLocked takes cs out of the waiters and, if it holds the reader
 // role, hands the role on: cs is about to return to its caller.
-func (cc *clientConn) leaveLocked(cs *callState) {
+func (cc *clientConn) leaveLocked(cs *attempt) {
 	cc.waiters.remove(cs)
 	if cc.reader == cs {
 		cc.passReaderLocked()
@@ -180,20 +172,19 @@ func (cc *clientConn) passReaderLocked() {
 
 // roundTrip sends one request on cc and waits for its answer, reading for
 // everyone while it waits if nobody else is.
-func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, req any) error {
-	cs := info.client
-	cs.beginAttempt()
+func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo, req any, reply any, own bool) error {
+	cs.begin()
 	codec := c.codec
 	payload, err := encodeInto(cc.conn, codec, req)
 	if err != nil {
-		return Errorf(Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
+		return kernel.Errorf(kernel.Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
 	}
 	f := &cs.req
-	*f = Frame{Type: FrameRequest, Flags: FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
+	*f = kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
 	if dl, ok := ctx.Deadline(); ok {
 		if f.Timeout = time.Until(dl); f.Timeout <= 0 {
 			cc.conn.Recycle(payload)
-			return Errorf(DeadlineExceeded, "call to %s: deadline passed before the request was sent", info.Method)
+			return c.ctxStatus(ctx, call, "before the request for "+info.Method+" was sent")
 		}
 	}
 
@@ -201,7 +192,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, 
 	if cc.dead != nil || cc.draining {
 		cc.mu.Unlock()
 		cc.conn.Recycle(payload)
-		return &Status{Code: Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the call was not sent", Retryable: true}
+		return &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the call was not sent", Retryable: true}
 	}
 	cc.nextID++
 	cs.id = cc.nextID
@@ -212,7 +203,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, 
 	if err := cc.conn.WriteFrame(f); err != nil {
 		cc.mu.Lock()
 		delete(cc.pending, cs.id)
-		var st *Status
+		var st *kernel.Status
 		if errors.As(err, &st) && cc.conn.Err() == nil {
 			// The transport refused this frame alone and sent nothing of it
 			// (its peer reads too slowly, say): the connection lives on.
@@ -222,17 +213,17 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, info *CallInfo, 
 		}
 		cc.mu.Unlock()
 		cc.fail(err)
-		return &Status{Code: Unavailable, Message: "send to " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
+		return &kernel.Status{Code: kernel.Unavailable, Message: "send to " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
 	}
-	if err := cc.wait(ctx, cs, info); err != nil {
+	if err := cc.wait(ctx, c, call, cs, info); err != nil {
 		return err
 	}
-	return cc.finish(c, cs, info)
+	return cc.finish(c, call, cs, info, reply, own)
 }
 
 // wait blocks until cs is answered, the connection dies or ctx is done,
 // taking the reader role whenever it is free.
-func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) error {
+func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo) error {
 	done := ctx.Done()
 	for {
 		cc.mu.Lock()
@@ -273,23 +264,15 @@ func (cc *clientConn) wait(ctx context.Context, cs *callState, info *CallInfo) e
 		cc.mu.Unlock()
 		// Tell the server to stop working on it; its late answer, if any, is
 		// dropped as a response for an unknown call.
-		_ = cc.conn.WriteFrame(&Frame{Type: FrameCancel, CallID: cs.id})
-		return ctxStatus(ctx, "waiting for the answer to "+info.Method)
+		_ = cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.id})
+		return c.ctxStatus(ctx, call, "while waiting for the answer to "+info.Method+" from "+cc.conn.RemoteAddr())
 	}
-}
-
-// ctxStatus is the status of a call whose caller gave up during stage.
-func ctxStatus(ctx context.Context, stage string) error {
-	if !errors.Is(ctx.Err(), context.Canceled) {
-		return Errorf(DeadlineExceeded, "deadline exceeded %s", stage)
-	}
-	return Errorf(Canceled, "canceled by the caller %s", stage)
 }
 
 // readFor reads frames and hands them out until cs's own answer arrives,
 // ctx is done, or the connection fails. It gives the reader role up before
 // returning.
-func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
+func (cc *clientConn) readFor(ctx context.Context, cs *attempt) {
 	for {
 		f, err := cc.conn.ReadFrame(ctx)
 		if err != nil {
@@ -303,7 +286,7 @@ func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
 			return
 		}
 		switch f.Type {
-		case FrameResponse:
+		case kernel.FrameResponse:
 			cc.mu.Lock()
 			t := cc.pending[f.CallID]
 			if t == nil {
@@ -336,7 +319,7 @@ func (cc *clientConn) readFor(ctx context.Context, cs *callState) {
 			// calls/s; tcp-lv 64 callers 158-180k against 117-119k calls/s
 			// without the yield, 4 callers 28-30k against 23-27k.
 			runtime.Gosched()
-		case FrameGoAway:
+		case kernel.FrameGoAway:
 			cc.serverGoingAway(f.CallID, true)
 			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
 			f.Release()
@@ -363,12 +346,12 @@ func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
 }
 
 // finish turns the answer frame into the call's result.
-func (cc *clientConn) finish(c *Client, cs *callState, info *CallInfo) error {
+func (cc *clientConn) finish(c *Client, call *callState, cs *attempt, info *kernel.CallInfo, reply any, own bool) error {
 	f := cs.resp
 	cs.resp = nil
 	info.ResponseMetadata = f.Metadata
-	if f.Code != OK {
-		err := &Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&FlagRetryable != 0}
+	if f.Code != kernel.OK {
+		err := &kernel.Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&kernel.FlagRetryable != 0}
 		f.Release()
 		if err.Retryable {
 			// The server is draining; its GoAway may still be on the way.
@@ -380,7 +363,7 @@ func (cc *clientConn) finish(c *Client, cs *callState, info *CallInfo) error {
 	if f.Codec != "" && f.Codec != codec.Name() {
 		name := f.Codec
 		f.Release()
-		return Errorf(Internal, "server answered %s in codec %q, but the request was sent in %q", info.Method, name, codec.Name())
+		return kernel.Errorf(kernel.Internal, "server answered %s in codec %q, but the request was sent in %q", info.Method, name, codec.Name())
 	}
 	data := f.Payload
 	if codecAliases(codec) {
@@ -388,10 +371,13 @@ func (cc *clientConn) finish(c *Client, cs *callState, info *CallInfo) error {
 		// copy the transport will never reuse.
 		data = append([]byte(nil), data...)
 	}
-	err := codec.Unmarshal(data, info.reply)
+	err := call.decodeReply(codec, data, reply, own)
 	f.Release()
+	if err == errCallOver {
+		return err
+	}
 	if err != nil {
-		return Errorf(Internal, "decode response of %s with %s: %v", info.Method, codec.Name(), err)
+		return kernel.Errorf(kernel.Internal, "decode response of %s with %s: %v", info.Method, codec.Name(), err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package kernel_test
+package kernrpc_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
@@ -68,21 +69,21 @@ var everyCodec = []string{"protobuf", "json", "msgpack", "flatbuffers"}
 // echoCodec answers with the request's text and payload and names the codec
 // the server decoded it with, so the client sees which one served it.
 func echoCodec(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-	return &echopb.Echo{Text: req.Text + " via " + kernel.CallInfoFrom(ctx).Codec, Payload: req.Payload}, nil
+	return &echopb.Echo{Text: req.Text + " via " + kernrpc.CallInfoFrom(ctx).Codec, Payload: req.Payload}, nil
 }
 
 // One server, configured with protobuf, and four clients at once, one per
 // codec: each is served in its own codec and answered in it.
 func TestOneServerAnswersEachClientInItsOwnCodec(t *testing.T) {
 	cfg := testConfig(t)
-	startServer(t, cfg, func(s *kernel.Server) { kernel.Handle(s, "Echo.Codec", echoCodec) })
+	startServer(t, cfg, func(s *kernrpc.Server) { kernrpc.Handle(s, "Echo.Codec", echoCodec) })
 
 	const calls = 50
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for _, codec := range everyCodec {
 		ccfg := testConfig(t)
-		ccfg.Codec = kernel.PluginConfig{Name: codec}
+		ccfg.Codec = kernrpc.PluginConfig{Name: codec}
 		cli := newClient(t, ccfg)
 		wg.Go(func() {
 			<-start
@@ -164,7 +165,7 @@ func TestOtherCodecsAreBuiltOnce(t *testing.T) {
 	cfg := testConfig(t)
 	startServer(t, cfg, nil)
 	ccfg := testConfig(t)
-	ccfg.Codec = kernel.PluginConfig{Name: "test-counting"}
+	ccfg.Codec = kernrpc.PluginConfig{Name: "test-counting"}
 	ccfg.Client.PoolSize = 4
 	cli := newClient(t, ccfg)
 	before := countingBuilds.Load() // the client built one
@@ -191,7 +192,7 @@ func TestOtherCodecsAreBuiltOnce(t *testing.T) {
 // names gets its defaults.
 func TestConfiguredCodecKeepsItsOptionsOthersTakeDefaults(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Codec = kernel.PluginConfig{Name: "json", Options: map[string]any{"discard_unknown": true}}
+	cfg.Codec = kernrpc.PluginConfig{Name: "json", Options: map[string]any{"discard_unknown": true}}
 	srv := startServer(t, cfg, nil)
 	c := rawConn(t, srv.Addr())
 	resp := roundTripRaw(t, c, &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 1,
@@ -259,7 +260,7 @@ func TestAliasedRequestOutlivesTheHandlerUntilEncoded(t *testing.T) {
 
 func testAliasedRequestOutlivesTheHandler(t *testing.T, codec string) {
 	cfg := testConfig(t)
-	cfg.Codec = kernel.PluginConfig{Name: codec}
+	cfg.Codec = kernrpc.PluginConfig{Name: codec}
 	startServer(t, cfg, nil)
 	cli := newClient(t, cfg)
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package kernel
+package kernrpc
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // Server serves the methods registered on it over the configured transport
@@ -20,17 +22,17 @@ import (
 type Server struct {
 	cfg       *Config
 	log       *slog.Logger
-	transport Transport
-	codec     Codec // the configured one, used when a request names none
-	registry  Registry
-	chains    *filterChains
+	transport kernel.Transport
+	codec     kernel.Codec // the configured one, used when a request names none
+	registry  kernel.Registry
+	filters   []configuredFilter
 	plugins   *plugins // everything built from config, closed on shutdown
 
 	mu       sync.Mutex
 	methods  map[string]*methodDesc
 	started  bool
-	listener Listener
-	instance Instance
+	listener kernel.Listener
+	instance kernel.Instance
 	conns    map[*serverConn]struct{}
 	stopped  chan struct{} // closed when Shutdown has finished
 
@@ -52,13 +54,15 @@ type Server struct {
 // codecEntry is a codec built for requests that name it, or why it could
 // not be built.
 type codecEntry struct {
-	codec Codec
+	codec kernel.Codec
 	err   error
 }
 
 type methodDesc struct {
 	newRequest func() any
-	handler    func(ctx context.Context, req any) (any, error)
+	// invoke runs the filters that apply to the method around its handler;
+	// it is built at Start, once every method and filter is known.
+	invoke kernel.Invoker
 	// slowCalls counts down the calls still to be served off the reader
 	// since the method proved slow; overBudget is its score of slow calls
 	// (see noteBurstCall).
@@ -116,14 +120,14 @@ func NewServer(cfg *Config) (*Server, error) {
 		stopped:    make(chan struct{}),
 		acceptDone: make(chan struct{}),
 	}
-	ps, err := buildPlugins(cfg, ServerSide)
+	ps, err := buildPlugins(cfg, kernel.ServerSide)
 	if err != nil {
 		return nil, err
 	}
 	s.plugins = ps
 	s.transport, s.codec, s.registry = ps.transport, ps.codec, ps.registry
 	s.others.Store(&map[string]codecEntry{})
-	s.chains = newFilterChains(ps.filters, s.invokeHandler)
+	s.filters = ps.callFilters
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -154,7 +158,9 @@ func (s *Server) Register(method string, newRequest func() any, handler func(ctx
 	case s.methods[method] != nil:
 		return fmt.Errorf("kernrpc: Register %q: method registered twice", method)
 	}
-	s.methods[method] = &methodDesc{newRequest: newRequest, handler: handler}
+	s.methods[method] = &methodDesc{newRequest: newRequest, invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
+		return handler(ctx, req)
+	}}
 	return nil
 }
 
@@ -179,6 +185,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("kernrpc: Start: the server has already started")
 	}
 	s.started = true
+	for name, d := range s.methods {
+		d.invoke = chainFor(s.filters, name, d.invoke)
+	}
 	s.mu.Unlock()
 
 	ln, err := s.transport.Listen(ctx, s.cfg.Address)
@@ -189,7 +198,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Advertise != "" {
 		addr = s.cfg.Advertise
 	}
-	inst := Instance{
+	inst := kernel.Instance{
 		Service:  s.cfg.Service,
 		ID:       s.cfg.Server.InstanceID,
 		Address:  addr,
@@ -224,7 +233,7 @@ func (s *Server) Addr() string {
 }
 
 // Instance is what the server registered; zero before Start.
-func (s *Server) Instance() Instance {
+func (s *Server) Instance() kernel.Instance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.instance
@@ -246,13 +255,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
-func (s *Server) acceptLoop(ln Listener) {
+func (s *Server) acceptLoop(ln kernel.Listener) {
 	defer close(s.acceptDone)
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept(s.baseCtx)
 		if err != nil {
-			if errors.Is(err, ErrClosed) || s.baseCtx.Err() != nil || s.draining.Load() {
+			if errors.Is(err, kernel.ErrClosed) || s.baseCtx.Err() != nil || s.draining.Load() {
 				return
 			}
 			s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
@@ -353,7 +362,7 @@ func (s *Server) closeConns(ctx context.Context) {
 	grace := time.NewTimer(closeGrace)
 	defer grace.Stop()
 	for _, sc := range conns {
-		if hc, ok := sc.conn.(HalfCloser); ok && hc.CloseWrite() == nil {
+		if hc, ok := sc.conn.(kernel.HalfCloser); ok && hc.CloseWrite() == nil {
 			select {
 			case <-sc.conn.Done():
 			case <-grace.C:
@@ -377,14 +386,10 @@ func (s *Server) callEnded() {
 	}
 }
 
-func (s *Server) invokeHandler(ctx context.Context, info *CallInfo, req any) (any, error) {
-	return info.server.desc.handler(ctx, req)
-}
-
 // serverConn is one client connection on the server side.
 type serverConn struct {
 	srv  *Server
-	conn Conn
+	conn kernel.Conn
 
 	readState     atomic.Int32  // reading, servingInline or handedOff
 	inlineSeq     atomic.Uint64 // counts calls served inline
@@ -408,7 +413,7 @@ func (sc *serverConn) goAway() {
 	sc.mu.Lock()
 	last := sc.lastAccepted
 	sc.mu.Unlock()
-	sc.queue(&Frame{Type: FrameGoAway, CallID: last})
+	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last})
 }
 
 // readLoop reads frames until the connection dies. A request is served by
@@ -429,7 +434,7 @@ func (sc *serverConn) readLoop() {
 			return
 		}
 		switch f.Type {
-		case FrameRequest:
+		case kernel.FrameRequest:
 			c := sc.begin(f)
 			if c == nil {
 				f.Release()
@@ -446,14 +451,14 @@ func (sc *serverConn) readLoop() {
 				return
 			}
 			continue
-		case FrameCancel:
+		case kernel.FrameCancel:
 			sc.mu.Lock()
 			c := sc.calls[f.CallID]
 			sc.mu.Unlock()
 			if c != nil {
 				c.cancel(context.Canceled)
 			}
-		case FrameGoAway:
+		case kernel.FrameGoAway:
 			// The client is leaving; its calls still get answers.
 		default:
 			sc.srv.log.Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
@@ -491,7 +496,7 @@ const overBudgetStreak = 4
 const slowMethodCalls = 1024
 
 func (sc *serverConn) moreWaiting() bool {
-	b, ok := sc.conn.(BufferedReader)
+	b, ok := sc.conn.(kernel.BufferedReader)
 	return ok && b.Buffered() > 0
 }
 
@@ -499,7 +504,7 @@ func (sc *serverConn) moreWaiting() bool {
 // goroutine still holds the reading role afterwards. The watchdog timer is
 // not armed per call (a timer per call costs a netpoller wake-up each): it
 // ticks while inline calls keep coming and lapses when they stop.
-func (sc *serverConn) serveInline(c *callCtx, f *Frame, desc *methodDesc, burst bool) bool {
+func (sc *serverConn) serveInline(c *callCtx, f *kernel.Frame, desc *methodDesc, burst bool) bool {
 	sc.inlineSeq.Add(1)
 	sc.inlineDesc.Store(desc)
 	sc.readState.Store(servingInline)
@@ -552,9 +557,8 @@ func (sc *serverConn) watch() {
 
 // begin records a request so a Cancel can find it. A duplicate call id is a
 // protocol error the client made: answer it without serving.
-func (sc *serverConn) begin(f *Frame) *callCtx {
+func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 	c := &callCtx{parent: sc.srv.baseCtx, id: f.CallID, sc: sc}
-	c.info.server = c
 	sc.mu.Lock()
 	if sc.closed {
 		sc.mu.Unlock()
@@ -563,7 +567,7 @@ func (sc *serverConn) begin(f *Frame) *callCtx {
 	if _, dup := sc.calls[f.CallID]; dup {
 		sc.mu.Unlock()
 		sc.srv.log.Warn("request reuses the id of a call in flight; refusing it", "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
-		sc.queue(&Frame{Type: FrameResponse, Flags: FlagEndStream, CallID: f.CallID, Code: InvalidArgument,
+		sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: f.CallID, Code: kernel.InvalidArgument,
 			Message: "call id " + fmt.Sprint(f.CallID) + " is already in flight on this connection"})
 		return nil
 	}
@@ -594,9 +598,9 @@ func (sc *serverConn) end(c *callCtx) {
 // queue sends f without writing on the caller's goroutine where the
 // transport allows: the read loop and Shutdown use it, and neither may
 // wait on a peer that does not read.
-func (sc *serverConn) queue(f *Frame) {
+func (sc *serverConn) queue(f *kernel.Frame) {
 	write := sc.conn.WriteFrame
-	if q, ok := sc.conn.(FrameQueuer); ok {
+	if q, ok := sc.conn.(kernel.FrameQueuer); ok {
 		write = q.QueueFrame
 	}
 	if err := write(f); err != nil {
@@ -605,11 +609,11 @@ func (sc *serverConn) queue(f *Frame) {
 }
 
 // serve runs one unary call: decode, filters and handler, encode, reply.
-func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
+func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	s := sc.srv
 	defer sc.end(c)
 	out := &c.out
-	out.Type, out.Flags, out.CallID = FrameResponse, FlagEndStream, c.id
+	out.Type, out.Flags, out.CallID = kernel.FrameResponse, kernel.FlagEndStream, c.id
 
 	resp, codec, lent, err := sc.run(c, f)
 	if codec != nil {
@@ -617,7 +621,7 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 	}
 	if err == nil {
 		if out.Payload, err = encodeInto(sc.conn, codec, resp); err != nil {
-			err = Errorf(Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
+			err = kernel.Errorf(kernel.Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
 		}
 	}
 	if lent != nil {
@@ -625,22 +629,22 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 		lent.Release()
 	}
 	if err != nil {
-		st := StatusOf(err)
+		st := kernel.StatusOf(err)
 		out.Code, out.Message = st.Code, st.Message
-		if st.Code == OK {
-			out.Code = Unknown
+		if st.Code == kernel.OK {
+			out.Code = kernel.Unknown
 		}
 		if st.Retryable {
-			out.Flags |= FlagRetryable
+			out.Flags |= kernel.FlagRetryable
 		}
 	}
 	out.Metadata = c.info.ResponseMetadata
 	write := sc.conn.WriteFrame
-	if q, ok := sc.conn.(FrameQueuer); ok && burst {
+	if q, ok := sc.conn.(kernel.FrameQueuer); ok && burst {
 		write = q.QueueFrame
 	}
 	if err := write(out); err != nil {
-		var st *Status
+		var st *kernel.Status
 		if errors.As(err, &st) && sc.conn.Err() == nil {
 			// The transport refused the answer (the client has not read for
 			// a long while, say): close, or the client waits for it in vain.
@@ -658,7 +662,7 @@ func (sc *serverConn) serve(c *callCtx, f *Frame, burst bool) {
 // their input (AliasingCodec, InPlaceUnmarshaler), only after the response
 // is encoded, since the handler may answer with the request or parts of
 // it. Then it returns f as lent, for serve to release.
-func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Frame, err error) {
+func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.Codec, lent *kernel.Frame, err error) {
 	s := sc.srv
 	released := false
 	defer func() {
@@ -672,17 +676,17 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Fr
 			return nil, nil, nil, err
 		}
 	}
-	c.info.Method, c.info.Side, c.info.Codec = f.Method, ServerSide, codec.Name()
+	c.info.Method, c.info.Side, c.info.Codec = f.Method, kernel.ServerSide, codec.Name()
 	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
 	if c.refused {
-		return nil, codec, nil, &Status{Code: Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
+		return nil, codec, nil, &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
 	}
-	if f.Flags&FlagStream != 0 {
-		return nil, codec, nil, Errorf(Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
+	if f.Flags&kernel.FlagStream != 0 {
+		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
 	}
 	desc := c.desc
 	if desc == nil {
-		return nil, codec, nil, Errorf(Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
+		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
 	}
 	if f.Timeout > 0 {
 		c.deadline = time.Now().Add(f.Timeout)
@@ -690,13 +694,13 @@ func (sc *serverConn) run(c *callCtx, f *Frame) (resp any, codec Codec, lent *Fr
 	}
 	req := desc.newRequest()
 	aliases := codecAliases(codec)
-	if d, ok := codec.(InPlaceUnmarshaler); ok {
+	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
 		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
 	} else {
 		err = codec.Unmarshal(f.Payload, req)
 	}
 	if err != nil {
-		return nil, codec, nil, Errorf(InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
+		return nil, codec, nil, kernel.Errorf(kernel.InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
 	}
 	if aliases {
 		lent = f
@@ -714,17 +718,10 @@ func (sc *serverConn) invoke(c *callCtx, req any) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			sc.srv.log.Error("handler panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
-			resp, err = nil, Errorf(Internal, "handler for %s panicked: %v", c.info.Method, r)
+			resp, err = nil, kernel.Errorf(kernel.Internal, "handler for %s panicked: %v", c.info.Method, r)
 		}
 	}()
-	return sc.srv.chains.forMethod(c.info.Method)(c, &c.info, req)
-}
-
-func sizeHint(codec Codec, v any) int {
-	if s, ok := codec.(CodecSizer); ok {
-		return s.Size(v)
-	}
-	return 0
+	return c.desc.invoke(c, &c.info, req)
 }
 
 // codecFor returns the codec a request named other than the configured
@@ -733,18 +730,17 @@ func sizeHint(codec Codec, v any) int {
 // the server was not configured with is built with its default options
 // the first time a request names it, and kept. Only registered names are
 // kept, so made-up names cost a peer an error, not the server memory.
-func (s *Server) codecFor(name string) (Codec, error) {
+func (s *Server) codecFor(name string) (kernel.Codec, error) {
 	if e, ok := (*s.others.Load())[name]; ok {
 		return e.codec, e.err
 	}
-	f, err := codecs.lookup(name)
-	if err != nil {
+	if err := kernel.CheckOptions(kernel.KindCodec, name, nil, ""); err != nil {
 		known := ""
-		var unknown *UnknownPluginError
+		var unknown *kernel.UnknownPluginError
 		if errors.As(err, &unknown) {
 			known = strings.Join(unknown.Known, ", ")
 		}
-		return nil, Errorf(InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", name, known)
+		return nil, kernel.Errorf(kernel.InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", name, known)
 	}
 	s.othersMu.Lock()
 	defer s.othersMu.Unlock()
@@ -753,8 +749,9 @@ func (s *Server) codecFor(name string) (Codec, error) {
 		return e.codec, e.err
 	}
 	var e codecEntry
-	if e.codec, err = f.build(KindCodec, nil, "default options"); err != nil {
-		e.err = Errorf(FailedPrecondition, "codec %q does not build with its default options (%v); configure it as the server's codec, with the options it needs", name, err)
+	var err error
+	if e.codec, err = kernel.NewCodec(name, nil, "default options"); err != nil {
+		e.err = kernel.Errorf(kernel.FailedPrecondition, "codec %q does not build with its default options (%v); configure it as the server's codec, with the options it needs", name, err)
 	} else {
 		s.log.Debug("serving a codec requests ask for, with its default options", "codec", name)
 	}
@@ -810,7 +807,7 @@ func (sc *serverConn) close(err error) {
 	s.mu.Lock()
 	delete(s.conns, sc)
 	s.mu.Unlock()
-	if errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerGone) || errors.Is(err, io.EOF) {
+	if errors.Is(err, kernel.ErrClosed) || errors.Is(err, kernel.ErrPeerGone) || errors.Is(err, io.EOF) {
 		s.log.Debug("connection closed", "peer", sc.conn.RemoteAddr(), "reason", err)
 	} else {
 		s.log.Warn("connection closed", "peer", sc.conn.RemoteAddr(), "reason", err)

@@ -1,13 +1,15 @@
-package kernel
+package kernrpc
 
 import (
 	"testing"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // lendingConn is a Conn whose Buffer lends a fixed capacity and which
 // records what comes back through Recycle.
 type lendingConn struct {
-	Conn
+	kernel.Conn
 	lent     int
 	recycled [][]byte
 }

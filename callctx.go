@@ -1,9 +1,11 @@
-package kernel
+package kernrpc
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // callCtx is the context a server handler runs under. It is one allocation
@@ -22,8 +24,8 @@ type callCtx struct {
 	refused bool // arrived while the server was draining: answered, not served
 	sc      *serverConn
 	desc    *methodDesc
-	info    CallInfo
-	out     Frame // the response frame, kept here so sending it does not allocate
+	info    kernel.CallInfo
+	out     kernel.Frame // the response frame, kept here so sending it does not allocate
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -80,14 +82,14 @@ func (c *callCtx) cancel(err error) {
 // CallInfoFrom returns the call a server handler is serving (its method,
 // peer, codec and metadata), or nil outside a handler. A handler may set
 // response metadata through it.
-func CallInfoFrom(ctx context.Context) *CallInfo {
-	ci, _ := ctx.Value(callInfoKey{}).(*CallInfo)
+func CallInfoFrom(ctx context.Context) *kernel.CallInfo {
+	ci, _ := ctx.Value(callInfoKey{}).(*kernel.CallInfo)
 	return ci
 }
 
 // IncomingMetadata returns the metadata the client sent with the call a
 // handler is serving.
-func IncomingMetadata(ctx context.Context) Metadata {
+func IncomingMetadata(ctx context.Context) kernel.Metadata {
 	if ci := CallInfoFrom(ctx); ci != nil {
 		return ci.Metadata
 	}

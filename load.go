@@ -1,5 +1,5 @@
 // Package kernrpc is the user-facing convenience over the kernel: it reads
-// a config file into a kernel.Config. The interfaces, the plugin registry,
+// a config file into a Config. The interfaces, the plugin registry,
 // the Server and the Client are in package kernel; the plugins are under
 // plugins/ and register themselves when imported (plugins/all for every
 // built-in one).
@@ -7,7 +7,7 @@
 //	import _ "github.com/kernrpc/kernrpc/plugins/all"
 //
 //	cfg, err := kernrpc.LoadConfig("kernrpc.yaml")
-//	srv, err := kernel.NewServer(cfg)
+//	srv, err := kernrpc.NewServer(cfg)
 package kernrpc
 
 import (
@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // LoadConfig reads a config file, YAML (.yaml, .yml) or JSON (.json), and
@@ -34,7 +32,7 @@ import (
 // expanded, KERNRPC_ADDRESS and KERNRPC_ADVERTISE override the addresses,
 // and unknown keys or wrong types are errors naming the key and the file.
 // A file must hold one document, and no mapping may repeat a key.
-func LoadConfig(path string) (*kernel.Config, error) {
+func LoadConfig(path string) (*Config, error) {
 	if _, err := parserFor(path); err != nil {
 		return nil, err
 	}
@@ -52,7 +50,7 @@ func LoadConfig(path string) (*kernel.Config, error) {
 // ParseConfig parses a config held in memory (an embedded file, say) as
 // LoadConfig parses a file; source names it in errors and its extension
 // picks YAML or JSON.
-func ParseConfig(data []byte, source string) (*kernel.Config, error) {
+func ParseConfig(data []byte, source string) (*Config, error) {
 	parse, err := parserFor(source)
 	if err != nil {
 		return nil, err
@@ -65,7 +63,7 @@ func ParseConfig(data []byte, source string) (*kernel.Config, error) {
 		}
 		return nil, fmt.Errorf("kernrpc: %s: %w", source, err)
 	}
-	return kernel.ParseConfig(tree, source)
+	return parseTree(tree, source)
 }
 
 func parserFor(path string) (func([]byte) (map[string]any, error), error) {

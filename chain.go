@@ -1,0 +1,94 @@
+package kernrpc
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// configuredFilter is a filter with the scope its config gave it.
+type configuredFilter struct {
+	filter  kernel.Filter
+	methods []string // empty: every method
+}
+
+func (cf *configuredFilter) applies(method string) bool {
+	if len(cf.methods) == 0 {
+		return true
+	}
+	for _, m := range cf.methods {
+		if m == method || (strings.HasSuffix(m, "*") && strings.HasPrefix(method, m[:len(m)-1])) {
+			return true
+		}
+	}
+	return false
+}
+
+// chain builds the invoker that runs filters in order around last.
+func chain(filters []kernel.Filter, last kernel.Invoker) kernel.Invoker {
+	next := last
+	for i := len(filters) - 1; i >= 0; i-- {
+		f, n := filters[i], next
+		next = func(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+			return f.Invoke(ctx, info, req, n)
+		}
+	}
+	return next
+}
+
+// chainFor builds the chain of the filters that apply to method.
+func chainFor(filters []configuredFilter, method string, last kernel.Invoker) kernel.Invoker {
+	var fs []kernel.Filter
+	for i := range filters {
+		if filters[i].applies(method) {
+			fs = append(fs, filters[i].filter)
+		}
+	}
+	return chain(fs, last)
+}
+
+// filterChains keeps one prebuilt chain per method, so a call pays nothing
+// to find which filters apply to it.
+type filterChains struct {
+	filters []configuredFilter
+	last    kernel.Invoker
+	all     kernel.Invoker // the chain with every filter, used when none is scoped
+	scoped  bool           // some filter applies to some methods only
+	byMeth  sync.Map       // method -> Invoker, when scoped
+	cached  atomic.Int32
+}
+
+// maxCachedChains bounds the per-method cache: method names can come from a
+// peer, and a peer must not be able to grow our memory.
+const maxCachedChains = 1024
+
+func newFilterChains(filters []configuredFilter, last kernel.Invoker) *filterChains {
+	fc := &filterChains{filters: filters, last: last}
+	all := make([]kernel.Filter, 0, len(filters))
+	for _, f := range filters {
+		all = append(all, f.filter)
+		if len(f.methods) > 0 {
+			fc.scoped = true
+		}
+	}
+	fc.all = chain(all, last)
+	return fc
+}
+
+// forMethod returns the chain for method, built once per method.
+func (fc *filterChains) forMethod(method string) kernel.Invoker {
+	if !fc.scoped {
+		return fc.all
+	}
+	if inv, ok := fc.byMeth.Load(method); ok {
+		return inv.(kernel.Invoker)
+	}
+	inv := chainFor(fc.filters, method, fc.last)
+	if fc.cached.Add(1) <= maxCachedChains {
+		fc.byMeth.Store(method, inv)
+	}
+	return inv
+}

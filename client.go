@@ -1,0 +1,226 @@
+package kernrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Client calls one service: it resolves instances through the registry,
+// picks one per attempt with the balancer, keeps a pool of multiplexed
+// connections per instance, and runs the client's call filters around
+// every call and its attempt filters around every attempt. It is safe for
+// concurrent use; share one per service.
+type Client struct {
+	cfg       *Config
+	service   string
+	log       *slog.Logger
+	transport kernel.Transport
+	codec     kernel.Codec
+	registry  kernel.Registry
+	balancer  kernel.Balancer
+	plugins   *plugins
+	// callChains and attemptChains are nil when no filter runs in that
+	// stage: the call then costs no chain at all.
+	callChains    *filterChains
+	attemptChains *filterChains
+
+	pools       atomic.Pointer[map[string]*connPool]
+	poolsMu     sync.Mutex                    // serialises copy-on-write updates of pools
+	updated     atomic.Pointer[chan struct{}] // closed at the registry's next report
+	closed      atomic.Bool
+	stopWatch   context.CancelFunc
+	watchDone   chan struct{}
+	life        context.Context // ends with Close: bounds background dials
+	endLife     context.CancelFunc
+	dials       sync.WaitGroup
+	calls       sync.Pool // *callState
+	attempts    sync.Pool // *attempt
+	dialTimeout time.Duration
+}
+
+// NewClient builds a client for service (cfg.Service when empty) from cfg.
+// It resolves the service once before returning, then follows the
+// registry's watch; a call made before any instance is known waits for
+// the first one, up to its deadline.
+func NewClient(cfg *Config, service string) (*Client, error) {
+	if cfg == nil {
+		cfg = DefaultConfig()
+	}
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if service == "" {
+		service = cfg.Service
+	}
+	if service == "" {
+		return nil, errors.New("kernrpc: NewClient: no service to call: pass its name or set service in the config")
+	}
+	c := &Client{
+		cfg:         cfg,
+		service:     service,
+		log:         slog.Default().With("component", "kernrpc.client", "service", service),
+		watchDone:   make(chan struct{}),
+		dialTimeout: cfg.Client.DialTimeout.D(),
+	}
+	c.calls.New = func() any { return new(callState) }
+	c.attempts.New = func() any { return &attempt{wake: make(chan struct{}, 1)} }
+	empty := map[string]*connPool{}
+	c.pools.Store(&empty)
+	first := make(chan struct{})
+	c.updated.Store(&first)
+	ps, err := buildPlugins(cfg, kernel.ClientSide)
+	if err != nil {
+		return nil, err
+	}
+	c.plugins = ps
+	c.transport, c.codec, c.registry, c.balancer = ps.transport, ps.codec, ps.registry, ps.balancer
+	if len(ps.callFilters) > 0 {
+		c.callChains = newFilterChains(ps.callFilters, c.attemptFromChain)
+	}
+	if len(ps.attemptFilters) > 0 {
+		c.attemptChains = newFilterChains(ps.attemptFilters, c.sendFromChain)
+	}
+	defer func() {
+		if err != nil {
+			ps.close(c.log)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
+	defer cancel()
+	var insts []kernel.Instance
+	if insts, err = c.registry.Resolve(ctx, service); err != nil {
+		err = c.registryError(fmt.Errorf("resolve %q: %w", service, err))
+		return nil, err
+	}
+	c.balancer.Update(insts)
+	wctx, stop := context.WithCancel(context.Background())
+	var updates <-chan []kernel.Instance
+	if updates, err = c.registry.Watch(wctx, service); err != nil {
+		stop()
+		err = c.registryError(fmt.Errorf("watch %q: %w", service, err))
+		return nil, err
+	}
+	c.stopWatch = stop
+	c.life, c.endLife = context.WithCancel(context.Background())
+	go c.follow(updates)
+	return c, nil
+}
+
+func (c *Client) registryError(err error) error {
+	return &kernel.PluginError{Source: c.cfg.Source, Kind: kernel.KindRegistry, Name: c.cfg.Registry.Name, Err: err}
+}
+
+// follow feeds the registry's view to the balancer, drops the pools of
+// instances that left, and wakes the calls waiting for an instance.
+func (c *Client) follow(updates <-chan []kernel.Instance) {
+	defer close(c.watchDone)
+	for insts := range updates {
+		c.balancer.Update(insts)
+		live := make(map[string]bool, len(insts))
+		for _, in := range insts {
+			live[in.Address] = true
+		}
+		c.poolsMu.Lock()
+		old := *c.pools.Load()
+		next := make(map[string]*connPool, len(old))
+		for addr, p := range old {
+			if live[addr] {
+				next[addr] = p
+			} else {
+				p.retire()
+			}
+		}
+		c.pools.Store(&next)
+		c.poolsMu.Unlock()
+		fresh := make(chan struct{})
+		close(*c.updated.Swap(&fresh))
+	}
+}
+
+// Close closes every connection (calls in flight fail with Unavailable)
+// and the plugins the client built. It is idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.endLife()
+	c.stopWatch()
+	<-c.watchDone
+	c.poolsMu.Lock()
+	for _, p := range *c.pools.Load() {
+		p.close()
+	}
+	empty := map[string]*connPool{}
+	c.pools.Store(&empty)
+	c.poolsMu.Unlock()
+	c.dials.Wait()
+	c.plugins.close(c.log)
+	return nil
+}
+
+// Plugins lists the plugins this client built from its config, so that
+// code can reach them (a filter's counters, say); see FindPlugin.
+func (c *Client) Plugins() []BuiltPlugin { return c.plugins.list() }
+
+// Call sends req to method and waits for the answer, which it decodes into
+// resp. The context's deadline and cancellation reach the server; metadata
+// attached with WithMetadata travels with the request. A failed call
+// returns a *kernel.Status.
+func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
+	_, err := c.call(ctx, method, req, resp)
+	return err
+}
+
+// Call is an asynchronous call in progress (see Client.Go).
+type Call struct {
+	Method   string
+	Request  any
+	Response any
+	// ResponseMetadata is what the server sent back with its answer.
+	ResponseMetadata kernel.Metadata
+	// Err is the call's outcome, set before the call is sent on Done.
+	Err error
+	// Done receives the call when it completes.
+	Done chan *Call
+}
+
+// Go starts a call and returns at once; the call is sent on done (or on a
+// new channel if done is nil) when it completes, as net/rpc does. done must
+// have room: Go panics on an unbuffered channel.
+func (c *Client) Go(ctx context.Context, method string, req, resp any, done chan *Call) *Call {
+	if done == nil {
+		done = make(chan *Call, 1)
+	} else if cap(done) == 0 {
+		panic("kernrpc: Client.Go: done channel is unbuffered")
+	}
+	call := &Call{Method: method, Request: req, Response: resp, Done: done}
+	go func() {
+		call.ResponseMetadata, call.Err = c.call(ctx, method, req, resp)
+		call.Done <- call
+	}()
+	return call
+}
+
+// CallFunc starts a call and returns at once; fn runs with the finished call
+// on a goroutine of its own.
+func (c *Client) CallFunc(ctx context.Context, method string, req, resp any, fn func(*Call)) {
+	call := &Call{Method: method, Request: req, Response: resp}
+	go func() {
+		call.ResponseMetadata, call.Err = c.call(ctx, method, req, resp)
+		fn(call)
+	}()
+}
+
+// CallWithMetadata is Call that also returns the response metadata.
+func (c *Client) CallWithMetadata(ctx context.Context, method string, req, resp any) (kernel.Metadata, error) {
+	return c.call(ctx, method, req, resp)
+}

@@ -1,0 +1,399 @@
+package kernrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// callState is one client call, pooled so that a call costs no allocation
+// of its own. Where filters run, it is also the context they receive
+// (wrapping the caller's), so that the end of each chain finds its call
+// however the filters copied the CallInfo; attempts a filter leaves
+// running after the call returned keep it alive through refs.
+type callState struct {
+	context.Context // the caller's, with client.timeout applied
+
+	client *Client
+	info   kernel.CallInfo // what the call filters see
+	reply  any             // the caller's: the answer lands here
+	// configDeadline is the deadline client.timeout set, if it did: a
+	// deadline error then says so.
+	configDeadline time.Time
+
+	// shared is set when filters run: attempts may then overlap or outlive
+	// the call, and mu guards reply, lent, over and info's outcome fields.
+	shared   bool
+	mu       sync.Mutex
+	lent     replyUse
+	over     bool // the call has returned its result to the caller
+	attempts atomic.Int32
+	refs     atomic.Int32
+}
+
+// replyUse says who may write into the caller's reply.
+type replyUse uint8
+
+const (
+	replyFree  replyUse = iota // the next attempt decodes into it
+	replyLent                  // an attempt in flight decodes into it
+	replyGiven                 // an attempt returned it as its answer: later ones get their own
+)
+
+type callStateKey struct{}
+
+// Value finds the call for the chains' ends, and otherwise asks the
+// caller's context.
+func (cs *callState) Value(key any) any {
+	if key == (callStateKey{}) {
+		return cs
+	}
+	return cs.Context.Value(key)
+}
+
+func (cs *callState) release() {
+	if cs.refs.Add(-1) == 0 {
+		c := cs.client
+		*cs = callState{}
+		c.calls.Put(cs)
+	}
+}
+
+// lendReply returns what an attempt decodes its answer into: the caller's
+// reply when no other attempt holds it or returned it, else a new value of
+// the same type, so that attempts running at once never share one.
+func (cs *callState) lendReply() (reply any, own bool) {
+	if !cs.shared {
+		return cs.reply, true
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.lent == replyFree && !cs.over {
+		cs.lent = replyLent
+		return cs.reply, true
+	}
+	return newLike(cs.reply), false
+}
+
+// returnReply ends an attempt's hold on the caller's reply.
+func (cs *callState) returnReply(own, answered bool) {
+	if !own || !cs.shared {
+		return
+	}
+	cs.mu.Lock()
+	if answered {
+		cs.lent = replyGiven
+	} else {
+		cs.lent = replyFree
+	}
+	cs.mu.Unlock()
+}
+
+// errCallOver is what a late attempt gets for decoding into a reply the
+// caller already has back.
+var errCallOver = kernel.Errorf(kernel.Canceled, "the call returned before this attempt's answer arrived")
+
+// decodeReply decodes an answer into reply. Into the caller's own reply
+// only while the call has not returned: a hedge's slower attempt must not
+// write into a value the caller is reading.
+func (cs *callState) decodeReply(codec kernel.Codec, data []byte, reply any, own bool) error {
+	if !own || !cs.shared {
+		return codec.Unmarshal(data, reply)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.over {
+		return errCallOver
+	}
+	return codec.Unmarshal(data, reply)
+}
+
+// newLike returns a new zero value of the type v points to.
+func newLike(v any) any {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return v
+	}
+	return reflect.New(t.Elem()).Interface()
+}
+
+func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel.Metadata, error) {
+	if c.closed.Load() {
+		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+	}
+	var configDeadline time.Time
+	if c.cfg.Client.Timeout > 0 {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.Client.Timeout.D())
+			defer cancel()
+			configDeadline, _ = ctx.Deadline()
+		}
+	}
+	cs := c.calls.Get().(*callState)
+	cs.Context, cs.client, cs.reply, cs.configDeadline = ctx, c, resp, configDeadline
+	cs.refs.Store(1)
+	info := &cs.info
+	info.Method, info.Side, info.Codec = method, kernel.ClientSide, c.codec.Name()
+	info.Metadata = OutgoingMetadata(ctx)
+	var out any
+	var err error
+	switch {
+	case c.callChains != nil:
+		cs.shared = true
+		if len(info.Metadata) > 0 {
+			info.Metadata = info.Metadata.Clone() // filters may add to it
+		}
+		out, err = c.callChains.forMethod(method)(cs, info, req)
+	case c.attemptChains != nil:
+		cs.shared = true
+		out, err = c.attemptLoop(cs, cs, info, req)
+	default:
+		out, err = c.attemptLoop(ctx, cs, info, req)
+	}
+	md, err := cs.finish(out, err)
+	cs.release()
+	return md, err
+}
+
+// finish ends the call: from now on no attempt writes into the caller's
+// reply, which receives the outermost filter's answer when that is another
+// value (from a cache, a fallback, or a hedge's second attempt).
+func (cs *callState) finish(out any, err error) (kernel.Metadata, error) {
+	if !cs.shared {
+		return cs.info.ResponseMetadata, err
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.over = true
+	md := cs.info.ResponseMetadata
+	if err != nil || out == nil || sameValue(out, cs.reply) {
+		return md, err
+	}
+	c := cs.client
+	data, merr := c.codec.Marshal(nil, out)
+	if merr == nil {
+		merr = c.codec.Unmarshal(data, cs.reply)
+	}
+	if merr != nil {
+		return md, kernel.Errorf(kernel.Internal, "a client filter answered %s with a %T that %s cannot copy into the caller's %T: %v",
+			cs.info.Method, out, c.codec.Name(), cs.reply, merr)
+	}
+	return md, nil
+}
+
+// sameValue reports whether a and b are the same value; a value whose type
+// cannot be compared is not the caller's reply (a pointer).
+func sameValue(a, b any) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// callFrom finds the call a chain runs for.
+func (c *Client) callFrom(ctx context.Context) (*callState, error) {
+	cs, _ := ctx.Value(callStateKey{}).(*callState)
+	if cs == nil || cs.client != c {
+		return nil, kernel.Errorf(kernel.Internal, "a client filter called next with a context that does not come from the call; "+
+			"pass on the ctx the filter received, or one derived from it")
+	}
+	return cs, nil
+}
+
+// attemptFromChain is the end of the call stage: each call of it is an
+// attempt of its own.
+func (c *Client) attemptFromChain(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+	cs, err := c.callFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs.refs.Add(1)
+	defer cs.release()
+	return c.attemptLoop(ctx, cs, info, req)
+}
+
+// sendFromChain is the end of the attempt stage.
+func (c *Client) sendFromChain(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+	cs, err := c.callFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.Instance == nil {
+		return nil, kernel.Errorf(kernel.Internal, "an attempt filter passed on a CallInfo without the picked Instance")
+	}
+	return c.send(ctx, cs, nil, info, req)
+}
+
+const (
+	maxSkippedPicks = 8 // picks of avoided instances passed over per attempt
+	maxRefusedPicks = 8 // instances attempt filters may refuse per call of next
+	dialAvoidance   = time.Second
+	goAwayAvoidance = 5 * time.Second
+)
+
+// attemptLoop picks an instance, runs the attempt filters and sends. A
+// call the server did not process (it was shutting down, or could not be
+// reached) is sent again to a fresh pick, up to client.retries times; an
+// instance an attempt filter refused is replaced by another pick.
+func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.CallInfo, req any) (any, error) {
+	retries := *c.cfg.Client.Retries
+	var refusal error
+	for tries, skipped, refused := 0, 0, 0; ; {
+		inst, err := c.pick(ctx, cs, info)
+		if err != nil {
+			return nil, err
+		}
+		p, err := c.pool(inst.Address)
+		if err != nil {
+			return nil, err
+		}
+		// An instance that refused a dial or said GoAway moments ago is
+		// passed over while the balancer offers others.
+		if skipped++; skipped <= maxSkippedPicks && p.avoided() {
+			continue
+		}
+		at := c.attempts.Get().(*attempt)
+		ai := &at.info
+		*ai = *info
+		ai.Instance, ai.Peer, ai.Attempt = inst, inst.Address, int(cs.attempts.Add(1))
+		var resp any
+		if c.attemptChains != nil {
+			if len(ai.Metadata) > 0 {
+				ai.Metadata = ai.Metadata.Clone() // attempt filters may add to it
+			}
+			resp, err = c.attemptChains.forMethod(info.Method)(ctx, ai, req)
+		} else {
+			resp, err = c.send(ctx, cs, at, ai, req)
+		}
+		if obs, ok := c.balancer.(kernel.PickObserver); ok {
+			obs.Done(inst, err)
+		}
+		cs.noteAttempt(info, ai)
+		c.putAttempt(at)
+		if errors.Is(err, kernel.ErrInstanceRefused) {
+			if refused++; refused < maxRefusedPicks && ctx.Err() == nil {
+				refusal = err
+				continue
+			}
+			return nil, &kernel.Status{Code: kernel.Unavailable, Retryable: true,
+				Message: fmt.Sprintf("no instance of %q took %s: attempt filters refused %d picks (last: %v)", c.service, info.Method, refused, refusal)}
+		}
+		if err == nil || !kernel.IsRetryable(err) || tries >= retries || ctx.Err() != nil {
+			return resp, err
+		}
+		tries++
+		c.log.Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
+	}
+}
+
+// noteAttempt tells the info an attempt started from what became of it.
+func (cs *callState) noteAttempt(info, ai *kernel.CallInfo) {
+	if cs.shared {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.over {
+			return
+		}
+	}
+	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = ai.Instance, ai.Peer, ai.Attempt, ai.ResponseMetadata
+}
+
+func (c *Client) putAttempt(at *attempt) {
+	at.info = kernel.CallInfo{}
+	c.attempts.Put(at)
+}
+
+// send makes one attempt on the instance info names, with at's bookkeeping
+// (nil: its own).
+func (c *Client) send(ctx context.Context, cs *callState, at *attempt, info *kernel.CallInfo, req any) (any, error) {
+	p, err := c.pool(info.Instance.Address)
+	if err != nil {
+		return nil, err
+	}
+	if at == nil {
+		at = c.attempts.Get().(*attempt)
+		defer c.putAttempt(at)
+	}
+	reply, own := cs.lendReply()
+	var cc *clientConn
+	if cc, err = p.get(ctx, cs); err == nil {
+		err = cc.roundTrip(ctx, c, cs, at, info, req, reply, own)
+	}
+	cs.returnReply(own, err == nil)
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// pick asks the balancer for an instance. While there is none, the call
+// waits for the registry's next report, up to its deadline (or
+// dial_timeout without one): a client made just before its server has
+// registered then finds it.
+func (c *Client) pick(ctx context.Context, cs *callState, info *kernel.CallInfo) (*kernel.Instance, error) {
+	var timeout <-chan time.Time
+	for {
+		updated := *c.updated.Load()
+		inst, err := c.balancer.Pick(ctx, info)
+		if err == nil {
+			return inst, nil
+		}
+		if !errors.Is(err, kernel.ErrNoInstances) {
+			return nil, kernel.Errorf(kernel.Unavailable, "pick an instance of %q for %s with balancer %q: %v", c.service, info.Method, c.cfg.Balancer.Name, err)
+		}
+		if timeout == nil {
+			if _, ok := ctx.Deadline(); !ok {
+				t := time.NewTimer(c.dialTimeout)
+				defer t.Stop()
+				timeout = t.C
+			}
+		}
+		select {
+		case <-updated:
+			continue
+		case <-ctx.Done():
+		case <-timeout:
+		}
+		return nil, &kernel.Status{Code: kernel.Unavailable, Retryable: true, Message: fmt.Sprintf(
+			"no instance of %q to call %s: registry %q reported none %s; check that a server of %q is running and registers in the same registry (%s)",
+			c.service, info.Method, c.cfg.Registry.Name, c.waitedFor(ctx, cs), c.service, sourceOr(c.cfg.Source))}
+	}
+}
+
+// waitedFor says how long a call waited, and for which deadline.
+func (c *Client) waitedFor(ctx context.Context, cs *callState) string {
+	if ctx.Err() == nil {
+		return fmt.Sprintf("within client.dial_timeout (%s)", c.cfg.Client.DialTimeout)
+	}
+	return "before " + c.deadlineName(ctx, cs)
+}
+
+// deadlineName says which deadline a call ran out of.
+func (c *Client) deadlineName(ctx context.Context, cs *callState) string {
+	dl, ok := ctx.Deadline()
+	switch {
+	case !ok:
+		return "the call was canceled"
+	case cs != nil && !cs.configDeadline.IsZero() && dl.Equal(cs.configDeadline):
+		return fmt.Sprintf("the call's deadline from client.timeout (%s in %s) passed", c.cfg.Client.Timeout, sourceOr(c.cfg.Source))
+	default:
+		return "the deadline of the call's context passed"
+	}
+}
+
+// ctxStatus is the status of a call whose context ended during stage.
+func (c *Client) ctxStatus(ctx context.Context, cs *callState, stage string) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return kernel.Errorf(kernel.Canceled, "canceled by the caller (or a filter) %s", stage)
+	}
+	return kernel.Errorf(kernel.DeadlineExceeded, "%s %s", c.deadlineName(ctx, cs), stage)
+}

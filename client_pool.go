@@ -1,0 +1,152 @@
+package kernrpc
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// pool returns the connection pool of the instance at addr, making it on
+// first use.
+func (c *Client) pool(addr string) (*connPool, error) {
+	p := (*c.pools.Load())[addr]
+	if p == nil {
+		c.poolsMu.Lock()
+		if c.closed.Load() {
+			c.poolsMu.Unlock()
+			return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+		}
+		old := *c.pools.Load()
+		if p = old[addr]; p == nil {
+			p = &connPool{client: c, addr: addr, conns: make([]*clientConn, c.cfg.Client.PoolSize), dialing: make([]*pendingDial, c.cfg.Client.PoolSize)}
+			next := make(map[string]*connPool, len(old)+1)
+			for k, v := range old {
+				next[k] = v
+			}
+			next[addr] = p
+			c.pools.Store(&next)
+		}
+		c.poolsMu.Unlock()
+	}
+	return p, nil
+}
+
+// connPool holds the connections to one instance. Calls spread over them;
+// each connection multiplexes many calls.
+type connPool struct {
+	client    *Client
+	addr      string
+	next      atomic.Uint32
+	downUntil atomic.Int64 // unix ns; until then, picks of this instance are passed over
+
+	mu      sync.Mutex
+	conns   []*clientConn
+	dialing []*pendingDial // per slot, while a dial is under way
+	retired bool
+}
+
+// pendingDial is a connection being dialled for a pool slot. The dial runs
+// on its own goroutine, bounded by dial_timeout and the client's life but
+// not by any one caller's deadline: a caller in a hurry gives up waiting,
+// and the connection is there for the next one.
+type pendingDial struct {
+	done chan struct{}
+	cc   *clientConn
+	err  error
+}
+
+func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) {
+	i := 0
+	if len(p.conns) > 1 {
+		i = int(p.next.Add(1) % uint32(len(p.conns)))
+	}
+	p.mu.Lock()
+	if cc := p.conns[i]; cc != nil && cc.usable() {
+		p.mu.Unlock()
+		return cc, nil
+	}
+	if p.retired {
+		p.mu.Unlock()
+		return nil, &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
+	}
+	d := p.dialing[i]
+	if d == nil {
+		d = &pendingDial{done: make(chan struct{})}
+		p.dialing[i] = d
+		p.client.dials.Add(1)
+		go p.dial(i, d)
+	}
+	p.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.cc, d.err
+	case <-ctx.Done():
+		return nil, p.client.ctxStatus(ctx, cs, "while connecting to "+p.addr)
+	}
+}
+
+// dial connects slot i and tells whoever waits through d.
+func (p *connPool) dial(i int, d *pendingDial) {
+	c := p.client
+	defer c.dials.Done()
+	ctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
+	defer cancel()
+	conn, err := c.transport.Dial(ctx, p.addr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer close(d.done)
+	p.dialing[i] = nil
+	switch {
+	case err != nil:
+		p.markDown(dialAvoidance)
+		// Nothing was sent, so another instance may take the call.
+		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "dial " + p.addr + " with transport " + strconv.Quote(c.cfg.Transport.Name) + ": " + kernel.TrimPrefixes(err.Error(), c.cfg.Transport.Name), Retryable: true}
+	case p.retired:
+		_ = conn.Close()
+		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
+	default:
+		p.downUntil.Store(0)
+		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: c.log, pool: p}
+		if old := p.conns[i]; old != nil {
+			old.retire()
+		}
+		p.conns[i] = d.cc
+	}
+}
+
+// avoided reports whether picks of this instance are passed over for now.
+func (p *connPool) avoided() bool {
+	until := p.downUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
+}
+
+func (p *connPool) markDown(d time.Duration) { p.downUntil.Store(time.Now().Add(d).UnixNano()) }
+
+// retire stops handing out the pool's connections; each closes once its
+// last call is answered.
+func (p *connPool) retire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired = true
+	for _, cc := range p.conns {
+		if cc != nil {
+			cc.retire()
+		}
+	}
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired = true
+	for _, cc := range p.conns {
+		if cc != nil {
+			cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package kernrpc
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// plugins is what a config composes for one side: the server and the
+// client build it the same way and close it the same way.
+type plugins struct {
+	transport kernel.Transport
+	codec     kernel.Codec
+	registry  kernel.Registry
+	balancer  kernel.Balancer // client side only
+	// The client's filters by stage; a server's are all in callFilters.
+	callFilters    []configuredFilter
+	attemptFilters []configuredFilter
+	built          []BuiltPlugin // everything built, closed in order by close
+}
+
+// BuiltPlugin is one plugin a Server or Client built from its config.
+type BuiltPlugin struct {
+	Kind kernel.Kind
+	Name string
+	// Plugin is the value the plugin's factory returned.
+	Plugin any
+}
+
+// FindPlugin returns the first plugin named name in built (from
+// Server.Plugins or Client.Plugins) that is a T: a test reads a counting
+// filter's count this way, without a package variable.
+func FindPlugin[T any](built []BuiltPlugin, name string) (T, bool) {
+	for _, b := range built {
+		if t, ok := b.Plugin.(T); ok && b.Name == name {
+			return t, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func (p *plugins) add(kind kernel.Kind, name string, v any) {
+	p.built = append(p.built, BuiltPlugin{Kind: kind, Name: name, Plugin: v})
+}
+
+func (p *plugins) list() []BuiltPlugin { return append([]BuiltPlugin(nil), p.built...) }
+
+// buildPlugins builds every plugin cfg names for side. On error it closes
+// what it had built and returns nil.
+func buildPlugins(cfg *Config, side kernel.Side) (p *plugins, err error) {
+	p = &plugins{}
+	defer func() {
+		if err != nil {
+			p.close(slog.Default())
+			p = nil
+		}
+	}()
+	if p.transport, err = kernel.NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source); err != nil {
+		return p, err
+	}
+	p.add(kernel.KindTransport, cfg.Transport.Name, p.transport)
+	if p.codec, err = kernel.NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source); err != nil {
+		return p, err
+	}
+	p.add(kernel.KindCodec, cfg.Codec.Name, p.codec)
+	if p.registry, err = kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source); err != nil {
+		return p, err
+	}
+	p.add(kernel.KindRegistry, cfg.Registry.Name, p.registry)
+	if side == kernel.ClientSide {
+		if p.balancer, err = kernel.NewBalancer(cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source); err != nil {
+			return p, err
+		}
+		p.add(kernel.KindBalancer, cfg.Balancer.Name, p.balancer)
+	}
+	for i, fc := range cfg.Filters {
+		if fc.Side != "" && fc.Side != "both" && fc.Side != side.String() {
+			continue
+		}
+		f, err := kernel.NewFilter(fc.Name, fc.Options, cfg.Source)
+		if err != nil {
+			return p, err
+		}
+		p.add(kernel.KindFilter, fc.Name, f)
+		cf := configuredFilter{filter: f, methods: fc.Methods}
+		if side == kernel.ServerSide {
+			p.callFilters = append(p.callFilters, cf)
+			continue
+		}
+		stage, err := filterStage(fc, f)
+		if err != nil {
+			return p, cfg.errorf(fmt.Sprintf("filters[%d].stage", i), "%v", err)
+		}
+		if stage == kernel.AttemptStage {
+			p.attemptFilters = append(p.attemptFilters, cf)
+		} else {
+			p.callFilters = append(p.callFilters, cf)
+		}
+	}
+	return p, nil
+}
+
+// filterStage is the stage the config names, else the one the filter
+// declares, else the call stage.
+func filterStage(fc FilterConfig, f kernel.Filter) (kernel.Stage, error) {
+	switch fc.Stage {
+	case "call":
+		return kernel.CallStage, nil
+	case "attempt":
+		return kernel.AttemptStage, nil
+	case "":
+	default:
+		return 0, fmt.Errorf("is %q; want call or attempt", fc.Stage)
+	}
+	if sf, ok := f.(kernel.StagedFilter); ok {
+		if st := sf.Stage(); st == kernel.CallStage || st == kernel.AttemptStage {
+			return st, nil
+		}
+		return 0, fmt.Errorf("filter %q declares stage %d, which is neither call nor attempt", fc.Name, sf.Stage())
+	}
+	return kernel.CallStage, nil
+}
+
+// close closes every plugin that implements io.Closer.
+func (p *plugins) close(log *slog.Logger) {
+	for _, b := range p.built {
+		if c, ok := b.Plugin.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				log.Warn("closing plugin", "kind", b.Kind, "plugin", b.Name, "err", err)
+			}
+		}
+	}
+}

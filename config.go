@@ -1,0 +1,315 @@
+package kernrpc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Config composes a service from plugin names. It is usually read from one
+// YAML or JSON file with LoadConfig. Every plugin is chosen by name and
+// given its own options; a plugin without options may be named bare:
+//
+//	service: echo
+//	address: 127.0.0.1:7000
+//	transport: {name: tcp-lv, options: {max_frame_size: 4MiB}}
+//	codec:     protobuf
+//	registry:  memory
+//	balancer:  round-robin
+//	filters:
+//	  - {name: require-metadata, side: server, methods: ["Echo.*"], options: {keys: [tenant]}}
+type Config struct {
+	// Service is the name the server registers and clients resolve.
+	Service string `json:"service"`
+	// Address is where the server listens. KERNRPC_ADDRESS overrides it.
+	Address string `json:"address"`
+	// Advertise is the address registered for clients to dial, when it
+	// differs from the listener's. KERNRPC_ADVERTISE overrides it.
+	Advertise string         `json:"advertise"`
+	Transport PluginConfig   `json:"transport"`
+	Codec     PluginConfig   `json:"codec"`
+	Registry  PluginConfig   `json:"registry"`
+	Balancer  PluginConfig   `json:"balancer"`
+	Filters   []FilterConfig `json:"filters"`
+	Server    ServerConfig   `json:"server"`
+	Client    ClientConfig   `json:"client"`
+
+	// Source is the file the config came from, for error messages.
+	Source string `json:"-"`
+}
+
+// PluginConfig picks one plugin by name and gives it options.
+type PluginConfig struct {
+	Name    string         `json:"name"`
+	Options map[string]any `json:"options"`
+}
+
+// FilterConfig places one filter in the chain.
+type FilterConfig struct {
+	Name string `json:"name"`
+	// Side is "client", "server" or "both" (the default).
+	Side string `json:"side"`
+	// Stage is, on the client, "call" (before the pick, once per call) or
+	// "attempt" (after the pick, once per attempt). Empty: the stage the
+	// filter declares (kernel.StagedFilter), else call.
+	Stage string `json:"stage"`
+	// Methods limits the filter to these methods; a trailing * matches a
+	// prefix ("Echo.*"). Empty means every method.
+	Methods []string       `json:"methods"`
+	Options map[string]any `json:"options"`
+}
+
+// ServerConfig tunes the server side.
+type ServerConfig struct {
+	// ShutdownTimeout bounds how long Shutdown waits for in-flight calls.
+	ShutdownTimeout kernel.Duration `json:"shutdown_timeout"`
+	// RegisterTTL is the lease under which the instance is registered.
+	RegisterTTL kernel.Duration `json:"register_ttl"`
+	// InstanceID overrides the instance id registered (default: service@address).
+	InstanceID string `json:"instance_id"`
+	// Metadata is registered with the instance.
+	Metadata map[string]string `json:"metadata"`
+}
+
+// ClientConfig tunes the client side.
+type ClientConfig struct {
+	// PoolSize is how many connections the client keeps per instance; calls
+	// are multiplexed over them. Default 1.
+	PoolSize int `json:"pool_size"`
+	// Timeout applies to calls whose context has no deadline; 0 means none.
+	Timeout kernel.Duration `json:"timeout"`
+	// DialTimeout bounds connecting to an instance.
+	DialTimeout kernel.Duration `json:"dial_timeout"`
+	// Retries is how many times a call the server did not process (it was
+	// shutting down) is sent again on another connection. Default 2.
+	Retries *int `json:"retries"`
+}
+
+// DefaultConfig returns a config with every default filled in.
+func DefaultConfig() *Config {
+	c := &Config{}
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	if c.Transport.Name == "" {
+		c.Transport.Name = DefaultTransport
+	}
+	if c.Codec.Name == "" {
+		c.Codec.Name = DefaultCodec
+	}
+	if c.Registry.Name == "" {
+		c.Registry.Name = DefaultRegistry
+	}
+	if c.Balancer.Name == "" {
+		c.Balancer.Name = DefaultBalancer
+	}
+	if c.Address == "" {
+		c.Address = "127.0.0.1:0"
+	}
+	if c.Server.ShutdownTimeout == 0 {
+		c.Server.ShutdownTimeout = kernel.Duration(10 * time.Second)
+	}
+	if c.Server.RegisterTTL == 0 {
+		c.Server.RegisterTTL = kernel.Duration(10 * time.Second)
+	}
+	if c.Client.PoolSize == 0 {
+		c.Client.PoolSize = 1
+	}
+	if c.Client.DialTimeout == 0 {
+		c.Client.DialTimeout = kernel.Duration(5 * time.Second)
+	}
+	if c.Client.Retries == nil {
+		two := 2
+		c.Client.Retries = &two
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Client.PoolSize < 1 {
+		return c.errorf("client.pool_size", "must be at least 1, got %d", c.Client.PoolSize)
+	}
+	if c.Client.Timeout < 0 {
+		return c.errorf("client.timeout", "must not be negative, got %s", c.Client.Timeout)
+	}
+	if *c.Client.Retries < 0 {
+		return c.errorf("client.retries", "must not be negative, got %d", *c.Client.Retries)
+	}
+	if c.Server.ShutdownTimeout < 0 {
+		return c.errorf("server.shutdown_timeout", "must not be negative, got %s", c.Server.ShutdownTimeout)
+	}
+	for i, f := range c.Filters {
+		if f.Name == "" {
+			return c.errorf(fmt.Sprintf("filters[%d].name", i), "is empty; every filter is picked by name")
+		}
+		switch f.Side {
+		case "", "both", "client", "server":
+		default:
+			return c.errorf(fmt.Sprintf("filters[%d].side", i), "is %q; want client, server or both", f.Side)
+		}
+		switch {
+		case f.Stage != "" && f.Stage != "call" && f.Stage != "attempt":
+			return c.errorf(fmt.Sprintf("filters[%d].stage", i), "is %q; want call or attempt", f.Stage)
+		case f.Stage != "" && f.Side == "server":
+			return c.errorf(fmt.Sprintf("filters[%d].stage", i), "is %q, but the filter runs on the server, which has one stage; stages are for client filters", f.Stage)
+		}
+	}
+	return c.checkPlugins()
+}
+
+// checkPlugins looks up every plugin the config names and decodes its
+// options, whichever side will use it: a server's config with a client
+// balancer that does not exist fails when it is loaded, not on the first
+// call of some later client.
+func (c *Config) checkPlugins() error {
+	var errs []error
+	for _, p := range []struct {
+		kind kernel.Kind
+		cfg  PluginConfig
+	}{{kernel.KindTransport, c.Transport}, {kernel.KindCodec, c.Codec}, {kernel.KindRegistry, c.Registry}, {kernel.KindBalancer, c.Balancer}} {
+		if err := kernel.CheckOptions(p.kind, p.cfg.Name, p.cfg.Options, c.Source); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range c.Filters {
+		if err := kernel.CheckOptions(kernel.KindFilter, f.Name, f.Options, c.Source); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bareNames lets a config name a plugin without options as a bare string,
+// the way people write it: "transport: tcp-lv" for "transport: {name:
+// tcp-lv}", and "filters: [log]" for a filter.
+func bareNames(tree map[string]any) map[string]any {
+	out := make(map[string]any, len(tree))
+	for k, v := range tree {
+		out[k] = v
+	}
+	for _, k := range []string{"transport", "codec", "registry", "balancer"} {
+		if name, ok := out[k].(string); ok {
+			out[k] = map[string]any{"name": name}
+		}
+	}
+	if list, ok := out["filters"].([]any); ok {
+		named := make([]any, len(list))
+		for i, f := range list {
+			if name, ok := f.(string); ok {
+				f = map[string]any{"name": name}
+			}
+			named[i] = f
+		}
+		out["filters"] = named
+	}
+	return out
+}
+
+func (c *Config) errorf(key, format string, args ...any) error {
+	return fmt.Errorf("kernrpc: %s: %s %s", sourceOr(c.Source), key, fmt.Sprintf(format, args...))
+}
+
+// parseTree builds a Config from an already-parsed tree (from YAML or
+// JSON). Strings may refer to the environment as ${VAR} or ${VAR:-default};
+// then KERNRPC_ADDRESS and KERNRPC_ADVERTISE override the addresses.
+// Unknown keys and wrong types are errors naming the key and source.
+func parseTree(tree map[string]any, source string) (*Config, error) {
+	expanded, err := expandEnv(tree)
+	if err != nil {
+		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
+	}
+	c := &Config{}
+	if err := kernel.DecodeOptions(bareNames(expanded.(map[string]any)), c); err != nil {
+		key := kernel.OptionKey(err)
+		if key != "" {
+			return nil, fmt.Errorf("kernrpc: %s: key %q: %w", sourceOr(source), key, err)
+		}
+		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
+	}
+	c.Source = source
+	if v := os.Getenv("KERNRPC_ADDRESS"); v != "" {
+		c.Address = v
+	}
+	if v := os.Getenv("KERNRPC_ADVERTISE"); v != "" {
+		c.Advertise = v
+	}
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func expandEnv(v any) (any, error) {
+	switch t := v.(type) {
+	case string:
+		return expandString(t)
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			x, err := expandEnv(e)
+			if err != nil {
+				return nil, fmt.Errorf("key %q: %w", k, err)
+			}
+			out[k] = x
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			x, err := expandEnv(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = x
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
+// expandString replaces ${VAR} and ${VAR:-default}. A ${VAR} whose variable
+// is unset is an error, so a typo does not silently become an empty address.
+func expandString(s string) (string, error) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:i])
+		j := strings.IndexByte(s[i:], '}')
+		if j < 0 {
+			return "", fmt.Errorf("unterminated ${ in %q", s)
+		}
+		expr := s[i+2 : i+j]
+		name, def, hasDef := strings.Cut(expr, ":-")
+		val, ok := os.LookupEnv(name)
+		switch {
+		case ok && val != "":
+			b.WriteString(val)
+		case hasDef:
+			b.WriteString(def)
+		default:
+			return "", fmt.Errorf("environment variable %s is not set (use ${%s:-default} for a fallback)", name, name)
+		}
+		s = s[i+j+1:]
+	}
+}
+
+// sourceOr names where a config came from, for errors.
+func sourceOr(s string) string {
+	if s == "" {
+		return "options given in code"
+	}
+	return s
+}

@@ -1,0 +1,92 @@
+package kernrpc
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-pass", New: func(any) (kernel.Filter, error) {
+		return kernel.FilterFunc(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			return next(ctx, info, req)
+		}), nil
+	}})
+}
+
+func TestParseTree(t *testing.T) {
+	t.Setenv("ECHO_PORT", "7123")
+	tree := map[string]any{
+		"service":   "echo",
+		"address":   "127.0.0.1:${ECHO_PORT}",
+		"transport": map[string]any{"name": "tcp-lv", "options": map[string]any{"max_frame_size": "1MiB"}},
+		"filters":   []any{map[string]any{"name": "test-pass", "side": "server", "methods": []any{"Echo.*"}}},
+		"server":    map[string]any{"shutdown_timeout": "3s"},
+		"client":    map[string]any{"pool_size": 2, "timeout": "${CALL_TIMEOUT:-750ms}"},
+	}
+	c, err := parseTree(tree, "echo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Address != "127.0.0.1:7123" {
+		t.Errorf("address = %q, want the ${ECHO_PORT} expansion", c.Address)
+	}
+	if c.Client.Timeout.D() != 750*time.Millisecond || c.Client.PoolSize != 2 {
+		t.Errorf("client = %+v", c.Client)
+	}
+	if c.Server.ShutdownTimeout.D() != 3*time.Second {
+		t.Errorf("shutdown_timeout = %v", c.Server.ShutdownTimeout)
+	}
+	if c.Codec.Name != DefaultCodec || c.Registry.Name != DefaultRegistry || c.Balancer.Name != DefaultBalancer {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.Transport.Options["max_frame_size"] != "1MiB" || c.Filters[0].Methods[0] != "Echo.*" {
+		t.Errorf("plugin options lost: %+v %+v", c.Transport, c.Filters)
+	}
+}
+
+func TestAddressEnvironmentOverride(t *testing.T) {
+	t.Setenv("KERNRPC_ADDRESS", "127.0.0.1:9999")
+	c, err := parseTree(map[string]any{"address": "127.0.0.1:1"}, "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Address != "127.0.0.1:9999" {
+		t.Fatalf("address = %q, want KERNRPC_ADDRESS to win", c.Address)
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	cases := []struct {
+		name string
+		tree map[string]any
+		want []string
+	}{
+		{"unknown top-level key", map[string]any{"transprot": map[string]any{"name": "tcp-lv"}}, []string{`"transprot"`, "unknown key", "svc.yaml", "transport"}},
+		{"wrong type", map[string]any{"client": map[string]any{"pool_size": "two"}}, []string{"pool_size", "integer"}},
+		{"pool size zero after explicit negative", map[string]any{"client": map[string]any{"pool_size": -1}}, []string{"client.pool_size", "at least 1"}},
+		{"negative retries", map[string]any{"client": map[string]any{"retries": -1}}, []string{"client.retries"}},
+		{"bad filter side", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "side": "middle"}}}, []string{"filters[0].side", `"middle"`}},
+		{"filter without name", map[string]any{"filters": []any{map[string]any{"side": "client"}}}, []string{"filters[0].name"}},
+		{"unset env var", map[string]any{"address": "${KERNRPC_TEST_SURELY_UNSET}"}, []string{"KERNRPC_TEST_SURELY_UNSET is not set"}},
+		{"bad duration names key", map[string]any{"server": map[string]any{"shutdown_timeout": "later"}}, []string{`"server.shutdown_timeout"`, `bad duration "later"`}},
+		{"duration without unit names key", map[string]any{"client": map[string]any{"timeout": 5}}, []string{`"client.timeout"`, "with a unit"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseTree(tc.tree, "svc.yaml")
+			if err == nil {
+				t.Fatalf("no error; want one mentioning %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+

@@ -1,0 +1,238 @@
+package kernel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DecodeOptions decodes a parsed config tree into opts (a pointer to a
+// struct with json tags) strictly: an unknown key or a wrong type is an
+// error naming the key. Plugins rarely call it: the kernel does, with the
+// plugin's defaults, before New.
+func DecodeOptions(tree map[string]any, opts any) error {
+	if len(tree) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(tree)
+	if err != nil {
+		return fmt.Errorf("options cannot be encoded: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(opts); err != nil {
+		return explainDecodeError(err, opts)
+	}
+	return nil
+}
+
+// decodeError is a strict-decoding failure with the key it concerns.
+type decodeError struct {
+	key string
+	msg string
+	err error
+}
+
+func (e *decodeError) Error() string { return e.msg }
+func (e *decodeError) Unwrap() error { return e.err }
+
+func explainDecodeError(err error, opts any) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Type == reflect.TypeFor[Duration]() || te.Type == reflect.TypeFor[Size]() || te.Type == reflect.TypeFor[Code]() {
+			// Their UnmarshalJSON put the whole explanation in Value.
+			return &decodeError{key: te.Field, err: err, msg: te.Value}
+		}
+		return &decodeError{key: te.Field, err: err,
+			msg: fmt.Sprintf("wrong type: got %s %s, want %s", article(te.Value), te.Value, describeType(te.Type))}
+	}
+	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		key, _ = strconv.Unquote(key)
+		return &decodeError{key: key, err: err,
+			msg: fmt.Sprintf("unknown key (known keys: %s)", strings.Join(knownKeys(opts), ", "))}
+	}
+	return err
+}
+
+func article(noun string) string {
+	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// valueError reports a config value of type t that does not parse. It is a
+// *json.UnmarshalTypeError so that encoding/json fills in the key's path.
+func valueError(t reflect.Type, format string, args ...any) error {
+	return &json.UnmarshalTypeError{Value: fmt.Sprintf(format, args...), Type: t}
+}
+
+// OptionKey returns the config key a DecodeOptions error concerns, or "".
+func OptionKey(err error) string {
+	var de *decodeError
+	if errors.As(err, &de) {
+		return de.key
+	}
+	return ""
+}
+
+func describeType(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[Duration]():
+		return `a duration such as "500ms" or "5s"`
+	case reflect.TypeFor[Size]():
+		return `a size such as 4096 or "4MiB"`
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+func knownKeys(opts any) []string {
+	var keys []string
+	for key := range OptionFields(opts) {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// OptionFields yields each key a config may set in opts (a plugin's
+// options struct, or a pointer to one) with the type its value decodes
+// into, in field order: the keys strict decoding knows.
+func OptionFields(opts any) iter.Seq2[string, reflect.Type] {
+	return func(yield func(string, reflect.Type) bool) {
+		t := reflect.TypeOf(opts)
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return
+		}
+		for f := range t.Fields() {
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if !yield(name, f.Type) {
+				return
+			}
+		}
+	}
+}
+
+// Duration is a time.Duration that config files write as "500ms" or "5s".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a string such as "5s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "5s"-style strings; a bare 0 is accepted too.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "0" {
+		*d = 0
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return valueError(reflect.TypeFor[Duration](), `duration %s must be a string with a unit, such as "500ms" or "5s"`, b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return valueError(reflect.TypeFor[Duration](), `bad duration %q: want a number with a unit, such as "500ms" or "5s"`, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size is a byte count that config files write as 4194304 or "4MiB".
+type Size int64
+
+// MarshalJSON writes s the way a person would in a config file: "4MiB" or
+// "64KiB" when it is a whole number of those, else an integer.
+func (s Size) MarshalJSON() ([]byte, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.mult == 0 {
+			return []byte(`"` + strconv.FormatInt(int64(s)/u.mult, 10) + u.suffix + `"`), nil
+		}
+	}
+	return []byte(strconv.FormatInt(int64(s), 10)), nil
+}
+
+// UnmarshalJSON reads an integer or a string with a unit: B, KiB, MiB, GiB
+// (powers of 1024) or KB, MB, GB (powers of 1000).
+func (s *Size) UnmarshalJSON(b []byte) error {
+	var n int64
+	if err := json.Unmarshal(b, &n); err == nil {
+		if n < 0 {
+			return valueError(reflect.TypeFor[Size](), "size %d must not be negative", n)
+		}
+		*s = Size(n)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return valueError(reflect.TypeFor[Size](), `size %s must be an integer or a string such as "4MiB"`, b)
+	}
+	v, err := ParseSize(str)
+	if err != nil {
+		return valueError(reflect.TypeFor[Size](), "%s", err.Error())
+	}
+	*s = Size(v)
+	return nil
+}
+
+// ParseSize parses "4MiB", "64KiB", "1GB" or a plain integer.
+func ParseSize(str string) (int64, error) {
+	t := strings.TrimSpace(str)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf(`bad size %q: want a non-negative integer with an optional unit B, KiB, MiB, GiB, KB, MB or GB`, str)
+	}
+	return n * mult, nil
+}
