@@ -218,7 +218,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	if err := cc.wait(ctx, c, call, cs, info); err != nil {
 		return err
 	}
-	return cc.finish(c, call, cs, info, reply, own)
+	return cc.finish(ctx, c, call, cs, info, reply, own)
 }
 
 // wait blocks until cs is answered, the connection dies or ctx is done,
@@ -346,7 +346,7 @@ func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
 }
 
 // finish turns the answer frame into the call's result.
-func (cc *clientConn) finish(c *Client, call *callState, cs *attempt, info *kernel.CallInfo, reply any, own bool) error {
+func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo, reply any, own bool) error {
 	f := cs.resp
 	cs.resp = nil
 	info.ResponseMetadata = f.Metadata
@@ -356,6 +356,11 @@ func (cc *clientConn) finish(c *Client, call *callState, cs *attempt, info *kern
 		if err.Retryable {
 			// The server is draining; its GoAway may still be on the way.
 			cc.serverGoingAway(0, false)
+		}
+		if dl, ok := ctx.Deadline(); ok && err.Code == kernel.DeadlineExceeded && !time.Now().Before(dl) {
+			// The server's copy of our deadline won the race with ours: say
+			// which deadline it was, as if ours had fired first.
+			return c.ctxStatus(ctx, call, "while "+cc.conn.RemoteAddr()+" ran "+info.Method+" (it stopped: "+err.Message+")")
 		}
 		return err
 	}

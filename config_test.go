@@ -89,4 +89,3 @@ func TestBadConfigs(t *testing.T) {
 		})
 	}
 }
-

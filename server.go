@@ -630,6 +630,9 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	}
 	if err != nil {
 		st := kernel.StatusOf(err)
+		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
+			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran %s", c.info.Method).(*kernel.Status)
+		}
 		out.Code, out.Message = st.Code, st.Message
 		if st.Code == kernel.OK {
 			out.Code = kernel.Unknown
