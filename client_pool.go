@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 	case err != nil:
 		p.markDown(dialAvoidance)
 		// Nothing was sent, so another instance may take the call.
-		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "dial " + p.addr + " with transport " + strconv.Quote(c.cfg.Transport.Name) + ": " + kernel.TrimPrefixes(err.Error(), c.cfg.Transport.Name), Retryable: true}
+		d.err = &kernel.Status{Code: kernel.Unavailable, Message: dialFailure(c.cfg.Transport.Name, p.addr, err), Retryable: true}
 	case p.retired:
 		_ = conn.Close()
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
@@ -149,4 +150,14 @@ func (p *connPool) close() {
 			cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
 		}
 	}
+}
+
+// dialFailure says why a dial failed, naming the transport and the address
+// once each.
+func dialFailure(transport, addr string, err error) string {
+	msg := kernel.TrimPrefixes(err.Error(), transport)
+	if !strings.Contains(msg, addr) {
+		msg = "dial " + addr + ": " + msg
+	}
+	return "transport " + strconv.Quote(transport) + ": " + msg
 }

@@ -87,7 +87,7 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	lc := net.ListenConfig{KeepAliveConfig: t.osKeepalive}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("tcp-lv: listen %s: %w", addr, err)
+		return nil, fmt.Errorf("tcp-lv: %w", err) // net's error names the operation and address
 	}
 	l := &listener{
 		t:      t,
@@ -111,7 +111,7 @@ func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) 
 	d := net.Dialer{KeepAliveConfig: t.osKeepalive}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("tcp-lv: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("tcp-lv: %w", err) // net's error names the operation and address
 	}
 	tcp := nc.(*net.TCPConn)
 	if !t.tlsOn {

@@ -161,7 +161,7 @@ func TestDialingAClosedPortFailsPromptlyNamingTheAddress(t *testing.T) {
 	l.Close()
 	start := time.Now()
 	_, err = newTransport(t, testOptions()).Dial(timeout(t, 5*time.Second), addr)
-	if err == nil || !strings.Contains(err.Error(), "tcp-lv: dial "+addr) {
+	if err == nil || !strings.Contains(err.Error(), "tcp-lv: dial tcp "+addr) {
 		t.Fatalf("Dial to a closed port: %v", err)
 	}
 	if el := time.Since(start); el > time.Second {

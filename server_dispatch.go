@@ -1,0 +1,200 @@
+package kernrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// codecEntry is a codec built for requests that name it, or why it could
+// not be built.
+type codecEntry struct {
+	codec kernel.Codec
+	err   error
+}
+
+// serve runs one unary call: decode, filters and handler, encode, reply.
+func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
+	s := sc.srv
+	defer sc.end(c)
+	out := &c.out
+	out.Type, out.Flags, out.CallID = kernel.FrameResponse, kernel.FlagEndStream, c.id
+
+	resp, codec, lent, err := sc.run(c, f)
+	if codec != nil {
+		out.Codec = codec.Name()
+	}
+	if err == nil {
+		if out.Payload, err = encodeInto(sc.conn, codec, resp); err != nil {
+			err = kernel.Errorf(kernel.Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
+		}
+	}
+	if lent != nil {
+		// Only now: the response may have pointed into the request.
+		lent.Release()
+	}
+	if err != nil {
+		st := kernel.StatusOf(err)
+		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
+			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran %s", c.info.Method).(*kernel.Status)
+		}
+		out.Code, out.Message = st.Code, st.Message
+		if st.Code == kernel.OK {
+			out.Code = kernel.Unknown
+		}
+		if st.Retryable {
+			out.Flags |= kernel.FlagRetryable
+		}
+	}
+	out.Metadata = c.info.ResponseMetadata
+	write := sc.conn.WriteFrame
+	if q, ok := sc.conn.(kernel.FrameQueuer); ok && burst {
+		write = q.QueueFrame
+	}
+	if err := write(out); err != nil {
+		var st *kernel.Status
+		if errors.As(err, &st) && sc.conn.Err() == nil {
+			// The transport refused the answer (the client has not read for
+			// a long while, say): close, or the client waits for it in vain.
+			s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+			_ = sc.conn.Close()
+			return
+		}
+		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+	}
+}
+
+// run decodes the request with the codec it names and passes it through
+// the filters to the handler. It releases f as soon as nothing can read
+// from it any more: once decoded, or, if the codec's values point into
+// their input (AliasingCodec, InPlaceUnmarshaler), only after the response
+// is encoded, since the handler may answer with the request or parts of
+// it. Then it returns f as lent, for serve to release.
+func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.Codec, lent *kernel.Frame, err error) {
+	s := sc.srv
+	released := false
+	defer func() {
+		if !released {
+			f.Release()
+		}
+	}()
+	codec = s.codec
+	if f.Codec != "" && f.Codec != codec.Name() {
+		if codec, err = s.codecFor(f.Codec); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	c.info.Method, c.info.Side, c.info.Codec = f.Method, kernel.ServerSide, codec.Name()
+	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
+	if c.refused {
+		return nil, codec, nil, &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
+	}
+	if f.Flags&kernel.FlagStream != 0 {
+		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
+	}
+	desc := c.desc
+	if desc == nil {
+		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
+	}
+	if f.Timeout > 0 {
+		c.deadline = time.Now().Add(f.Timeout)
+		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
+	}
+	req := desc.newRequest()
+	aliases := codecAliases(codec)
+	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
+		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
+	} else {
+		err = codec.Unmarshal(f.Payload, req)
+	}
+	if err != nil {
+		return nil, codec, nil, kernel.Errorf(kernel.InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
+	}
+	if aliases {
+		lent = f
+	} else {
+		f.Release()
+	}
+	released = true
+	resp, err = sc.invoke(c, req)
+	return resp, codec, lent, err
+}
+
+// invoke runs the chain, turning a panic into status Internal so that one
+// bad handler costs one call, not the server.
+func (sc *serverConn) invoke(c *callCtx, req any) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("handler panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, kernel.Errorf(kernel.Internal, "handler for %s panicked: %v", c.info.Method, r)
+		}
+	}()
+	return c.desc.invoke(c, &c.info, req)
+}
+
+// codecFor returns the codec a request named other than the configured
+// one. Every codec registered in this binary serves: the client's choice
+// travels with each call, and the answer goes back in the same codec. One
+// the server was not configured with is built with its default options
+// the first time a request names it, and kept. Only registered names are
+// kept, so made-up names cost a peer an error, not the server memory.
+func (s *Server) codecFor(name string) (kernel.Codec, error) {
+	if e, ok := (*s.others.Load())[name]; ok {
+		return e.codec, e.err
+	}
+	if err := kernel.CheckOptions(kernel.KindCodec, name, nil, ""); err != nil {
+		known := ""
+		var unknown *kernel.UnknownPluginError
+		if errors.As(err, &unknown) {
+			known = strings.Join(unknown.Known, ", ")
+		}
+		return nil, kernel.Errorf(kernel.InvalidArgument, "codec %q is not loaded by this server (it has %s); pick one of those in the client's config", name, known)
+	}
+	s.othersMu.Lock()
+	defer s.othersMu.Unlock()
+	old := *s.others.Load()
+	if e, ok := old[name]; ok {
+		return e.codec, e.err
+	}
+	var e codecEntry
+	var err error
+	if e.codec, err = kernel.NewCodec(name, nil, "default options"); err != nil {
+		e.err = kernel.Errorf(kernel.FailedPrecondition, "codec %q does not build with its default options (%v); configure it as the server's codec, with the options it needs", name, err)
+	} else {
+		s.log.Debug("serving a codec requests ask for, with its default options", "codec", name)
+	}
+	next := make(map[string]codecEntry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = e
+	s.others.Store(&next)
+	return e.codec, e.err
+}
+
+// closeOtherCodecs closes the codecs codecFor built, as plugins.close
+// closes the configured ones.
+func (s *Server) closeOtherCodecs() {
+	s.othersMu.Lock()
+	defer s.othersMu.Unlock()
+	for name, e := range *s.others.Load() {
+		if c, ok := e.codec.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				s.log.Warn("closing codec", "codec", name, "err", err)
+			}
+		}
+	}
+}
+
+func (s *Server) methodList() string {
+	m := s.Methods()
+	if len(m) == 0 {
+		return "no methods"
+	}
+	return strings.Join(m, ", ")
+}
