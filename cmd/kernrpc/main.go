@@ -179,6 +179,10 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *addr != "" {
 		cfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
 			"namespace": "kernrpc-call", "static": map[string]any{cfg.Service: []any{*addr}}}}
+	} else if cfg.Registry.Name == "memory" && !listsStatic(cfg.Registry.Options, cfg.Service) {
+		return fmt.Errorf("no address to call: %s names registry \"memory\", which lives inside one process, and lists no static address for %q; "+
+			"pass -addr HOST:PORT (the address \"kernrpc serve\" printed), or list the server under registry.options.static.%s",
+			cfg.Source, cfg.Service, cfg.Service)
 	}
 	cli, err := kernrpc.NewClient(cfg, cfg.Service)
 	if err != nil {
@@ -190,10 +194,21 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var resp echopb.Echo
 	start := time.Now()
 	if err := cli.Call(ctx, *method, &echopb.Echo{Text: *text}, &resp); err != nil {
+		if kernel.CodeOf(err) == kernel.Unavailable && *addr == "" {
+			return fmt.Errorf("%w; to call one server directly, pass -addr HOST:PORT", err)
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "%s answered %q in %s\n", *method, resp.Text, time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// listsStatic reports whether memory registry options list static
+// addresses for service.
+func listsStatic(options map[string]any, service string) bool {
+	static, _ := options["static"].(map[string]any)
+	addrs, _ := static[service].([]any)
+	return len(addrs) > 0
 }
 
 func plugins(args []string, stdout, stderr io.Writer) error {

@@ -79,6 +79,8 @@ func TestBadInvocations(t *testing.T) {
 		{"missing config file", []string{"serve", "-config", "/nonexistent/kernrpc.yaml"}, 1, "/nonexistent/kernrpc.yaml"},
 		{"unknown flag", []string{"plugins", "-x"}, 2, "flag provided but not defined"},
 		{"stray argument", []string{"plugins", "extra"}, 2, "unexpected arguments"},
+		{"call with only an in-process registry", []string{"call", "-config", "../../examples/echo/kernrpc.yaml"}, 1, "pass -addr HOST:PORT"},
+		{"serve with a misspelt client balancer", []string{"serve", "-config", "testdata/bad-balancer.yaml"}, 1, `balancer "roundrobin": no balancer of that name`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
