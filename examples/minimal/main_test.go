@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// A program importing only the engine finds every default plugin.
+func TestTheEngineAloneRunsOnTheDefaults(t *testing.T) {
+	got, err := run(context.Background(), "test")
+	if err != nil || got != "hello, test" {
+		t.Fatalf("run = %q, %v; want the defaults built in", got, err)
+	}
+}
+
+// The claim above holds only while this package imports no plugin: keep
+// it so.
+func TestImportsOnlyTheEngine(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-f", `{{join .Imports "\n"}}`, ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if strings.HasPrefix(imp, "github.com/kernrpc/kernrpc/") {
+			t.Errorf("imports %s; the example must show the engine alone", imp)
+		}
+	}
+}
