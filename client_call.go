@@ -263,7 +263,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		}
 		at := c.attempts.Get().(*attempt)
 		ai := &at.info
-		*ai = *info
+		cs.copyInfo(ai, info)
 		ai.Instance, ai.Peer, ai.Attempt = inst, inst.Address, int(cs.attempts.Add(1))
 		var resp any
 		if c.attemptChains != nil {
@@ -277,7 +277,11 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		if obs, ok := c.balancer.(kernel.PickObserver); ok {
 			obs.Done(inst, err)
 		}
-		cs.noteAttempt(info, ai)
+		if ctx.Err() == nil {
+			// An attempt whose context ended (a hedge's loser) has no answer
+			// to report, and must not overwrite the winner's.
+			cs.noteAttempt(info, ai)
+		}
 		c.putAttempt(at)
 		if errors.Is(err, kernel.ErrInstanceRefused) {
 			if refused++; refused < maxRefusedPicks && ctx.Err() == nil {
@@ -293,6 +297,17 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		tries++
 		c.log.Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
 	}
+}
+
+// copyInfo starts an attempt's info from the one next was given, which a
+// hedge may share between attempts that write their outcome into it.
+func (cs *callState) copyInfo(ai, info *kernel.CallInfo) {
+	if cs.shared {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+	}
+	*ai = *info
+	ai.ResponseMetadata = nil
 }
 
 // noteAttempt tells the info an attempt started from what became of it.

@@ -52,17 +52,17 @@ type attempt struct {
 }
 
 // begin clears what an earlier use of at left behind.
-func (cs *attempt) begin() {
+func (at *attempt) begin() {
 	select {
-	case <-cs.wake:
+	case <-at.wake:
 	default:
 	}
-	cs.id, cs.resp, cs.err, cs.done = 0, nil, nil, false
+	at.id, at.resp, at.err, at.done = 0, nil, nil, false
 }
 
-func (cs *attempt) signal() {
+func (at *attempt) signal() {
 	select {
-	case cs.wake <- struct{}{}:
+	case at.wake <- struct{}{}:
 	default:
 	}
 }
@@ -70,40 +70,40 @@ func (cs *attempt) signal() {
 // waitList is an intrusive list, so joining and leaving it allocates nothing.
 type waitList struct{ head, tail *attempt }
 
-func (l *waitList) push(cs *attempt) {
-	cs.queued, cs.prev, cs.next = true, l.tail, nil
+func (l *waitList) push(at *attempt) {
+	at.queued, at.prev, at.next = true, l.tail, nil
 	if l.tail != nil {
-		l.tail.next = cs
+		l.tail.next = at
 	} else {
-		l.head = cs
+		l.head = at
 	}
-	l.tail = cs
+	l.tail = at
 }
 
-func (l *waitList) remove(cs *attempt) {
-	if !cs.queued {
+func (l *waitList) remove(at *attempt) {
+	if !at.queued {
 		return
 	}
-	if cs.prev != nil {
-		cs.prev.next = cs.next
+	if at.prev != nil {
+		at.prev.next = at.next
 	} else {
-		l.head = cs.next
+		l.head = at.next
 	}
-	if cs.next != nil {
-		cs.next.prev = cs.prev
+	if at.next != nil {
+		at.next.prev = at.prev
 	} else {
-		l.tail = cs.prev
+		l.tail = at.prev
 	}
-	cs.queued, cs.prev, cs.next = false, nil, nil
+	at.queued, at.prev, at.next = false, nil, nil
 }
 
 // popLatest takes the most recent waiter: its stack and caches are warmest.
 func (l *waitList) popLatest() *attempt {
-	cs := l.tail
-	if cs != nil {
-		l.remove(cs)
+	at := l.tail
+	if at != nil {
+		l.remove(at)
 	}
-	return cs
+	return at
 }
 
 func (cc *clientConn) usable() bool {
@@ -136,27 +136,27 @@ func (cc *clientConn) fail(err error) {
 	}
 	st := &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
 	unserved := &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
-	for id, cs := range cc.pending {
+	for id, at := range cc.pending {
 		delete(cc.pending, id)
-		cs.err, cs.done = st, true
+		at.err, at.done = st, true
 		if cc.goAway && id > cc.goAwayLast {
-			cs.err = unserved
+			at.err = unserved
 		}
-		cs.signal()
+		at.signal()
 	}
-	for cs := cc.waiters.popLatest(); cs != nil; cs = cc.waiters.popLatest() {
-		cs.signal()
+	for at := cc.waiters.popLatest(); at != nil; at = cc.waiters.popLatest() {
+		at.signal()
 	}
 	cc.reader = nil
 	cc.mu.Unlock()
 	_ = cc.conn.Close()
 }
 
-// leaveLocked takes cs out of the waiters and, if it holds the reader
-// role, hands the role on: cs is about to return to its caller.
-func (cc *clientConn) leaveLocked(cs *attempt) {
-	cc.waiters.remove(cs)
-	if cc.reader == cs {
+// leaveLocked takes at out of the waiters and, if it holds the reader
+// role, hands the role on: at is about to return to its caller.
+func (cc *clientConn) leaveLocked(at *attempt) {
+	cc.waiters.remove(at)
+	if cc.reader == at {
 		cc.passReaderLocked()
 	}
 }
@@ -172,14 +172,14 @@ func (cc *clientConn) passReaderLocked() {
 
 // roundTrip sends one request on cc and waits for its answer, reading for
 // everyone while it waits if nobody else is.
-func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo, req any, reply any, own bool) error {
-	cs.begin()
+func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo, req any, reply any, own bool) error {
+	at.begin()
 	codec := c.codec
 	payload, err := encodeInto(cc.conn, codec, req)
 	if err != nil {
 		return kernel.Errorf(kernel.Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
 	}
-	f := &cs.req
+	f := &at.req
 	*f = kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
 	if dl, ok := ctx.Deadline(); ok {
 		if f.Timeout = time.Until(dl); f.Timeout <= 0 {
@@ -195,14 +195,14 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 		return &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the call was not sent", Retryable: true}
 	}
 	cc.nextID++
-	cs.id = cc.nextID
-	cc.pending[cs.id] = cs
+	at.id = cc.nextID
+	cc.pending[at.id] = at
 	cc.mu.Unlock()
-	f.CallID = cs.id
+	f.CallID = at.id
 
 	if err := cc.conn.WriteFrame(f); err != nil {
 		cc.mu.Lock()
-		delete(cc.pending, cs.id)
+		delete(cc.pending, at.id)
 		var st *kernel.Status
 		if errors.As(err, &st) && cc.conn.Err() == nil {
 			// The transport refused this frame alone and sent nothing of it
@@ -215,64 +215,64 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 		cc.fail(err)
 		return &kernel.Status{Code: kernel.Unavailable, Message: "send to " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
 	}
-	if err := cc.wait(ctx, c, call, cs, info); err != nil {
+	if err := cc.wait(ctx, c, call, at, info); err != nil {
 		return err
 	}
-	return cc.finish(ctx, c, call, cs, info, reply, own)
+	return cc.finish(ctx, c, call, at, info, reply, own)
 }
 
-// wait blocks until cs is answered, the connection dies or ctx is done,
+// wait blocks until at is answered, the connection dies or ctx is done,
 // taking the reader role whenever it is free.
-func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo) error {
+func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo) error {
 	done := ctx.Done()
 	for {
 		cc.mu.Lock()
-		if cs.done {
-			cc.leaveLocked(cs)
+		if at.done {
+			cc.leaveLocked(at)
 			cc.mu.Unlock()
-			return cs.err
+			return at.err
 		}
-		if cc.reader == nil || cc.reader == cs {
-			cc.waiters.remove(cs)
-			cc.reader = cs
+		if cc.reader == nil || cc.reader == at {
+			cc.waiters.remove(at)
+			cc.reader = at
 			cc.mu.Unlock()
-			cc.readFor(ctx, cs)
+			cc.readFor(ctx, at)
 			if ctx.Err() == nil {
 				continue
 			}
 			cc.mu.Lock()
 		} else {
-			if !cs.queued {
-				cc.waiters.push(cs)
+			if !at.queued {
+				cc.waiters.push(at)
 			}
 			cc.mu.Unlock()
 			select {
-			case <-cs.wake:
+			case <-at.wake:
 				continue
 			case <-done:
 			}
 			cc.mu.Lock()
 		}
 		// ctx is done; cc.mu is held.
-		cc.leaveLocked(cs)
-		if cs.done {
+		cc.leaveLocked(at)
+		if at.done {
 			cc.mu.Unlock()
-			return cs.err
+			return at.err
 		}
-		delete(cc.pending, cs.id)
+		delete(cc.pending, at.id)
 		cc.closeIfIdleLocked()
 		cc.mu.Unlock()
 		// Tell the server to stop working on it; its late answer, if any, is
 		// dropped as a response for an unknown call.
-		_ = cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.id})
+		_ = cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: at.id})
 		return c.ctxStatus(ctx, call, "while waiting for the answer to "+info.Method+" from "+cc.conn.RemoteAddr())
 	}
 }
 
-// readFor reads frames and hands them out until cs's own answer arrives,
+// readFor reads frames and hands them out until at's own answer arrives,
 // ctx is done, or the connection fails. It gives the reader role up before
 // returning.
-func (cc *clientConn) readFor(ctx context.Context, cs *attempt) {
+func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 	for {
 		f, err := cc.conn.ReadFrame(ctx)
 		if err != nil {
@@ -300,7 +300,7 @@ func (cc *clientConn) readFor(ctx context.Context, cs *attempt) {
 			// A finished call must not be offered the reader role: it is
 			// about to leave and would take the role with it.
 			cc.waiters.remove(t)
-			if t == cs {
+			if t == at {
 				cc.passReaderLocked()
 				cc.mu.Unlock()
 				return
@@ -346,9 +346,9 @@ func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
 }
 
 // finish turns the answer frame into the call's result.
-func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, cs *attempt, info *kernel.CallInfo, reply any, own bool) error {
-	f := cs.resp
-	cs.resp = nil
+func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo, reply any, own bool) error {
+	f := at.resp
+	at.resp = nil
 	info.ResponseMetadata = f.Metadata
 	if f.Code != kernel.OK {
 		err := &kernel.Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&kernel.FlagRetryable != 0}
