@@ -191,6 +191,7 @@ func startNamed(t *testing.T, cfg *kernrpc.Config, name string, who func(ctx con
 	ns.srv = startServer(t, cfg, func(s *kernrpc.Server) {
 		kernrpc.Handle(s, "Echo.Who", func(ctx context.Context, _ *echopb.Echo) (*echopb.Echo, error) {
 			ns.calls.Add(1)
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", name)
 			return who(ctx)
 		})
 	})
@@ -246,10 +247,13 @@ func TestHedgeReturnsTheFastAnswerAndTheSlowServerSeesTheCancel(t *testing.T) {
 			for i := range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var resp echopb.Echo
-				err := cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &resp)
+				md, err := cli.CallWithMetadata(ctx, "Echo.Who", &echopb.Echo{}, &resp)
 				cancel()
 				if err != nil || resp.Text != "fast" {
 					t.Fatalf("call %d: %v, reply %q; want the fast server's answer", i, err, resp.Text)
+				}
+				if md["from"] != "fast" {
+					t.Errorf("call %d: response metadata %v; want the fast server's, not the cancelled attempt's", i, md)
 				}
 				if err := receive(t, cancelled, 5*time.Second, "the slow server never saw its attempt cancelled"); !errors.Is(err, context.Canceled) {
 					t.Errorf("slow server's context ended with %v, want Canceled", err)
