@@ -23,8 +23,14 @@ func init() {
 
 // BenchmarkPipeline measures a 16 B call over tcp-lv to a server in its own
 // process, with no filter and with one pass-through filter on each side,
-// at 1 and 64 callers.
+// at 1 and 64 callers; allocs/op counts the client's. The server=inproc
+// cases run the server in this process, so allocs/op counts both sides'.
 func BenchmarkPipeline(b *testing.B) {
+	b.Run("server=process", func(b *testing.B) { benchmarkPipeline(b, false) })
+	b.Run("server=inproc", func(b *testing.B) { benchmarkPipeline(b, true) })
+}
+
+func benchmarkPipeline(b *testing.B, inproc bool) {
 	for _, filtered := range []bool{false, true} {
 		for _, callers := range []int{1, 64} {
 			name := fmt.Sprintf("filters=%d/callers=%d", map[bool]int{false: 0, true: 1}[filtered], callers)
@@ -33,9 +39,16 @@ func BenchmarkPipeline(b *testing.B) {
 					os.Setenv("KERNRPC_HELPER_FILTER", "bench-pass")
 					defer os.Unsetenv("KERNRPC_HELPER_FILTER")
 				}
-				_, addr := startServerProcessTB(b)
 				cfg := testConfig(b)
-				cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+				if inproc {
+					if filtered {
+						cfg.Filters = []kernrpc.FilterConfig{{Name: "bench-pass", Side: "server"}}
+					}
+					startServer(b, cfg, nil)
+				} else {
+					_, addr := startServerProcessTB(b)
+					cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+				}
 				if filtered {
 					cfg.Filters = []kernrpc.FilterConfig{{Name: "bench-pass", Side: "client"}}
 				}
