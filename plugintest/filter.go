@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,37 +26,73 @@ type FilterConfig struct {
 	Side kernel.Side
 	// Metadata is request metadata every call the suite makes carries, so
 	// that a filter which lets only some calls through (one requiring a
-	// token, say) lets the suite's calls through.
+	// token, say) lets the suite's calls through. With Options, it must
+	// make the filter pass the suite's calls on: a filter that rejects them
+	// fails the checks of what it passes on.
 	Metadata kernel.Metadata
+	// RejectsEveryCall declares a filter that is meant to reject every
+	// call, whatever its options and metadata (a kill switch, a
+	// maintenance mode). The checks of what a filter passes on are then
+	// skipped, saying so, and RejectsEveryCall checks instead that every
+	// call is rejected with a *kernel.Status without reaching next.
+	RejectsEveryCall bool
 }
 
 // Filter certifies the filter f builds. Each check runs as a subtest per
-// side (Client, Server), on a fresh filter, with the suite's own handler as
-// next. A filter may always reject a call by returning a *kernel.Status
-// without calling next; a check that needs the call to pass is skipped,
-// saying so, when the filter rejects it. It checks:
+// side (Client, Server), on a fresh filter, with the suite's own next. A
+// filter may answer a call by itself (a cache, a fallback) or reject it
+// with a *kernel.Status, and the suite honours that; but the checks of what
+// a filter passes on need the suite's calls to pass, so there a rejection
+// fails, unless FilterConfig.RejectsEveryCall says the filter rejects every
+// call, and an answer of the filter's own skips the check, saying so. It
+// checks:
 //
-//   - NextAtMostOnce: next is called at most once, and a call that does not
-//     reach next ends with a *kernel.Status error.
+//   - Outcome: whatever the filter does, its outcome is one a caller can
+//     take: a response, next's or its own, or an error, a rejection being a
+//     *kernel.Status. Never (nil, nil): the caller would get an empty reply
+//     reported as a success. That holds in every check.
 //   - RequestMetadata: every entry of info.Metadata reaches next unchanged
-//     (a filter may add entries), as do Method, Side and Codec.
+//     (a filter may add entries), as do Method, Side and Codec, in every
+//     attempt the filter makes.
 //   - ResponseMetadata: what next sets in info.ResponseMetadata reaches the
 //     caller's CallInfo.
-//   - Response: next's response comes back to the caller unchanged.
+//   - Response: next's success reaches the caller as a success with a
+//     response: next's or one the filter put in its place.
 //   - Error: next's error comes back to the caller (itself or wrapped, with
 //     its status code kept), and the response is not mistaken for success.
 //   - CancelledContext/Before: with the caller's context already cancelled,
-//     the filter returns promptly and does not call next with a live
-//     context.
+//     the filter does not call next with a live context, and a call that
+//     reached next does not succeed.
 //   - CancelledContext/During: cancelling the caller's context while next
 //     runs reaches next, so the call ends promptly.
 //   - Concurrent: many goroutines calling one filter at once each get their
-//     own response, and next sees each call's own metadata. Run with -race.
+//     own response (or one the filter answered with itself), and next sees
+//     each call's own metadata. Run with -race.
+//   - NilMetadata: a call whose info.Metadata is nil, as a call without
+//     metadata arrives, does not panic the filter (info.SetRequestMetadata
+//     allocates the map) and, unless FilterConfig.Metadata is needed to
+//     pass, reaches next.
+//   - Attempts/Client: each call of next is an independent attempt with a
+//     fresh response, the first of which fails as a retryable Unavailable
+//     after waiting briefly for another to start. Two attempts in flight at
+//     once must not share one *kernel.CallInfo, every attempt carries the
+//     caller's metadata, and a response returned from one attempt comes
+//     with that attempt's ResponseMetadata, not another's.
+//   - Attempts/Server: next, the handler, is called at most once.
+//   - AfterReturn: once Invoke returns, the filter neither calls next nor
+//     formats the request (its String method) nor writes into the CallInfo;
+//     the suite overwrites the CallInfo then and watches a while, so that
+//     under -race a later read is reported as a race.
+//   - RejectsEveryCall: only with FilterConfig.RejectsEveryCall; every
+//     call, with metadata or without, is rejected with a *kernel.Status and
+//     never reaches next.
 //   - BadOptions: BadOptions are refused by an error naming BadOptionsKey.
 //   - Lifecycle and Options, as for every plugin kind.
 //
-// A filter that panics fails the subtest it panicked in; one that does not
-// return within a bound fails it too.
+// Wherever next is called, calling it after Invoke returned, and calling
+// it twice at once with one *kernel.CallInfo, fail the check. A filter that
+// panics fails the subtest it panicked in; one that does not return within
+// a bound fails it too.
 func Filter(t *testing.T, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	t.Helper()
 	filterSuite(wrap(t), f, cfg)
@@ -81,22 +115,37 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 			}
 		})
 	}
-	property(t, "NextAtMostOnce", filterNextAtMostOnce)
-	property(t, "RequestMetadata", filterRequestMetadata)
-	property(t, "ResponseMetadata", filterResponseMetadata)
-	property(t, "Response", filterResponse)
-	property(t, "Error", filterError)
+	// passing marks a check that needs the suite's calls to pass.
+	passing := func(check func(t tb, e *filterEnv)) func(t tb, e *filterEnv) {
+		return func(t tb, e *filterEnv) {
+			if cfg.RejectsEveryCall {
+				t.Skipf("FilterConfig.RejectsEveryCall is set: the filter rejects every call, so what it would pass on cannot be checked")
+			}
+			check(t, e)
+		}
+	}
+	property(t, "Outcome", filterOutcomeCheck)
+	property(t, "RequestMetadata", passing(filterRequestMetadata))
+	property(t, "ResponseMetadata", passing(filterResponseMetadata))
+	property(t, "Response", passing(filterResponse))
+	property(t, "Error", passing(filterError))
 	t.Run("CancelledContext", func(t tb) {
 		property(t, "Before", filterCancelledBefore)
-		property(t, "During", filterCancelledDuring)
+		property(t, "During", passing(filterCancelledDuring))
 	})
-	property(t, "Concurrent", filterConcurrent)
+	property(t, "Concurrent", passing(filterConcurrent))
+	property(t, "NilMetadata", filterNilMetadata)
+	property(t, "Attempts", passing(filterAttempts))
+	property(t, "AfterReturn", filterAfterReturn)
+	if cfg.RejectsEveryCall {
+		property(t, "RejectsEveryCall", filterRejectsEveryCall)
+	}
 	t.Run("BadOptions", func(t tb) { filterBadOptions(t, f, cfg) })
 
 	lifecycle(t, f, cfg.Options, func(t tb, flt kernel.Filter) {
 		t.Helper()
 		e := &filterEnv{filter: flt, side: sides[0], cfg: cfg}
-		filterNextAtMostOnce(t, e)
+		filterOutcomeCheck(t, e)
 	})
 }
 
@@ -117,10 +166,22 @@ type filterEnv struct {
 	cfg    FilterConfig
 }
 
-// filterReq and filterResp are the request and response the suite passes:
-// pointers, so that "unchanged" means the very same value.
-type filterReq struct{ id string }
+// filterResp is the response the suite's next answers with: a pointer, so
+// that the suite can tell next's responses apart, and from the filter's.
 type filterResp struct{ id string }
+
+// filterReq is the request the suite passes. It reports being formatted
+// after Invoke returned: a filter that keeps the request to log it later
+// would log a request that by then belongs to another call.
+type filterReq struct {
+	id   string
+	call *filterCall
+}
+
+func (r *filterReq) String() string {
+	r.call.lateUse("formatted the request (called its String method)")
+	return "plugintest request " + r.id
+}
 
 const (
 	filterMethod = "PluginTest.Call"
@@ -150,23 +211,107 @@ func (e *filterEnv) info() *kernel.CallInfo {
 	return info
 }
 
+// filterCall watches the next given to one Invoke, for breaches of the
+// contract that only show there: an attempt started after Invoke returned,
+// two attempts in flight with one CallInfo. It only records them, since
+// they may happen on the filter's goroutines after the check has ended,
+// when t must no longer be used.
+type filterCall struct {
+	mu       sync.Mutex
+	returned bool                      // Invoke has returned
+	inFlight map[*kernel.CallInfo]bool // the CallInfo of each next not yet returned
+	nexts    int
+	last     nextResult // what next returned last
+	problems []string
+	reported int // problems already reported
+}
+
+type nextResult struct {
+	resp any
+	err  error
+}
+
+func newFilterCall() *filterCall {
+	return &filterCall{inFlight: make(map[*kernel.CallInfo]bool)}
+}
+
+// next wraps the check's next. A call it refuses does not reach the
+// check's next, which then touches no CallInfo the filter may be using
+// elsewhere: the suite's own accesses stay race-free, so that -race
+// reports the filter's.
+func (c *filterCall) next(inner kernel.Invoker) kernel.Invoker {
+	return func(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+		c.mu.Lock()
+		c.nexts++
+		var refused string
+		switch {
+		case c.returned:
+			refused = "next was called after Invoke returned: the filter kept info and req for later, " +
+				"but both are reused for other calls once Invoke returns; start every attempt before returning"
+		case info == nil:
+			refused = "next was called with a nil *kernel.CallInfo; pass on the one Invoke received, or a copy"
+		case c.inFlight[info]:
+			refused = fmt.Sprintf("two calls of next in flight at once were given the same *kernel.CallInfo (%p); "+
+				"next writes its attempt's outcome (Instance, Peer, Attempt, ResponseMetadata) into the CallInfo "+
+				"it is given, so concurrent attempts would overwrite each other's: give each its own copy (ci := *info) "+
+				"and copy the outcome of the attempt whose response is returned back into info", info)
+		}
+		if refused != "" {
+			c.problems = append(c.problems, refused)
+			c.mu.Unlock()
+			return nil, kernel.Errorf(kernel.FailedPrecondition, "plugintest: %s", refused)
+		}
+		c.inFlight[info] = true
+		c.mu.Unlock()
+		resp, err := inner(ctx, info, req)
+		c.mu.Lock()
+		delete(c.inFlight, info)
+		c.last = nextResult{resp, err}
+		c.mu.Unlock()
+		return resp, err
+	}
+}
+
+// lateUse records what the filter did, if it did it after Invoke returned.
+func (c *filterCall) lateUse(what string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.returned {
+		c.problems = append(c.problems, "the filter "+what+" after Invoke returned: it kept req, "+
+			"which is reused for another call once Invoke returns; take what it needs (a log line, a key) before returning")
+	}
+}
+
+// report fails t with the problems recorded since the last report.
+func (c *filterCall) report(t tb) {
+	t.Helper()
+	c.mu.Lock()
+	fresh := c.problems[c.reported:]
+	c.reported = len(c.problems)
+	c.mu.Unlock()
+	for _, p := range fresh {
+		t.Errorf("%s", p)
+	}
+}
+
 // filterOutcome is what one Invoke did.
 type filterOutcome struct {
 	resp     any
 	err      error
-	nexts    int  // how many times next was called
+	nexts    int  // how many times next was called before Invoke returned
 	panicked bool // Invoke panicked; err says with what
+	call     *filterCall
 }
 
-// invoke runs the filter with next on its own goroutine, so that a filter
-// that panics or hangs fails t instead of the test binary.
-func (e *filterEnv) invoke(t tb, ctx context.Context, info *kernel.CallInfo, next kernel.Invoker) (filterOutcome, bool) {
-	t.Helper()
-	var nexts atomic.Int32
-	counted := func(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
-		nexts.Add(1)
-		return next(ctx, info, req)
-	}
+// run runs the filter with next on its own goroutine, so that a filter
+// that panics or hangs fails t instead of the test binary; finished is
+// false if it did not return within filterBound.
+func (e *filterEnv) run(ctx context.Context, info *kernel.CallInfo, next kernel.Invoker) (o filterOutcome, finished bool) {
+	c := newFilterCall()
+	req := &filterReq{id: info.Metadata[filterMDKey], call: c}
 	done := make(chan filterOutcome, 1)
 	go func() {
 		var o filterOutcome
@@ -174,286 +319,122 @@ func (e *filterEnv) invoke(t tb, ctx context.Context, info *kernel.CallInfo, nex
 			if p := recover(); p != nil {
 				o = filterOutcome{panicked: true, err: fmt.Errorf("%v", p)}
 			}
-			o.nexts = int(nexts.Load())
+			c.mu.Lock()
+			c.returned = true
+			o.nexts = c.nexts
+			c.mu.Unlock()
+			o.call = c
 			done <- o
 		}()
-		o.resp, o.err = e.filter.Invoke(ctx, info, &filterReq{id: info.Metadata[filterMDKey]}, counted)
+		o.resp, o.err = e.filter.Invoke(ctx, info, req, c.next(next))
 	}()
 	select {
 	case o := <-done:
-		if o.panicked {
-			t.Errorf("Invoke on the %s side panicked: %v", e.side, o.err)
-			return o, false
-		}
 		return o, true
 	case <-time.After(filterBound):
-		t.Errorf("Invoke on the %s side did not return within %s", e.side, filterBound)
-		return filterOutcome{}, false
+		return filterOutcome{call: c}, false
 	}
 }
 
-// passingCall invokes the filter and reports whether the call reached next;
-// a rejection skips t, saying why, and anything else fails it.
+// invoke runs the filter and reports what no check may accept: a panic, a
+// hang, a breach recorded by next, and (nil, nil). ok is false when there
+// is no outcome to check further.
+func (e *filterEnv) invoke(t tb, ctx context.Context, info *kernel.CallInfo, next kernel.Invoker) (o filterOutcome, ok bool) {
+	t.Helper()
+	o, finished := e.run(ctx, info, next)
+	switch {
+	case !finished:
+		t.Errorf("Invoke on the %s side did not return within %s", e.side, filterBound)
+		return o, false
+	case o.panicked:
+		t.Errorf("Invoke on the %s side panicked: %v", e.side, o.err)
+		return o, false
+	}
+	return o, e.checkOutcome(t, o)
+}
+
+// checkOutcome is invoke's part after the filter returned.
+func (e *filterEnv) checkOutcome(t tb, o filterOutcome) bool {
+	t.Helper()
+	o.call.report(t)
+	if o.resp != nil || o.err != nil {
+		return true
+	}
+	if o.nexts == 0 {
+		t.Errorf("the filter returned (nil, nil) without calling next: the caller would get an empty reply reported as a success; " +
+			"answer with a response of the filter's own, call next, or reject the call with a *kernel.Status")
+		return false
+	}
+	o.call.mu.Lock()
+	last := o.call.last
+	o.call.mu.Unlock()
+	t.Errorf("the filter called next (which last returned (%T, %v)) and returned (nil, nil): the caller would get an empty reply "+
+		"reported as a success; return next's response or error, or a response of the filter's own", last.resp, last.err)
+	return false
+}
+
+// passingCall invokes the filter with a call the suite's config should let
+// through, and reports whether it reached next.
 func (e *filterEnv) passingCall(t tb, info *kernel.CallInfo, next kernel.Invoker) (filterOutcome, bool) {
 	t.Helper()
 	o, ok := e.invoke(t, t.Context(), info, next)
 	if !ok {
 		return o, false
 	}
-	if o.nexts == 0 {
-		e.checkRejection(t, o)
-		if !t.Failed() {
-			t.Skipf("the filter rejected the suite's call (%v), so what it passes on cannot be checked; "+
-				"set FilterConfig.Options or FilterConfig.Metadata so that calls pass", o.err)
-		}
-		return o, false
-	}
-	if o.nexts > 1 {
-		t.Errorf("the filter called next %d times for one call; it must call next at most once", o.nexts)
-	}
-	return o, true
+	return o, e.reachedNext(t, o)
 }
 
-// checkRejection fails t unless o, a call that never reached next, ended
-// with a *kernel.Status.
+// reachedNext reports whether o's call reached next. An answer of the
+// filter's own is honoured, but leaves nothing to check of what it passes
+// on, so it skips t; a rejection fails t, since the suite's FilterConfig is
+// meant to let its calls through.
+func (e *filterEnv) reachedNext(t tb, o filterOutcome) bool {
+	t.Helper()
+	if o.nexts > 0 {
+		return true
+	}
+	if o.err == nil {
+		t.Skipf("the filter answered the suite's call by itself (with a %T), so what it passes on to next cannot be checked", o.resp)
+	}
+	e.rejectedPassing(t, o.err)
+	return false
+}
+
+// rejectedPassing fails t for a rejection of a call the suite's config
+// should let through, so that a filter rejecting every call cannot pass the
+// suite unchecked.
+func (e *filterEnv) rejectedPassing(t tb, err error) {
+	t.Helper()
+	t.Errorf("the filter rejected a call its FilterConfig should let through: %T %q; set FilterConfig.Metadata or "+
+		"FilterConfig.Options so that the suite's calls pass (or FilterConfig.RejectsEveryCall, if the filter is meant "+
+		"to reject every call), since what a filter passes on can only be checked on calls it passes", err, err)
+}
+
+// checkRejection fails t unless o, a call that never reached next and
+// ended with an error, ended with a *kernel.Status.
 func (e *filterEnv) checkRejection(t tb, o filterOutcome) {
 	t.Helper()
 	var st *kernel.Status
-	switch {
-	case o.err == nil:
-		t.Errorf("the filter returned (%v, nil) without calling next; call next, or reject the call with a *kernel.Status", o.resp)
-	case !errors.As(o.err, &st):
+	if !errors.As(o.err, &st) {
 		t.Errorf("the filter rejected the call with %T %q, not a *kernel.Status; "+
 			"reject with kernel.Errorf(code, ...) so the caller gets a code", o.err, o.err)
 	}
 }
 
-func filterNextAtMostOnce(t tb, e *filterEnv) {
-	resp := &filterResp{id: "once"}
-	o, ok := e.invoke(t, t.Context(), e.info(), func(context.Context, *kernel.CallInfo, any) (any, error) { return resp, nil })
-	if !ok {
-		return
-	}
-	switch o.nexts {
-	case 0:
-		e.checkRejection(t, o)
-	case 1:
-	default:
-		t.Errorf("the filter called next %d times for one call; it must call next at most once "+
-			"(a second call repeats the request's side effects)", o.nexts)
+// checkRefusal fails t unless the error with which the filter ended a call
+// whose next succeeded is a *kernel.Status: turning a success into a
+// failure is the filter's decision, and the caller must learn its code.
+func (e *filterEnv) checkRefusal(t tb, o filterOutcome) {
+	t.Helper()
+	var st *kernel.Status
+	if !errors.As(o.err, &st) {
+		t.Errorf("next succeeded, but the filter returned %T %q, not a *kernel.Status; a filter that refuses next's answer "+
+			"must say why with kernel.Errorf(code, ...); otherwise return next's response, or one of its own", o.err, o.err)
 	}
 }
 
-func filterRequestMetadata(t tb, e *filterEnv) {
-	info := e.info()
-	info.Metadata["plugintest-a"] = "alpha"
-	info.Metadata["plugintest-b"] = "b=1; c=2 ✓"
-	want := info.Metadata.Clone()
-	var seen *kernel.CallInfo
-	_, ok := e.passingCall(t, info, func(_ context.Context, got *kernel.CallInfo, _ any) (any, error) {
-		seen = &kernel.CallInfo{Method: got.Method, Side: got.Side, Codec: got.Codec, Metadata: got.Metadata.Clone()}
-		return &filterResp{}, nil
-	})
-	if !ok {
-		return
-	}
-	for k, v := range want {
-		if got, found := seen.Metadata[k]; !found || got != v {
-			t.Errorf("request metadata %q reached next as %q (present: %v), want %q; a filter must pass metadata through", k, got, found, v)
-		}
-	}
-	if seen.Method != filterMethod || seen.Side != e.side || seen.Codec != filterCodec {
-		t.Errorf("next saw method %q, side %s, codec %q; want %q, %s, %q as the caller set them",
-			seen.Method, seen.Side, seen.Codec, filterMethod, e.side, filterCodec)
-	}
-}
-
-func filterResponseMetadata(t tb, e *filterEnv) {
-	info := e.info()
-	_, ok := e.passingCall(t, info, func(_ context.Context, got *kernel.CallInfo, _ any) (any, error) {
-		got.SetResponseMetadata("plugintest-response", "from next")
-		return &filterResp{}, nil
-	})
-	if !ok {
-		return
-	}
-	if got := info.ResponseMetadata["plugintest-response"]; got != "from next" {
-		t.Errorf("response metadata set by next reached the caller as %q, want %q; "+
-			"a filter that calls next with another CallInfo must copy ResponseMetadata back", got, "from next")
-	}
-}
-
-func filterResponse(t tb, e *filterEnv) {
-	want := &filterResp{id: "the response"}
-	o, ok := e.passingCall(t, e.info(), func(context.Context, *kernel.CallInfo, any) (any, error) { return want, nil })
-	if !ok {
-		return
-	}
-	if o.err != nil {
-		t.Errorf("next succeeded but the filter returned error %v; it must pass next's outcome back", o.err)
-	}
-	if got, _ := o.resp.(*filterResp); got != want {
-		t.Errorf("next returned %p (%+v) but the caller got %T %+v; a filter must pass the response back unchanged", want, want, o.resp, o.resp)
-	}
-}
-
-func filterError(t tb, e *filterEnv) {
-	want := &kernel.Status{Code: kernel.NotFound, Message: "plugintest: the handler's own error"}
-	o, ok := e.passingCall(t, e.info(), func(context.Context, *kernel.CallInfo, any) (any, error) { return nil, want })
-	if !ok {
-		return
-	}
-	switch {
-	case o.err == nil:
-		t.Errorf("next failed with %v but the filter returned (%v, nil); a filter must not swallow errors", want, o.resp)
-	case !errors.Is(o.err, want):
-		t.Errorf("next failed with %v but the caller got %T %q, which neither is that error nor wraps it; "+
-			"pass the error back, or wrap it with %%w", want, o.err, o.err)
-	case kernel.CodeOf(o.err) != want.Code:
-		t.Errorf("next failed with code %s but the caller got code %s", want.Code, kernel.CodeOf(o.err))
-	}
-}
-
-func filterCancelledBefore(t tb, e *filterEnv) {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	var live atomic.Bool
-	o, ok := e.invoke(t, ctx, e.info(), func(ctx context.Context, _ *kernel.CallInfo, _ any) (any, error) {
-		if ctx.Err() == nil {
-			live.Store(true)
-		}
-		return nil, kernel.StatusOf(context.Canceled)
-	})
-	if !ok {
-		return
-	}
-	if live.Load() {
-		t.Errorf("the caller's context was cancelled, but the filter called next with a live context; " +
-			"derive next's context from the caller's (context.WithoutCancel or Background loses the cancellation)")
-	}
-	switch {
-	case o.err == nil:
-		t.Errorf("the caller's context was cancelled, but the call succeeded with %v", o.resp)
-	case o.nexts == 0 && !errors.Is(o.err, context.Canceled):
-		// Returning ctx.Err() itself is as good as a Canceled status.
-		e.checkRejection(t, o)
-	}
-}
-
-func filterCancelledDuring(t tb, e *filterEnv) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	started := make(chan struct{})
-	var once sync.Once
-	var reached atomic.Bool
-	next := func(ctx context.Context, _ *kernel.CallInfo, _ any) (any, error) {
-		once.Do(func() { close(started) })
-		// Bounded, so that a filter which loses the cancellation fails the
-		// check instead of hanging it.
-		select {
-		case <-ctx.Done():
-			reached.Store(true)
-			return nil, kernel.StatusOf(ctx.Err())
-		case <-time.After(filterCancelGrace):
-			return nil, kernel.Errorf(kernel.DeadlineExceeded, "plugintest: next's context was never cancelled")
-		}
-	}
-	go func() {
-		select {
-		case <-started:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	o, ok := e.invoke(t, ctx, e.info(), next)
-	if !ok {
-		return
-	}
-	switch {
-	case o.nexts == 0:
-		e.checkRejection(t, o)
-	case !reached.Load():
-		t.Errorf("the caller cancelled while next ran, but next's context was not cancelled within %s; "+
-			"derive next's context from the caller's", filterCancelGrace)
-	case o.err == nil:
-		t.Errorf("the call was cancelled, but the filter returned success (%v)", o.resp)
-	}
-}
-
-const (
-	filterGoroutines = 16
-	filterCallsEach  = 32
-)
-
-func filterConcurrent(t tb, e *filterEnv) {
-	// next answers from the metadata it sees, so a filter that hands one
-	// call's CallInfo to another's next gives a caller the wrong response.
-	// It only reads: writes to a shared CallInfo would be the filter's race,
-	// but the suite's own must not obscure it.
-	next := func(_ context.Context, info *kernel.CallInfo, req any) (any, error) {
-		r, _ := req.(*filterReq)
-		if r == nil || r.id != info.Metadata[filterMDKey] {
-			return nil, kernel.Errorf(kernel.Internal, "plugintest: request %+v arrived with metadata of call %q", req, info.Metadata[filterMDKey])
-		}
-		return &filterResp{id: info.Metadata[filterMDKey]}, nil
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	var rejected atomic.Int32
-	for g := range filterGoroutines {
-		wg.Go(func() {
-			<-start
-			for i := range filterCallsEach {
-				if t.Failed() {
-					return // one report is enough; the rest would repeat it
-				}
-				id := strconv.Itoa(g) + "/" + strconv.Itoa(i)
-				info := e.info()
-				info.Metadata[filterMDKey] = id
-				o, ok := e.invoke(t, t.Context(), info, next)
-				if !ok {
-					return
-				}
-				if o.nexts == 0 {
-					rejected.Add(1)
-					e.checkRejection(t, o)
-					continue
-				}
-				if got, _ := o.resp.(*filterResp); o.err != nil || got == nil || got.id != id {
-					t.Errorf("call %s got (%+v, %v) while other goroutines called the filter, want its own response %q; "+
-						"keep no per-call state in the filter value", id, o.resp, o.err, id)
-					return
-				}
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if n := rejected.Load(); n == filterGoroutines*filterCallsEach {
-		t.Skipf("the filter rejected all %d calls, so their responses cannot be checked", n)
-	}
-}
-
-func filterBadOptions(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
-	if cfg.BadOptions == nil {
-		t.Skipf("FilterConfig.BadOptions is nil; give options %q must refuse to check that it names the bad one", f.Name)
-	}
-	if cfg.BadOptionsKey == "" {
-		t.Fatalf("FilterConfig.BadOptions is set but BadOptionsKey is empty; name the key the error must mention")
-	}
-	opts := make(map[string]any, len(cfg.Options)+len(cfg.BadOptions))
-	for k, v := range cfg.Options {
-		opts[k] = v
-	}
-	for k, v := range cfg.BadOptions {
-		opts[k] = v
-	}
-	p, err := f.Build(opts, "plugintest.yaml")
-	if err == nil {
-		closePlugin(p)
-		t.Fatalf("building %q with bad options %v succeeded; validate options in New and name the bad one", f.Name, cfg.BadOptions)
-	}
-	if !strings.Contains(err.Error(), cfg.BadOptionsKey) {
-		t.Errorf("the error for bad options %v does not name %q: %v", cfg.BadOptions, cfg.BadOptionsKey, err)
-	}
+// freshNext answers every call with a new response, as the transport and
+// the handler do: each attempt's response is its own value.
+func freshNext(id string) kernel.Invoker {
+	return func(context.Context, *kernel.CallInfo, any) (any, error) { return &filterResp{id: id}, nil }
 }

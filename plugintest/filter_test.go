@@ -67,7 +67,8 @@ func TestFilterPassesGoodFilters(t *testing.T) {
 	t.Run("stamp", func(t *testing.T) {
 		rec := filterRecord(t, filterStampFactory, filterStampConfig)
 		codecExpectClean(t, rec)
-		for _, path := range []string{"Filter/Response", "Filter/Concurrent", "Filter/BadOptions", "Filter/Options/WrongType"} {
+		for _, path := range []string{"Filter/Response", "Filter/Concurrent", "Filter/NilMetadata", "Filter/Attempts",
+			"Filter/AfterReturn", "Filter/BadOptions", "Filter/Options/WrongType"} {
 			if why := rec.skippedUnder(path); why != "" {
 				t.Errorf("%s skipped for a filter that passes calls and has options: %s", path, why)
 			}
@@ -79,13 +80,16 @@ func TestFilterPassesGoodFilters(t *testing.T) {
 		}), FilterConfig{})
 		codecExpectClean(t, rec)
 	})
-	t.Run("deny-all", func(t *testing.T) {
-		rec := filterRecord(t, filterFuncFactory(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
-			return nil, kernel.Errorf(kernel.PermissionDenied, "nobody may call")
-		}), FilterConfig{})
+	t.Run("deny-all, declared", func(t *testing.T) {
+		rec := filterRecord(t, filterFuncFactory(filterDenyAll), FilterConfig{RejectsEveryCall: true})
 		codecExpectClean(t, rec)
-		if why := rec.skippedUnder("Filter/Response/Client"); !strings.Contains(why, "rejected") {
-			t.Errorf("Filter/Response on a filter that rejects every call: skip reason %q, want one saying it rejected the call", why)
+		for _, path := range []string{"Filter/Response/Client", "Filter/Concurrent/Server", "Filter/Attempts/Client"} {
+			if why := rec.skippedUnder(path); !strings.Contains(why, "RejectsEveryCall") {
+				t.Errorf("%s on a filter declared to reject every call: skip reason %q, want one naming FilterConfig.RejectsEveryCall", path, why)
+			}
+		}
+		if why := rec.skippedUnder("Filter/RejectsEveryCall"); why != "" {
+			t.Errorf("Filter/RejectsEveryCall skipped for a filter that declares it: %s", why)
 		}
 	})
 	t.Run("requires metadata, given it", func(t *testing.T) {
@@ -100,6 +104,28 @@ func TestFilterPassesGoodFilters(t *testing.T) {
 			t.Errorf("FilterConfig.Metadata did not let the suite's calls through: %s", why)
 		}
 	})
+	t.Run("replaces the response", func(t *testing.T) {
+		rec := filterRecord(t, filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			if _, err := next(ctx, info, req); err != nil {
+				return nil, err
+			}
+			return "a response of the filter's own", nil
+		}), FilterConfig{})
+		codecExpectClean(t, rec)
+	})
+	t.Run("answers a cancelled call from its cache", func(t *testing.T) {
+		rec := filterRecord(t, filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			if ctx.Err() != nil {
+				return &filterResp{id: "cached"}, nil
+			}
+			return next(ctx, info, req)
+		}), FilterConfig{})
+		codecExpectClean(t, rec)
+	})
+}
+
+func filterDenyAll(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
+	return nil, kernel.Errorf(kernel.PermissionDenied, "nobody may call")
 }
 
 func TestFilterCatchesBrokenFilters(t *testing.T) {
@@ -109,16 +135,18 @@ func TestFilterCatchesBrokenFilters(t *testing.T) {
 		path   string
 		side   kernel.Side // set where a check waits out its bound on a broken filter, to wait once
 	}{
-		{"calls next twice", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-			next(ctx, info, req) // a naive retry
-			return next(ctx, info, req)
-		}, "Filter/NextAtMostOnce", 0},
-		{"neither calls next nor rejects", func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
+		{"answers (nil, nil) without calling next", func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
 			return nil, nil
-		}, "Filter/NextAtMostOnce", 0},
+		}, "Filter/Outcome", 0},
 		{"rejects with an error that is no status", func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
 			return nil, errors.New("denied")
-		}, "Filter/NextAtMostOnce", 0},
+		}, "Filter/Outcome", 0},
+		{"turns next's success into an error that is no status", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			if _, err := next(ctx, info, req); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("response looked wrong")
+		}, "Filter/Response", 0},
 		{"replaces the request metadata", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			info.Metadata = kernel.Metadata{"trace-id": "1"}
 			return next(ctx, info, req)
@@ -139,12 +167,6 @@ func TestFilterCatchesBrokenFilters(t *testing.T) {
 			own := &kernel.CallInfo{Method: info.Method, Side: info.Side, Peer: info.Peer, Codec: info.Codec, Metadata: info.Metadata.Clone()}
 			return next(ctx, own, req) // own.ResponseMetadata is never copied back
 		}, "Filter/ResponseMetadata", 0},
-		{"replaces the response", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-			if _, err := next(ctx, info, req); err != nil {
-				return nil, err
-			}
-			return &filterResp{id: "cached"}, nil
-		}, "Filter/Response", 0},
 		{"swallows errors", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			resp, _ := next(ctx, info, req)
 			return resp, nil
@@ -165,11 +187,12 @@ func TestFilterCatchesBrokenFilters(t *testing.T) {
 			}
 			return next(context.WithoutCancel(ctx), info, req)
 		}, "Filter/CancelledContext/During", kernel.ServerSide},
-		{"answers a cancelled call from a cache", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-			if ctx.Err() != nil {
-				return &filterResp{id: "cached"}, nil
+		{"swallows a cancellation next reported", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			resp, err := next(ctx, info, req)
+			if err != nil && ctx.Err() != nil {
+				return &filterResp{id: "fallback"}, nil
 			}
-			return next(ctx, info, req)
+			return resp, err
 		}, "Filter/CancelledContext/Before", 0},
 		{"keeps the call in the filter", filterSharedState(), "Filter/Concurrent", 0},
 	}
@@ -237,23 +260,23 @@ func TestFilterPanicIsAFailureNotACrash(t *testing.T) {
 	rec := filterRecord(t, filterFuncFactory(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
 		panic("filter bug")
 	}), FilterConfig{})
-	expectCaught(t, rec, "Filter/NextAtMostOnce/Client")
-	expectCaught(t, rec, "Filter/NextAtMostOnce/Server")
+	expectCaught(t, rec, "Filter/Outcome/Client")
+	expectCaught(t, rec, "Filter/Outcome/Server")
 }
 
 // A filter broken on one side only passes when configured for the other:
-// FilterConfig.Side limits the checks to the side the filter runs on.
+// FilterConfig.Side limits the checks to the side the filter runs on. A
+// second call of next is a retry on the client, but runs the handler twice
+// on the server.
 func TestFilterChecksOnlyTheConfiguredSide(t *testing.T) {
-	clientBug := filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-		if info.Side == kernel.ClientSide {
-			next(ctx, info, req)
-		}
+	serverBug := filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+		next(ctx, info, req) // a naive retry, on both sides
 		return next(ctx, info, req)
 	})
-	codecExpectClean(t, filterRecord(t, clientBug, FilterConfig{Side: kernel.ServerSide}))
-	rec := filterRecord(t, clientBug, FilterConfig{})
-	expectCaught(t, rec, "Filter/NextAtMostOnce/Client")
-	if rec.failedUnder("Filter/NextAtMostOnce/Server") {
-		t.Error("the server side was failed for a bug only the client side has")
+	codecExpectClean(t, filterRecord(t, serverBug, FilterConfig{Side: kernel.ClientSide}))
+	rec := filterRecord(t, serverBug, FilterConfig{})
+	expectCaught(t, rec, "Filter/Attempts/Server")
+	if rec.failedUnder("Filter/Attempts/Client") {
+		t.Error("the client side was failed for a bug only the server side has")
 	}
 }
