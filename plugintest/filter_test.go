@@ -113,6 +113,16 @@ func TestFilterPassesGoodFilters(t *testing.T) {
 		}), FilterConfig{})
 		codecExpectClean(t, rec)
 	})
+	t.Run("falls back to a default value when next fails", func(t *testing.T) {
+		rec := filterRecord(t, filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			resp, err := next(ctx, info, req)
+			if err != nil && ctx.Err() == nil {
+				return &filterResp{id: "fallback"}, nil
+			}
+			return resp, err
+		}), FilterConfig{})
+		codecExpectClean(t, rec)
+	})
 	t.Run("answers a cancelled call from its cache", func(t *testing.T) {
 		rec := filterRecord(t, filterFuncFactory(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			if ctx.Err() != nil {
