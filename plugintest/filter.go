@@ -59,7 +59,8 @@ type FilterConfig struct {
 //   - Response: next's success reaches the caller as a success with a
 //     response: next's or one the filter put in its place.
 //   - Error: next's error comes back to the caller (itself or wrapped, with
-//     its status code kept), and the response is not mistaken for success.
+//     its status code kept), unless the filter answers in its place with a
+//     value of its own (a fallback); never as an empty success.
 //   - CancelledContext/Before: with the caller's context already cancelled,
 //     the filter does not call next with a live context, and a call that
 //     reached next does not succeed.
