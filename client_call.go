@@ -173,7 +173,10 @@ func (cs *callState) finish(out any, err error) (kernel.Metadata, error) {
 	defer cs.mu.Unlock()
 	cs.over = true
 	md := cs.info.ResponseMetadata
-	if err != nil || out == nil || sameValue(out, cs.reply) {
+	if err == nil && out == nil {
+		return md, kernel.Errorf(kernel.Internal, "a client filter ended %s with neither a response nor an error; return next's response, one of its own, or a *kernel.Status", cs.info.Method)
+	}
+	if err != nil || sameValue(out, cs.reply) {
 		return md, err
 	}
 	c := cs.client

@@ -1,13 +1,5 @@
-// Package kernrpc is the user-facing convenience over the kernel: it reads
-// a config file into a Config. The interfaces, the plugin registry,
-// the Server and the Client are in package kernel; the plugins are under
-// plugins/ and register themselves when imported (plugins/all for every
-// built-in one).
-//
-//	import _ "github.com/kernrpc/kernrpc/plugins/all"
-//
-//	cfg, err := kernrpc.LoadConfig("kernrpc.yaml")
-//	srv, err := kernrpc.NewServer(cfg)
+// This file reads config files: YAML or JSON into the tree parseTree takes.
+
 package kernrpc
 
 import (

@@ -34,6 +34,9 @@ func init() {
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-both", New: func(any) (kernel.Filter, error) {
 		return &bothFilter{seen: make(chan answer, 2)}, nil
 	}})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-empty", New: func(any) (kernel.Filter, error) {
+		return kernel.FilterFunc(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) { return nil, nil }), nil
+	}})
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-detach", New: func(any) (kernel.Filter, error) {
 		return kernel.FilterFunc(func(_ context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			return next(context.Background(), info, req)
@@ -426,5 +429,13 @@ func TestConcurrentAttemptsDecodeIntoValuesOfTheirOwn(t *testing.T) {
 	}
 	if reply.Text != b.text {
 		t.Errorf("caller's reply %q, want the answer the filter returned, %q", reply.Text, b.text)
+	}
+}
+
+func TestFilterAnsweringNothingIsAnErrorNotAnEmptySuccess(t *testing.T) {
+	cli := newClient(t, withFilters(testConfig(t), kernrpc.FilterConfig{Name: "test-empty", Side: "client"}))
+	err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{Text: "stale"})
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "neither a response nor an error") {
+		t.Fatalf("err = %v; want Internal saying the filter returned nothing", err)
 	}
 }
