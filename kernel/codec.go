@@ -14,7 +14,7 @@ type Codec interface {
 }
 
 // CodecSizer is an optional interface: a codec that can tell the encoded
-// size of v cheaply lets the kernel ask the transport for a buffer of the
+// size of v cheaply lets the engine ask the transport for a buffer of the
 // right size, so the encoding lands without a reallocation.
 type CodecSizer interface {
 	Size(v any) int
@@ -22,7 +22,7 @@ type CodecSizer interface {
 
 // AliasingCodec is an optional interface for codecs whose decoded values
 // point into the bytes they were decoded from (FlatBuffers reads fields in
-// place). The kernel then keeps those bytes alive and unchanged for as long
+// place). The engine then keeps those bytes alive and unchanged for as long
 // as the value may be read: on the server until the handler has returned
 // and its response is encoded (the response may point into the request),
 // on the client it hands the caller a private copy of a lent payload.

@@ -15,7 +15,7 @@ import (
 
 // DecodeOptions decodes a parsed config tree into opts (a pointer to a
 // struct with json tags) strictly: an unknown key or a wrong type is an
-// error naming the key. Plugins rarely call it: the kernel does, with the
+// error naming the key. Plugins rarely call it: the plugin table does, with the
 // plugin's defaults, before New.
 func DecodeOptions(tree map[string]any, opts any) error {
 	if len(tree) == 0 {

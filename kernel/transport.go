@@ -32,7 +32,7 @@ type Listener interface {
 }
 
 // Conn is one connection. Many goroutines may call WriteFrame at once; one
-// goroutine at a time may call ReadFrame (the kernel hands the reading role
+// goroutine at a time may call ReadFrame (the engine hands the reading role
 // from caller to caller, so a lone caller reads its own reply without a
 // goroutine hand-off).
 type Conn interface {
@@ -52,12 +52,12 @@ type Conn interface {
 	// It never waits for another caller's write to finish: when the
 	// connection is busy writing, f is queued and written in a batch.
 	// A Request may also be held while whole frames already received
-	// wait for ReadFrame (the kernel's readers take them promptly), so
+	// wait for ReadFrame (the engine's readers take them promptly), so
 	// that the requests a burst of answers prompts share a write; it must
 	// leave as soon as none waits.
 	// An error that is a *Status (e.g. ResourceExhausted from a full ring)
 	// means this frame alone was refused and nothing of it was sent: the
-	// connection stays usable, and the kernel fails only that call. Any
+	// connection stays usable, and the engine fails only that call. Any
 	// other error means the connection is dead.
 	WriteFrame(f *Frame) error
 	// ReadFrame returns the next frame from the peer. Its payload is lent
@@ -88,7 +88,7 @@ var ErrClosed = errors.New("closed")
 var ErrPeerGone = errors.New("peer gone")
 
 // TransportCapabilities is an optional interface: a transport declares what it can do
-// beyond the Transport contract, so that the kernel and plugintest can take
+// beyond the Transport contract, so that the engine and plugintest can take
 // the fast path or skip a check with a reason.
 type TransportCapabilities interface {
 	// LendsMemory reports whether Buffer and ReadFrame payloads are memory
