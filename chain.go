@@ -50,6 +50,18 @@ func chainFor(filters []configuredFilter, method string, last kernel.Invoker) ke
 	return chain(fs, last)
 }
 
+// admittersFor lists the filters that apply to method and decide before
+// its request is decoded, in config order.
+func admittersFor(filters []configuredFilter, method string) []kernel.Admitter {
+	var as []kernel.Admitter
+	for i := range filters {
+		if a, ok := filters[i].filter.(kernel.Admitter); ok && filters[i].applies(method) {
+			as = append(as, a)
+		}
+	}
+	return as
+}
+
 // filterChains keeps one prebuilt chain per method, so a call pays nothing
 // to find which filters apply to it.
 type filterChains struct {

@@ -34,6 +34,7 @@ func init() {
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-both", New: func(any) (kernel.Filter, error) {
 		return &bothFilter{seen: make(chan answer, 2)}, nil
 	}})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-admit", New: func(any) (kernel.Filter, error) { return &admitFilter{}, nil }})
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-empty", New: func(any) (kernel.Filter, error) {
 		return kernel.FilterFunc(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) { return nil, nil }), nil
 	}})
@@ -437,5 +438,48 @@ func TestFilterAnsweringNothingIsAnErrorNotAnEmptySuccess(t *testing.T) {
 	err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{Text: "stale"})
 	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "neither a response nor an error") {
 		t.Fatalf("err = %v; want Internal saying the filter returned nothing", err)
+	}
+}
+
+// admitFilter refuses calls whose metadata says deny, before the request
+// is decoded, and counts what reaches Invoke.
+type admitFilter struct{ admitted, invoked atomic.Int32 }
+
+func (f *admitFilter) Admit(ctx context.Context, info *kernel.CallInfo) error {
+	if info.Metadata["deny"] != "" {
+		return kernel.Errorf(kernel.Unauthenticated, "test-admit: denied")
+	}
+	f.admitted.Add(1)
+	return nil
+}
+
+func (f *admitFilter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	f.invoked.Add(1)
+	return next(ctx, info, req)
+}
+
+func TestAdmitterDecidesBeforeTheRequestIsDecoded(t *testing.T) {
+	cfg := testConfig(t)
+	ns := startNamed(t, withFilters(cfg, kernrpc.FilterConfig{Name: "test-admit", Side: "server"}), "guarded", nil)
+	f, _ := kernrpc.FindPlugin[*admitFilter](ns.srv.Plugins(), "test-admit")
+	c := rawConn(t, ns.srv.Addr())
+	// A payload that is not protobuf: decoding it would fail with
+	// InvalidArgument, so a refusal proves Admit ran first.
+	garbage := []byte{0xff, 0xff, 0xff}
+	deny := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 1, Method: "Echo.Who", Codec: "protobuf",
+		Metadata: kernel.Metadata{"deny": "yes"}, Payload: garbage}
+	resp := roundTripRaw(t, c, deny)
+	if resp.Code != kernel.Unauthenticated {
+		t.Errorf("denied call answered %v %q; want Unauthenticated from Admit, before decoding", resp.Code, resp.Message)
+	}
+	resp.Release()
+	allow := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 2, Method: "Echo.Who", Codec: "protobuf", Payload: garbage}
+	resp = roundTripRaw(t, c, allow)
+	if resp.Code != kernel.InvalidArgument {
+		t.Errorf("admitted garbage answered %v %q; want InvalidArgument from decoding", resp.Code, resp.Message)
+	}
+	resp.Release()
+	if f.admitted.Load() != 1 || f.invoked.Load() != 0 || ns.calls.Load() != 0 {
+		t.Errorf("admitted %d, invoked %d, handled %d; want 1, 0, 0", f.admitted.Load(), f.invoked.Load(), ns.calls.Load())
 	}
 }

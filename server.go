@@ -134,6 +134,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	for name, d := range s.methods {
 		d.invoke = chainFor(s.filters, name, d.invoke)
+		d.admit = admittersFor(s.filters, name)
 	}
 	s.mu.Unlock()
 
@@ -172,6 +173,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.log.Info("serving", "address", addr, "transport", s.cfg.Transport.Name, "codec", s.codec.Name(), "registry", s.cfg.Registry.Name)
 	return nil
 }
+
+// Plugins lists the plugins this server built from its config, so that
+// code can reach them (a filter's counters, say); see FindPlugin.
+func (s *Server) Plugins() []BuiltPlugin { return s.plugins.list() }
 
 // Addr is the address clients dial; empty before Start.
 func (s *Server) Addr() string {

@@ -16,9 +16,12 @@ import (
 // chain, and how slow its calls have lately been.
 type methodDesc struct {
 	newRequest func() any
-	// invoke runs the filters that apply to the method around its handler;
-	// it is built at Start, once every method and filter is known.
+	// invoke runs the filters that apply to the method around its handler,
+	// and admit are those of them that decide before the request is
+	// decoded; both are built at Start, once every method and filter is
+	// known.
 	invoke kernel.Invoker
+	admit  []kernel.Admitter
 	// slowCalls counts down the calls still to be served off the reader
 	// since the method proved slow; overBudget is its score of slow calls
 	// (see noteBurstCall).

@@ -105,6 +105,11 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 		c.deadline = time.Now().Add(f.Timeout)
 		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
 	}
+	if len(desc.admit) > 0 {
+		if err = sc.admit(c, desc); err != nil {
+			return nil, codec, nil, err
+		}
+	}
 	req := desc.newRequest()
 	aliases := codecAliases(codec)
 	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
@@ -123,6 +128,23 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	released = true
 	resp, err = sc.invoke(c, req)
 	return resp, codec, lent, err
+}
+
+// admit asks the filters that decide before decoding, turning a panic
+// into status Internal as invoke does.
+func (sc *serverConn) admit(c *callCtx, desc *methodDesc) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("filter's Admit panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
+			err = kernel.Errorf(kernel.Internal, "a filter admitting %s panicked: %v", c.info.Method, r)
+		}
+	}()
+	for _, a := range desc.admit {
+		if err := a.Admit(c, &c.info); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // invoke runs the chain, turning a panic into status Internal so that one

@@ -135,6 +135,18 @@ func (f FilterFunc) Invoke(ctx context.Context, info *CallInfo, req any, next In
 	return f(ctx, info, req, next)
 }
 
+// Admitter is an optional Filter interface for server filters that decide
+// from the call alone, without its request (authentication, overload
+// protection, rate limits): the server calls Admit before it decodes the
+// request, so a refused call costs no decoding. A nil error admits the
+// call, which then passes through Invoke as usual; an error (a *Status)
+// answers it. An admitted call may still fail before Invoke (its request
+// does not decode, say), so Admit must not take anything that only Invoke
+// gives back.
+type Admitter interface {
+	Admit(ctx context.Context, info *CallInfo) error
+}
+
 // ErrInstanceRefused is what an attempt filter wraps in its error to refuse
 // the picked instance (a breaker open for that host, say): nothing is sent
 // and the client picks another instance, a bounded number of times, instead
