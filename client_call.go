@@ -233,7 +233,7 @@ func (c *Client) sendFromChain(ctx context.Context, info *kernel.CallInfo, req a
 	if info.Instance == nil {
 		return nil, kernel.Errorf(kernel.Internal, "an attempt filter passed on a CallInfo without the picked Instance")
 	}
-	return c.send(ctx, cs, nil, info, req)
+	return c.send(ctx, cs, nil, nil, info, req)
 }
 
 const (
@@ -275,7 +275,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			}
 			resp, err = c.attemptChains.forMethod(info.Method)(ctx, ai, req)
 		} else {
-			resp, err = c.send(ctx, cs, at, ai, req)
+			resp, err = c.send(ctx, cs, at, p, ai, req)
 		}
 		if obs, ok := c.balancer.(kernel.PickObserver); ok {
 			obs.Done(inst, err)
@@ -331,11 +331,13 @@ func (c *Client) putAttempt(at *attempt) {
 }
 
 // send makes one attempt on the instance info names, with at's bookkeeping
-// (nil: its own).
-func (c *Client) send(ctx context.Context, cs *callState, at *attempt, info *kernel.CallInfo, req any) (any, error) {
-	p, err := c.pool(info.Instance.Address)
-	if err != nil {
-		return nil, err
+// and p's connections (nil: its own, and the instance's).
+func (c *Client) send(ctx context.Context, cs *callState, at *attempt, p *connPool, info *kernel.CallInfo, req any) (any, error) {
+	var err error
+	if p == nil {
+		if p, err = c.pool(info.Instance.Address); err != nil {
+			return nil, err
+		}
 	}
 	if at == nil {
 		at = c.attempts.Get().(*attempt)
