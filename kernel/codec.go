@@ -9,7 +9,11 @@ type Codec interface {
 	// Marshal appends the encoding of v to dst and returns the extended
 	// slice. It must not modify dst[:len(dst)].
 	Marshal(dst []byte, v any) ([]byte, error)
-	// Unmarshal decodes data into v, which is a pointer the codec knows.
+	// Unmarshal decodes data into v, which is a pointer the codec knows,
+	// replacing what v held: nothing of its earlier contents remains (a
+	// caller may reuse one reply value across calls). Input the format
+	// does not define as one encoding (cut short, followed by more bytes,
+	// garbage) is an error, never a panic.
 	Unmarshal(data []byte, v any) error
 }
 

@@ -22,6 +22,42 @@ type CodecSample struct {
 	// Unmarshal has filled it (got). Nil means reflect.DeepEqual, with got
 	// dereferenced when Value is not itself a pointer.
 	Equal func(want, got any) bool
+	// Sized returns a value of Value's type whose variable-length part (a
+	// string, a bytes field, a repeated field) is n bytes or elements
+	// long, for the Lengths and Size subtests. Nil lets the suite make
+	// them itself: it sets each string and []byte field of a copy of
+	// Value that it can reach (exported, through structs and pointers)
+	// and that the codec carries. Give Sized for a sample with no such
+	// field (a FlatBuffers table, a value with only unexported fields).
+	Sized func(n int) any
+}
+
+// CodecLeniency declares inputs that look invalid but that the codec's
+// wire format defines as valid, so that the suite does not require the
+// codec to refuse them. The zero value declares none: a strict format, in
+// which every proper prefix of an encoding, an encoding followed by any
+// other bytes, and garbage are errors (JSON and MessagePack are such
+// formats). Declare only what the format allows, not what the codec
+// happens to accept: a JSON codec that ignores what follows the value has
+// a bug the suite is there to catch.
+type CodecLeniency struct {
+	// Prefixes: a prefix of an encoding can itself be a valid encoding.
+	// Protobuf: cut at a field boundary, an encoding is the message
+	// without its later fields. FlatBuffers: cut in the padding after the
+	// last object, a buffer still verifies. The Truncated subtests then
+	// only require that no prefix makes the codec panic.
+	Prefixes bool
+	// Concatenation: two encodings one after the other are one valid
+	// encoding (protobuf merges them into one message). Skips
+	// Trailing/<sample>/Repeated.
+	Concatenation bool
+	// TrailingBytes: the format ignores whatever follows a complete
+	// encoding (FlatBuffers reads only what its root offset leads to).
+	// Implies Concatenation; skips the Trailing subtests.
+	TrailingBytes bool
+	// AnyInput: every byte string is a valid encoding (a codec of raw
+	// bytes). Implies the others; skips the Garbage subtest too.
+	AnyInput bool
 }
 
 // CodecConfig configures the Codec suite.
@@ -33,6 +69,16 @@ type CodecConfig struct {
 	// a small one, a large one and one with every kind of field the codec
 	// handles specially (unicode text, nested messages, ...).
 	Samples []CodecSample
+	// Lenient declares the invalid-looking inputs the codec's format
+	// accepts; the zero value, a strict format, suits JSON and
+	// MessagePack. protobuf declares Prefixes and Concatenation,
+	// FlatBuffers Prefixes and TrailingBytes.
+	Lenient CodecLeniency
+
+	// maxLength caps the Lengths subtests' lengths; 0 means no cap. The
+	// self-test sets it for broken plugins whose defect is elsewhere,
+	// which need not spend seconds on megabyte values.
+	maxLength int
 }
 
 // Codec certifies the codec f builds. It checks, in subtests of those names:
@@ -40,21 +86,49 @@ type CodecConfig struct {
 //   - Name: Name is non-empty, equals f.Name, and is the same across calls
 //     and across two built codecs (the name travels in every request).
 //   - RoundTrip/<sample>: every sample decodes to a value equal to itself.
-//   - Empty/<sample>: the zero value of each sample's type round-trips.
+//   - Empty/<sample>: the zero value of each sample's type round-trips. A
+//     sample whose Value is neither New's type nor what New points to
+//     fails: the suite cannot make its zero value.
 //   - Nil/<sample>: Marshal of a nil interface and of a typed nil pointer
 //     returns an error or an encoding, and Unmarshal into either returns an
 //     error; neither panics, and neither does Size.
 //   - Append/<sample>: Marshal appends, leaving dst[:len(dst)] untouched,
 //     whether dst has spare capacity or none, and the appended bytes decode
 //     to the sample.
-//   - Truncated/<sample>: every prefix of the encoding (a bounded number of
-//     them for large samples) gives an error or a value, never a panic.
+//   - Truncated/<sample>: every proper prefix of the encoding (a bounded
+//     number of them for large samples) is an error, never a panic. A
+//     prefix that is the encoding of the zero value may decode; with
+//     CodecConfig.Lenient.Prefixes any prefix may, as long as none panics.
+//   - Trailing/<sample>/Junk: the encoding followed by bytes that continue
+//     no encoding (0x00, 0xff, eleven 0xff) is an error. Skipped with
+//     Lenient.TrailingBytes.
+//   - Trailing/<sample>/Repeated: the encoding twice over is an error.
+//     Skipped with Lenient.Concatenation or Lenient.TrailingBytes.
+//   - Garbage: input that no format encodes a message as (a lone 0x00,
+//     sixteen of them, eleven 0xff, the unused MessagePack byte 0xc1) is an
+//     error for every sample type. Skipped with Lenient.AnyInput.
 //   - Random/<sample>: random bytes and mutated encodings give an error or a
 //     value, never a panic. A failure prints the input in hex.
+//   - Lengths/<sample>: for one sample of each Go type (the first that
+//     gives CodecSample.Sized, else the first), copies whose strings and
+//     bytes fields (or Sized values) are 0 and 1 long and on both sides of
+//     every width a length is commonly encoded in (15/16, 31/32, 127/128,
+//     255/256, 16383/16384, 65535/65536, 2 MiB - 1 and 2 MiB; with
+//     -plugintest.long also 16 MiB and 256 MiB) round-trip. Fails if no
+//     sample has such a field and none gives Sized; skipped, saying so,
+//     for a sample without.
+//   - Reuse/<sample>: Unmarshal into a target that already holds another
+//     value (one the suite fills: every exported field set, an extra map
+//     entry and slice element; and each other sample of the same type)
+//     leaves exactly the sample, and the zero value's encoding decoded
+//     into a target holding the sample leaves the zero value: Unmarshal
+//     replaces what v held, it does not merge into it.
 //   - Concurrent: one codec used by many goroutines at once, each with its
 //     own messages, still round-trips every message. Run with -race.
 //   - Size/<sample>: if the codec is a kernel.CodecSizer, Size is at least
-//     the encoded length (the kernel sizes the buffer it asks the transport
+//     the encoded length, for the sample and, if Lengths resizes it, for
+//     each of its copies there, whose lengths cross the widths a
+//     hand-written Size may miscount (the kernel sizes the buffer it asks the transport
 //     for by it; a larger value is allowed, a smaller one defeats it).
 //     Skipped for codecs without Size.
 //   - Aliasing/<sample>: unless the codec declares kernel.AliasingCodec,
@@ -89,10 +163,15 @@ func codecSuite(t tb, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
 	codecEachSample(t, "Empty", cfg.Samples, func(t tb, s CodecSample) { codecEmpty(t, c, s) })
 	codecEachSample(t, "Nil", codecDistinctTypes(cfg.Samples), func(t tb, s CodecSample) { codecNil(t, c, s) })
 	codecEachSample(t, "Append", cfg.Samples, func(t tb, s CodecSample) { codecAppend(t, c, s) })
-	codecEachSample(t, "Truncated", cfg.Samples, func(t tb, s CodecSample) { codecTruncated(t, c, s) })
+	codecEachSample(t, "Truncated", cfg.Samples, func(t tb, s CodecSample) { codecTruncated(t, c, s, cfg.Lenient) })
+	codecEachSample(t, "Trailing", cfg.Samples, func(t tb, s CodecSample) { codecTrailing(t, c, s, cfg.Lenient) })
+	t.Run("Garbage", func(t tb) { codecGarbage(t, c, codecDistinctTypes(cfg.Samples), cfg.Lenient) })
 	codecEachSample(t, "Random", cfg.Samples, func(t tb, s CodecSample) { codecRandom(t, c, s) })
+	var encoded codecEncodedVariants
+	codecLengthsProperty(t, c, cfg.Samples, cfg.maxLength, &encoded)
+	codecEachSample(t, "Reuse", cfg.Samples, func(t tb, s CodecSample) { codecReuse(t, c, s, cfg.Samples) })
 	t.Run("Concurrent", func(t tb) { codecConcurrent(t, c, cfg.Samples) })
-	codecEachSample(t, "Size", cfg.Samples, func(t tb, s CodecSample) { codecSize(t, c, s) })
+	codecEachSample(t, "Size", cfg.Samples, func(t tb, s CodecSample) { codecSize(t, c, s, codecResized(s, cfg.Samples), cfg.maxLength, &encoded) })
 	codecEachSample(t, "Aliasing", cfg.Samples, func(t tb, s CodecSample) { codecAliasing(t, c, s) })
 	codecEachSample(t, "InPlace", cfg.Samples, func(t tb, s CodecSample) { codecInPlace(t, c, s) })
 
@@ -189,19 +268,40 @@ func codecRoundTripWith(t tb, c kernel.Codec, op string, unmarshal func([]byte, 
 }
 
 func codecEmpty(t tb, c kernel.Codec, s CodecSample) {
-	// The zero value, in the shape the sample gives Marshal: a fresh pointer
-	// if Value is one, else what that pointer points to.
-	zero := s.New()
-	switch vt, pt := reflect.TypeOf(s.Value), reflect.TypeOf(zero); {
-	case vt == pt:
-	case pt.Kind() == reflect.Pointer && vt == pt.Elem():
-		zero = reflect.ValueOf(zero).Elem().Interface()
-	default:
-		t.Skipf("sample %q: Value is %s and New returns %s, so the suite cannot make an empty Value", s.Name, vt, pt)
+	zero, ok := codecZero(s)
+	if !ok {
+		t.Fatalf("sample %q: Value is %T and New returns %T, so the suite cannot make the zero value of the sample's type; "+
+			"give a Value of the type New returns, or of the type it points to", s.Name, s.Value, s.New())
 	}
 	empty := s
 	empty.Value = zero
 	codecRoundTrip(t, c, empty)
+}
+
+// codecZero returns the zero value of s's type in the shape the sample
+// gives Marshal: a fresh pointer if Value is one, else what that pointer
+// points to; ok is false if Value is neither.
+func codecZero(s CodecSample) (zero any, ok bool) {
+	zero = s.New()
+	switch vt, pt := reflect.TypeOf(s.Value), reflect.TypeOf(zero); {
+	case vt == pt:
+		return zero, true
+	case pt.Kind() == reflect.Pointer && vt == pt.Elem():
+		return reflect.ValueOf(zero).Elem().Interface(), true
+	}
+	return nil, false
+}
+
+// codecZeroEncoding returns the encoding of the zero value of s's type,
+// which a strict format may still accept where it refuses a prefix;
+// ok is false if there is none.
+func codecZeroEncoding(c kernel.Codec, s CodecSample) (data []byte, ok bool) {
+	zero, ok := codecZero(s)
+	if !ok {
+		return nil, false
+	}
+	p := codecCatch(func() (err error) { data, err = c.Marshal(nil, zero); return err })
+	return data, !p.panicked && p.err == nil
 }
 
 func codecNil(t tb, c kernel.Codec, s CodecSample) {
@@ -273,20 +373,36 @@ func codecAppend(t tb, c kernel.Codec, s CodecSample) {
 // for large ones.
 const codecTruncatedMax = 512
 
-func codecTruncated(t tb, c kernel.Codec, s CodecSample) {
+func codecTruncated(t tb, c kernel.Codec, s CodecSample, lenient CodecLeniency) {
 	data, err := c.Marshal(nil, s.Value)
 	if err != nil {
 		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
 	}
+	zero, hasZero := codecZeroEncoding(c, s)
+	strict := !lenient.Prefixes && !lenient.AnyInput
+	accepted := 0
 	for _, n := range codecPrefixLengths(len(data)) {
 		// A copy with no spare capacity: a decoder that reads past len
 		// panics here instead of reading stale bytes.
 		in := append([]byte(nil), data[:n]...)
 		got := s.New()
-		if p := codecCatch(func() error { return c.Unmarshal(in, got) }); p.panicked {
+		p := codecCatch(func() error { return c.Unmarshal(in, got) })
+		if p.panicked {
 			t.Fatalf("Unmarshal of the first %d of %d bytes of sample %q panicked: %v\ninput: %s\n"+
 				"a codec must return an error for truncated input", n, len(data), s.Name, p.value, codecHex(in))
 		}
+		if p.err != nil || !strict || (hasZero && string(in) == string(zero)) {
+			continue
+		}
+		if accepted++; accepted <= 3 {
+			t.Errorf("Unmarshal of the first %d of %d bytes of sample %q returned no error (decoded %s)\ninput: %s\n"+
+				"input cut short must be an error: a decoder that stops where the input ends hands the caller half a message; "+
+				"if the format itself makes such a prefix a valid encoding (protobuf does at field boundaries), set CodecConfig.Lenient.Prefixes",
+				n, len(data), s.Name, codecShow(got), codecHex(in))
+		}
+	}
+	if accepted > 3 {
+		t.Errorf("... and %d more prefixes of sample %q were accepted", accepted-3, s.Name)
 	}
 }
 
@@ -400,7 +516,7 @@ func codecConcurrent(t tb, c kernel.Codec, samples []CodecSample) {
 	wg.Wait()
 }
 
-func codecSize(t tb, c kernel.Codec, s CodecSample) {
+func codecSize(t tb, c kernel.Codec, s CodecSample, resized bool, max int, encoded *codecEncodedVariants) {
 	sz, ok := c.(kernel.CodecSizer)
 	if !ok {
 		t.Skipf("%T does not implement kernel.CodecSizer", c)
@@ -412,6 +528,35 @@ func codecSize(t tb, c kernel.Codec, s CodecSample) {
 	if n := sz.Size(s.Value); n < len(data) {
 		t.Errorf("Size = %d, but Marshal wrote %d bytes; Size must not be smaller than the encoding, "+
 			"or the buffer the kernel asks the transport for is too small", n, len(data))
+	}
+	// The Lengths copies cross every width a hand-written Size may count
+	// wrong (a varint's byte count, a one- or two-byte length).
+	if !resized {
+		return
+	}
+	variants, ok := encoded.get(s.Name)
+	if !ok {
+		// Lengths did not run (or stopped early): encode them here.
+		seq, _ := codecVariants(t, c, s, max)
+		if seq == nil {
+			return
+		}
+		for v := range seq {
+			if data, err := c.Marshal(nil, v.value); err == nil {
+				v.data = data
+				variants = append(variants, v)
+			}
+		}
+	}
+	short := 0
+	for _, v := range variants {
+		if n := sz.Size(v.value); n < len(v.data) {
+			t.Errorf("sample %q with %s: Size = %d, but Marshal wrote %d bytes; Size must not be smaller than the encoding "+
+				"at any length (count each length prefix at its encoded width)", s.Name, v.what, n, len(v.data))
+			if short++; short == 3 {
+				return
+			}
+		}
 	}
 }
 
