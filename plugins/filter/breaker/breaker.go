@@ -1,0 +1,219 @@
+// Package breaker is a client filter that stops sending calls to an
+// instance that keeps failing them, so that they go to the healthy ones.
+// It runs in the attempt stage, after the pick, once per attempt: it
+// implements kernel.StagedFilter, so a config need not say so.
+//
+// Config name: "breaker". Options, with defaults:
+//
+//	filters:
+//	  - name: breaker
+//	    side: client
+//	    options:
+//	      mode: ratio           # ratio (circuit breaker) or sre (adaptive throttling)
+//	      scope: method-host    # one breaker per method on each instance; or host, or method
+//	      window: time          # time: the calls of the last window_duration; count: the last window_size calls
+//	      window_duration: 10s  # time window: its span...
+//	      window_buckets: 10    # ...counted in this many buckets (it rolls by 1s)
+//	      window_size: 100      # count window: how many calls it holds
+//	      failure_ratio: 0.5    # ratio: the share of failures in the window that opens a closed breaker
+//	      min_requests: 20      # calls the window must hold before the breaker judges (both modes)
+//	      open_duration: 5s     # ratio: how long an open breaker refuses before it probes
+//	      half_open_probes: 3   # ratio: probes let through at once; as many successes close it
+//	      failure_codes: [Unavailable, DeadlineExceeded, Internal] # codes that count as failures
+//	      k: 2                  # sre: the multiplier K below
+//
+// # Mode ratio
+//
+// A breaker is closed: calls pass, and each outcome is counted in the
+// rolling window. Once the window holds min_requests calls of which at
+// least failure_ratio failed, it opens: for open_duration every call is
+// refused. Then it is half-open: half_open_probes calls pass at once,
+// the others are refused; one failed probe opens it again, as many
+// successful probes close it with an empty window.
+//
+// # Mode sre
+//
+// Client-side adaptive throttling, as in Google's SRE book ("Handling
+// Overload"): with requests the calls the client meant to send in the
+// window and accepts those the backend accepted (did not fail with a
+// failure code), each call is rejected locally with probability
+//
+//	max(0, (requests − k·accepts) / (requests + 1))
+//
+// and a rejected call counts as a request not accepted. A healthy backend
+// gets every call; one that accepts half of them gets about 1/k as many
+// calls as it accepts, plus the few that notice its recovery. The open,
+// half-open and ratio options do not apply.
+//
+// # What counts as a failure
+//
+// A call that ends with one of failure_codes counts as a failure of the
+// instance. Any other code counts as a success: the instance answered,
+// and a caller's own InvalidArgument (or NotFound, PermissionDenied...)
+// never trips a breaker; OK, InvalidArgument and Canceled cannot be listed.
+// Canceled counts as nothing (the caller gave up, or a hedge cancelled its
+// slower attempt), and neither does a refusal by a later attempt filter.
+// DeadlineExceeded counts, even when the caller's own deadline was short:
+// take it out of failure_codes if callers set deadlines tighter than the
+// instances can keep.
+//
+// # Refusals
+//
+// An open breaker of one instance (scope method-host or host) refuses the
+// picked instance: its error wraps kernel.ErrInstanceRefused, names the
+// breaker, the method and the address, and says why, and the client picks
+// another instance. When every instance is refused, the client fails the
+// call at once with Unavailable, quoting the last refusal:
+//
+//	kernrpc: Unavailable: no instance of "echo" took Echo.Who: attempt filters refused 8 picks
+//	(last: breaker: circuit for Echo.Who on 10.0.0.7:7000 is open: 12 of 20 calls in the last 10s failed ...)
+//
+// With scope method, a breaker covers every instance, so an open one fails
+// the call at once with Unavailable naming the breaker and the method.
+// Breakers are created on first use and dropped once idle (their instance
+// left); transitions are logged through Options.Logger (slog.Default()).
+//
+// # Where the state lives
+//
+// Each client judges instances by its own calls: the state is in this
+// process, behind a small internal interface (store, in store.go). State
+// shared between the clients of a service, through etcd, is left for when
+// the etcd registry module exists; it would be another store.
+//
+// On the server side the filter passes every call through (a breaker
+// judges instances, which only a client picks), and logs once that it
+// does.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Name is the filter's config name.
+const Name = "breaker"
+
+// Factory builds the filter; it is registered from init.
+var Factory = kernel.NewFactory(Name, "stops calls to instances that keep failing (circuit breaker or SRE adaptive throttling)", DefaultOptions, New)
+
+func init() { kernel.RegisterFilter(Factory) }
+
+// New builds the filter from validated options.
+func New(o *Options) (kernel.Filter, error) {
+	cfg, err := o.config()
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	f := &Filter{cfg: cfg, log: log, rand: rand.Float64}
+	base := time.Now()
+	f.now = func() int64 { return int64(time.Since(base)) }
+	f.store = newLocalStore(f.newCircuit)
+	return f, nil
+}
+
+// Filter is the breaker filter: one breaker per key its scope gives.
+type Filter struct {
+	cfg   *config
+	log   *slog.Logger
+	store store
+	// now reads the clock (ns since the filter was built) and rand draws
+	// in [0, 1): tests replace both before the first call.
+	now  func() int64
+	rand func() float64
+
+	warned atomic.Bool // the server-side warning was logged
+}
+
+var (
+	_ kernel.Filter       = (*Filter)(nil)
+	_ kernel.StagedFilter = (*Filter)(nil)
+)
+
+// Stage puts the filter in the attempt stage, after the pick.
+func (*Filter) Stage() kernel.Stage { return kernel.AttemptStage }
+
+func (f *Filter) newCircuit(k key) circuit {
+	if f.cfg.sre {
+		return newThrottle(f.cfg, k, func() float64 { return f.rand() })
+	}
+	return newRatioCircuit(f.cfg, k, f.log)
+}
+
+// State returns the state of the breaker for method on host (the address
+// of an instance), as the scope keys it; a breaker not yet used is
+// Closed. A throttle (mode sre) is always Closed.
+func (f *Filter) State(method, host string) State {
+	return f.store.lookup(f.key(method, host)).state()
+}
+
+func (f *Filter) key(method, host string) key {
+	var k key
+	if f.cfg.byMethod {
+		k.method = method
+	}
+	if f.cfg.byHost {
+		k.host = host
+	}
+	return k
+}
+
+// Invoke lets the attempt through if its breaker allows, and counts how it
+// went.
+func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	if info.Side != kernel.ClientSide {
+		if !f.warned.Load() && !f.warned.Swap(true) {
+			f.log.Warn("breaker: configured on the server side, where it passes every call through; configure it with side: client")
+		}
+		return next(ctx, info, req)
+	}
+	host := info.Peer
+	if info.Instance != nil {
+		host = info.Instance.Address
+	}
+	c := f.store.lookup(f.key(info.Method, host))
+	t, err := c.allow(f.now)
+	if err != nil {
+		return nil, err
+	}
+	recorded := false
+	defer func() {
+		if !recorded { // next panicked: free a probe's place
+			c.record(f.now, t, ignored)
+		}
+	}()
+	resp, err := next(ctx, info, req)
+	recorded = true
+	c.record(f.now, t, f.outcome(err))
+	return resp, err
+}
+
+// outcome classifies an attempt's error.
+func (f *Filter) outcome(err error) outcome {
+	if err == nil {
+		return succeeded
+	}
+	st, ok := err.(*kernel.Status)
+	if !ok {
+		if errors.Is(err, kernel.ErrInstanceRefused) {
+			return ignored
+		}
+		st = kernel.StatusOf(err)
+	}
+	switch {
+	case st.Code == kernel.Canceled:
+		return ignored
+	case f.cfg.isFailure(st.Code):
+		return failed
+	}
+	return succeeded
+}
