@@ -15,6 +15,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/tcplv"
