@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,11 @@ type RegistryConfig struct {
 	// its TTL an unrenewed instance may linger; 0 means 2s. A backend that
 	// expires leases lazily (etcd, consul) needs seconds.
 	Tolerance time.Duration
+	// MaxMetadataValue is the longest metadata value the backend stores;
+	// 0 means 4096 bytes. The Metadata subtests register a value of
+	// exactly this length beside short unusual ones: give the backend's
+	// real limit (Consul's service meta stops at 512), not a smaller one.
+	MaxMetadataValue int
 }
 
 func (c RegistryConfig) ttl() time.Duration {
@@ -40,6 +46,13 @@ func (c RegistryConfig) ttl() time.Duration {
 		return c.TTL
 	}
 	return 2 * time.Second
+}
+
+func (c RegistryConfig) maxMetadataValue() int {
+	if c.MaxMetadataValue > 0 {
+		return c.MaxMetadataValue
+	}
+	return 4096
 }
 
 func (c RegistryConfig) tolerance() time.Duration {
@@ -69,11 +82,24 @@ const registryLongTTL = time.Minute
 //   - Resolve/UnknownService: a service nobody registered resolves to an
 //     empty set, not an error.
 //   - Metadata/Resolve, Metadata/Watch: an instance's Metadata arrives
-//     unchanged through Resolve and through Watch.
+//     unchanged through Resolve and through Watch: the conventional keys,
+//     an empty value, a value of RegistryConfig.MaxMetadataValue bytes,
+//     and values and keys a flattening encoding mangles (separators such
+//     as , ; = & and newlines, quotes, %-escapes, + signs, surrounding
+//     spaces, JSON, non-ASCII text, upper case and slashes in keys).
+//   - Resolve/KeptSet: a set Resolve returned is unchanged after later
+//     registrations, re-registrations and deregistrations: a registry
+//     must not write into slices or maps it has handed out.
 //   - Watch/InitialSet, Watch/InitialEmptySet: a new watcher's first set is
 //     the current one, even when empty.
 //   - Watch/Additions, Watch/Removals: a watcher is sent the new set after
 //     a Register and after a Deregister.
+//   - Watch/Sequence: a watcher follows a run of changes through two
+//     registries, each awaited before the next: additions, removals, an
+//     instance registered again with new metadata and with a new address
+//     (a change of an instance, not of the set's IDs), and a Close.
+//   - Watch/KeptSets: the sets a watcher received earlier are unchanged
+//     after the later changes it was sent.
 //   - Watch/CancelCloses: the channel is closed once the watch's ctx is done.
 //   - Shared/Resolve, Shared/Watch: two registries built from the same
 //     options see each other's instances and changes.
@@ -89,6 +115,15 @@ const registryLongTTL = time.Minute
 //   - Concurrent: registering, deregistering and resolving from many
 //     goroutines and two registries loses or mixes up nothing (run the
 //     test with -race too).
+//   - Leaks: two registries driven through registrations, a watch whose
+//     reader stops reading with a change on its way and then cancels, a
+//     Watch whose ctx was cancelled before the call, a watch cancelled
+//     while its reader waits, a watch open when its registry closes, and
+//     Resolve, Register and Watch after Close (each may fail, none may
+//     panic or hang; a Watch channel must close once its ctx is done);
+//     once both are closed, every goroutine their calls started must end
+//     within Tolerance. Only goroutines started from the subtest's own
+//     calls count, so tests running in parallel do not disturb it.
 func Registry(t *testing.T, f kernel.Factory[kernel.Registry], cfg RegistryConfig) {
 	t.Helper()
 	registrySuite(wrap(t), f, cfg)
@@ -99,7 +134,10 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	s := registryRun{f: f, cfg: cfg}
 	t.Run("Register", func(t tb) { t.Run("Visible", s.registerVisible) })
 	t.Run("Deregister", func(t tb) { t.Run("Removes", s.deregisterRemoves) })
-	t.Run("Resolve", func(t tb) { t.Run("UnknownService", s.resolveUnknown) })
+	t.Run("Resolve", func(t tb) {
+		t.Run("UnknownService", s.resolveUnknown)
+		t.Run("KeptSet", s.keptResolve)
+	})
 	t.Run("Metadata", func(t tb) {
 		t.Run("Resolve", s.metadataResolve)
 		t.Run("Watch", s.metadataWatch)
@@ -110,6 +148,8 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 		t.Run("Additions", s.watchAdditions)
 		t.Run("Removals", s.watchRemovals)
 		t.Run("CancelCloses", s.watchCancelCloses)
+		t.Run("Sequence", s.watchSequence)
+		t.Run("KeptSets", s.keptWatch)
 	})
 	t.Run("Shared", func(t tb) {
 		t.Run("Resolve", s.sharedResolve)
@@ -118,6 +158,7 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	t.Run("Close", func(t tb) { t.Run("Deregisters", s.closeDeregisters) })
 	t.Run("Lease", s.lease)
 	t.Run("Concurrent", s.concurrent)
+	t.Run("Leaks", s.leaks)
 }
 
 // registryUse is the lifecycle's brief use of a registry: register an
@@ -220,15 +261,27 @@ func (s registryRun) resolveUnknown(t tb) {
 }
 
 // registryMetadata is what the Metadata subtests register: the keys the
-// kernel's conventions use, an empty value, and a value with spaces,
-// punctuation and non-ASCII text.
-func registryMetadata() map[string]string {
+// kernel's conventions use, an empty value, a value of the longest length
+// the backend stores, and values and keys that an encoding flattening
+// metadata into one string (k=v,k=v; a query string; lines) or
+// normalising it (trimming, lower-casing keys) does not return intact.
+func registryMetadata(longest int) map[string]string {
+	long := strings.Repeat("0123456789abcdef", longest/16+1)[:longest-1] + "."
 	return map[string]string{
-		"transport": "tcp-lv",
-		"codec":     "protobuf",
-		"weight":    "3",
-		"zone":      "eu-west, rack 7 = ünïcödé ✓",
-		"empty":     "",
+		"transport":           "tcp-lv",
+		"codec":               "protobuf",
+		"weight":              "3",
+		"zone":                "eu-west, rack 7 = ünïcödé ✓",
+		"empty":               "",
+		"long":                long,
+		"lines":               "first line\nsecond\tline\r\nthird",
+		"separators":          "a=1;b=2&c=3,d|e",
+		"quoted":              `"double" 'single' \back\slash`,
+		"escaped":             "%41%2F+plus+space%20",
+		"padded":              "  leading and trailing  ",
+		"json":                `{"a":[1,2],"b":null}`,
+		"Mixed-Case.Key/with": "keys keep their case and slashes",
+		"ключ":                "значение",
 	}
 }
 
@@ -236,7 +289,7 @@ func (s registryRun) metadataResolve(t tb) {
 	r := s.open(t)
 	service := registryService(t)
 	in := registryInstance(service, "a")
-	in.Metadata = registryMetadata()
+	in.Metadata = registryMetadata(s.cfg.maxMetadataValue())
 	s.register(t, r, in, registryLongTTL)
 	registryResolveUntil(t, r, service, []kernel.Instance{in}, s.cfg.tolerance(), "after registering an instance with metadata")
 }
@@ -245,7 +298,7 @@ func (s registryRun) metadataWatch(t tb) {
 	r := s.open(t)
 	service := registryService(t)
 	in := registryInstance(service, "a")
-	in.Metadata = registryMetadata()
+	in.Metadata = registryMetadata(s.cfg.maxMetadataValue())
 	s.register(t, r, in, registryLongTTL)
 	ch := s.watch(t, registryContext(t), r, service)
 	registryAwait(t, ch, s.cfg.tolerance(), "set with the instance and its metadata", []kernel.Instance{in})
@@ -567,17 +620,76 @@ func registryFormat(set []kernel.Instance) string {
 	for i, in := range sorted {
 		parts[i] = fmt.Sprintf("{%s %s at %s", in.Service, in.ID, in.Address)
 		if len(in.Metadata) > 0 {
-			parts[i] += fmt.Sprintf(" metadata %q", in.Metadata)
+			parts[i] += " metadata " + registryFormatMetadata(in.Metadata)
 		}
 		parts[i] += "}"
 	}
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
+// registryFormatMetadata prints md sorted by key, long values cut short.
+func registryFormatMetadata(md map[string]string) string {
+	keys := slices.Sorted(maps.Keys(md))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = strconv.Quote(k) + ":" + registryShort(md[k])
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// registryShort quotes v, cut to its ends and its length if it is long.
+func registryShort(v string) string {
+	const edge = 24
+	if len(v) <= 3*edge {
+		return strconv.Quote(v)
+	}
+	return fmt.Sprintf("%q...%q (%d bytes)", v[:edge], v[len(v)-edge:], len(v))
+}
+
+// registryDiff says how got differs from want, instance by instance, for
+// a failure message: a long set is hard to compare by eye.
+func registryDiff(got, want []kernel.Instance) string {
+	byID := make(map[string]kernel.Instance, len(got))
+	for _, g := range got {
+		byID[g.ID] = g
+	}
+	var diffs []string
+	for _, w := range want {
+		g, ok := byID[w.ID]
+		if !ok {
+			diffs = append(diffs, w.ID+" is missing")
+			continue
+		}
+		delete(byID, w.ID)
+		if g.Service != w.Service || g.Address != w.Address {
+			diffs = append(diffs, fmt.Sprintf("%s is %s at %s, want %s at %s", w.ID, g.Service, g.Address, w.Service, w.Address))
+		}
+		for _, k := range slices.Sorted(maps.Keys(w.Metadata)) {
+			if gv, ok := g.Metadata[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s lacks metadata %q", w.ID, k))
+			} else if gv != w.Metadata[k] {
+				diffs = append(diffs, fmt.Sprintf("%s has metadata %q = %s, want %s", w.ID, k, registryShort(gv), registryShort(w.Metadata[k])))
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(g.Metadata)) {
+			if _, ok := w.Metadata[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s has metadata %q it was not registered with", w.ID, k))
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		diffs = append(diffs, id+" should not be there")
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(diffs, "; ") + ")"
+}
+
 // registryResolveUntil resolves service through r until the set is want,
 // failing t if it is not within d. Polling, not a single Resolve, so that a
 // backend that takes a moment to show a change passes.
-func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string) {
+func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string) []kernel.Instance {
 	t.Helper()
 	ctx := registryContext(t)
 	deadline := time.Now().Add(d)
@@ -587,10 +699,10 @@ func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel
 			t.Fatalf("Resolve(%s) %s: %v; want nil", service, when, err)
 		}
 		if registrySame(set, want) {
-			return
+			return set
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Resolve(%s) %s = %s; want %s (waited %s)", service, when, registryFormat(set), registryFormat(want), d)
+			t.Fatalf("Resolve(%s) %s = %s; want %s%s (waited %s)", service, when, registryFormat(set), registryFormat(want), registryDiff(set, want), d)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -598,7 +710,7 @@ func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel
 
 // registryAwait reads sets from ch until one is want, failing t if none is
 // within d or if ch closes. what names the set awaited, for messages.
-func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance) {
+func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance) []kernel.Instance {
 	t.Helper()
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
@@ -611,9 +723,9 @@ func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what stri
 					what, registryFormat(want), last)
 			}
 			if registrySame(set, want) {
-				return
+				return set
 			}
-			last = registryFormat(set)
+			last = registryFormat(set) + registryDiff(set, want)
 		case <-timeout.C:
 			t.Fatalf("watch sent no %s %s within %s; last set received: %s", what, registryFormat(want), d, last)
 		}
@@ -631,7 +743,7 @@ func registryFirst(t tb, ch <-chan []kernel.Instance, d time.Duration, want []ke
 			t.Fatalf("watch channel closed before sending anything; want the current set %s first", registryFormat(want))
 		}
 		if !registrySame(set, want) {
-			t.Errorf("first watched set = %s; want the current set %s", registryFormat(set), registryFormat(want))
+			t.Errorf("first watched set = %s; want the current set %s%s", registryFormat(set), registryFormat(want), registryDiff(set, want))
 		}
 	case <-timeout.C:
 		t.Fatalf("watch sent nothing within %s; a new watcher must first be sent the current set %s, even when empty",
