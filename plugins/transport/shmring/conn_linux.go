@@ -332,7 +332,10 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 	hl := kernel.FrameHeaderLen(f)
 	if n := hl - kernel.FramePrefixLen + len(payload); n > c.t.maxFrame {
 		c.Recycle(payload)
-		return fmt.Errorf("shm-ring: %v frame of %d bytes exceeds max_frame_size %d: %w", f.Type, n, c.t.maxFrame, kernel.ErrFrameTooLarge)
+		// Refused alone, with nothing of it sent: a *Status, so that the
+		// kernel fails only this call and keeps the connection.
+		return fmt.Errorf("%w: %w", &kernel.Status{Code: kernel.ResourceExhausted,
+			Message: fmt.Sprintf("shm-ring: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame)}, kernel.ErrFrameTooLarge)
 	}
 	if !c.acquire() {
 		return c.Err()

@@ -341,6 +341,10 @@ func TestOversizedFrameIsRefusedLocally(t *testing.T) {
 	if !errors.Is(err, kernel.ErrFrameTooLarge) {
 		t.Fatalf("WriteFrame over max_frame_size: %v", err)
 	}
+	// Refused alone: a *Status, or the kernel takes the connection for dead.
+	if kernel.CodeOf(err) != kernel.ResourceExhausted || c.Err() != nil {
+		t.Fatalf("WriteFrame over max_frame_size: %v (connection: %v), want a *kernel.Status ResourceExhausted on a live connection", err, c.Err())
+	}
 	send(t, c, &kernel.Frame{Type: kernel.FrameRequest, CallID: 3}, pattern(100, 1))
 	if f := recv(t, s); f.CallID != 3 {
 		t.Fatalf("next frame: call %d", f.CallID)

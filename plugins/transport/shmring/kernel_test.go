@@ -353,6 +353,48 @@ func TestHandlerReadsRequestInPlaceAndAFullRingGivesResourceExhausted(t *testing
 	}
 }
 
+// A request over max_frame_size fails its own call, with
+// ResourceExhausted, and nothing else: calls in flight on the same
+// connection are answered, and the next call goes through.
+func TestAnOversizedRequestFailsOnlyItsCall(t *testing.T) {
+	opts := map[string]any{"max_frame_size": "64KiB"}
+	cfg := kernelConfig(t, socketIn(t), opts)
+	cfg.Codec.Name = rawCodec{}.Name()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Raw.Hold", func(ctx context.Context, req *[]byte) (*[]byte, error) {
+			started <- struct{}{}
+			<-release
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	inFlight := make(chan error, 1)
+	go func() {
+		payload, resp := []byte("in flight"), []byte(nil)
+		err := cli.Call(timeout(t, 10*time.Second), "Raw.Hold", &payload, &resp)
+		if err == nil && string(resp) != "in flight" {
+			err = fmt.Errorf("answer %q", resp)
+		}
+		inFlight <- err
+	}()
+	<-started
+	big, resp := pattern(64<<10, 1), []byte(nil)
+	err := cli.Call(timeout(t, 10*time.Second), "Raw.Hold", &big, &resp)
+	if kernel.CodeOf(err) != kernel.ResourceExhausted {
+		t.Fatalf("a request over max_frame_size: %v, want ResourceExhausted", err)
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Fatalf("a call in flight when another's request was refused: %v", err)
+	}
+	payload := []byte("again")
+	if err := cli.Call(timeout(t, 10*time.Second), "Raw.Hold", &payload, &resp); err != nil || string(resp) != "again" {
+		t.Fatalf("the next call: %v %q", err, resp)
+	}
+}
+
 func TestServerClosesAClientThatDoesNotReadItsAnswers(t *testing.T) {
 	addr := socketIn(t)
 	startServer(t, kernelConfig(t, addr, map[string]any{"ring_size": "64KiB", "wait_timeout": "200ms"}), nil)

@@ -204,7 +204,10 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	}
 	if n := kernel.FrameHeaderLen(f) - kernel.FramePrefixLen + len(f.Payload); n > c.t.maxFrame {
 		c.pool.Put(f.Payload)
-		return fmt.Errorf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d: %w", f.Type, n, c.t.maxFrame, kernel.ErrFrameTooLarge)
+		// Refused alone, with nothing of it sent: a *Status, so that the
+		// kernel fails only this call and keeps the connection.
+		return fmt.Errorf("%w: %w", &kernel.Status{Code: kernel.ResourceExhausted,
+			Message: fmt.Sprintf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame)}, kernel.ErrFrameTooLarge)
 	}
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)

@@ -62,6 +62,17 @@ func TestFrameOverTheMaximumIsRefusedLocallyAndTheConnectionStaysUsable(t *testi
 	if !errors.Is(err, kernel.ErrFrameTooLarge) {
 		t.Fatalf("WriteFrame of an oversized frame: %v, want ErrFrameTooLarge", err)
 	}
+	// A *Status is how WriteFrame says that the frame alone was refused:
+	// any other error tells the kernel the connection is dead, and it
+	// would fail every call on it (or, on the server, leave the client
+	// waiting for an answer that never comes).
+	var st *kernel.Status
+	if !errors.As(err, &st) || st.Code != kernel.ResourceExhausted {
+		t.Fatalf("WriteFrame of an oversized frame: %v, want a *kernel.Status ResourceExhausted", err)
+	}
+	if err := client.Err(); err != nil {
+		t.Fatalf("the connection died of a refused frame: %v", err)
+	}
 	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 7}); err != nil {
 		t.Fatal(err)
 	}
