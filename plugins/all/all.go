@@ -14,6 +14,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/codec/msgpack"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"

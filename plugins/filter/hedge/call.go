@@ -1,0 +1,198 @@
+package hedge
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// call is one hedged call. The first attempt runs on the caller's
+// goroutine; its timer (see timer.go) starts each hedge on a goroutine of
+// its own. The
+// caller returns only once every attempt it started has returned, so
+// that nothing uses the call's info or req afterwards. A call whose timer
+// never fired is reused for a later call. Lock order: call.mu, then
+// clock.mu.
+type call struct {
+	f     *Filter
+	timer *time.Timer   // runs fire, for delays off the clock
+	done  chan struct{} // receives the decision, once per call
+	wg    sync.WaitGroup
+
+	// The clock's, under its mu: the slot on its heap (-1: off it), the
+	// deadline there, and whether it popped c to fire it.
+	slot     int
+	deadline int64
+	popped   bool
+	onClock  bool // the timer armed is the clock's (under c.mu)
+
+	mu sync.Mutex
+	// Set before the first attempt, under mu; read-only afterwards.
+	ctx    context.Context
+	cancel context.CancelFunc
+	next   kernel.Invoker
+	req    any
+	tr     *tracker
+	delay  time.Duration
+	base   kernel.CallInfo // what a hedge starts from: its Metadata a snapshot no attempt uses
+	method string
+
+	cis      [MaxAttemptsCap]kernel.CallInfo // each attempt's own
+	launched int                             // attempts started
+	pending  int                             // attempts not yet returned
+	decided  bool                            // resp, err and winner are the call's outcome
+	over     bool                            // the caller is ending the call: no more attempts
+	fired    bool                            // the timer ran: the call is not reused
+	winner   int
+	resp     any
+	err      error
+}
+
+func (f *Filter) newCall() *call {
+	return &call{f: f, done: make(chan struct{}, 1), slot: -1}
+}
+
+// hedged runs a call that may be hedged after delay.
+func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker, tr *tracker, delay time.Duration) (any, error) {
+	c := f.calls.Get().(*call)
+	c.mu.Lock()
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.next, c.req, c.tr, c.delay, c.method = next, req, tr, delay, info.Method
+	c.base = *info
+	c.base.ResponseMetadata = nil
+	if len(info.Metadata) > 0 {
+		// Filters after this one may add to an attempt's metadata while
+		// the next attempt copies it: hedges copy this snapshot instead.
+		c.base.Metadata = info.Metadata.Clone()
+	}
+	c.cis[0] = *info
+	c.launched, c.pending, c.winner = 1, 1, -1
+	f.arm(c, delay)
+	c.mu.Unlock()
+
+	c.run(0)
+	<-c.done
+
+	c.mu.Lock()
+	c.over = true
+	fired := c.fired
+	c.mu.Unlock()
+	c.mu.Lock()
+	stopped := f.disarm(c)
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	resp, err := c.resp, c.err
+	w := &c.cis[c.winner]
+	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = w.Instance, w.Peer, w.Attempt, w.ResponseMetadata
+	if !fired && stopped {
+		// The timer never ran for this call and never will: no goroutine
+		// but this one holds c.
+		c.reset()
+		f.calls.Put(c)
+	}
+	return resp, err
+}
+
+func (c *call) reset() {
+	c.ctx, c.cancel, c.next, c.req, c.tr = nil, nil, nil, nil, nil
+	c.base, c.cis = kernel.CallInfo{}, [MaxAttemptsCap]kernel.CallInfo{}
+	c.decided, c.over, c.fired = false, false, false
+	c.resp, c.err = nil, nil
+}
+
+// run makes attempt i and reports its outcome.
+func (c *call) run(i int) {
+	start := time.Now()
+	resp, err := c.next(c.ctx, &c.cis[i], c.req)
+	if c.tr != nil {
+		// A loser's latency is the time until it was cancelled: at least
+		// the delay, so it still counts as a slow one.
+		c.tr.observe(time.Since(start))
+	}
+	c.finished(i, resp, err)
+}
+
+// hedge runs attempt i on its own goroutine.
+func (c *call) hedge(i int) {
+	defer c.wg.Done()
+	c.run(i)
+}
+
+// fire starts the next attempt once the delay has passed, if the call is
+// still undecided and the budget pays for it.
+func (c *call) fire() {
+	c.mu.Lock()
+	c.fired = true
+	if c.decided || c.over || c.launched >= c.f.maxAttempts || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	if !c.f.budget.Spend() {
+		c.f.unpaid.Add(1)
+		c.mu.Unlock()
+		c.f.debug(c.ctx, "not hedging: the budget is spent", c.method, c.launched+1)
+		return
+	}
+	i := c.launchLocked()
+	if c.launched < c.f.maxAttempts {
+		c.f.arm(c, c.delay)
+	}
+	c.mu.Unlock()
+	go c.hedge(i)
+}
+
+// launchLocked prepares the next attempt; its caller starts it.
+func (c *call) launchLocked() int {
+	i := c.launched
+	c.cis[i] = c.base
+	if c.base.Metadata != nil {
+		c.cis[i].Metadata = c.base.Metadata.Clone()
+	}
+	c.launched++
+	c.pending++
+	c.wg.Add(1)
+	c.f.hedges.Add(1)
+	return i
+}
+
+// finished takes attempt i's outcome: the first success decides the call,
+// as does a final failure; a retryable one starts the next attempt at
+// once if the budget allows, and decides the call if it was the last.
+func (c *call) finished(i int, resp any, err error) {
+	c.mu.Lock()
+	c.pending--
+	if c.decided {
+		c.mu.Unlock()
+		return // a loser: cancelled, or too late
+	}
+	switch {
+	case err == nil:
+		c.f.budget.Succeeded()
+		c.decideLocked(i, resp, nil)
+	case c.ctx.Err() != nil || !c.f.retryable(err):
+		c.decideLocked(i, nil, err)
+	default:
+		again := c.f.budget.Failed()
+		if again && c.launched < c.f.maxAttempts && !c.over {
+			j := c.launchLocked()
+			c.mu.Unlock()
+			go c.hedge(j)
+			return
+		}
+		if c.pending == 0 {
+			c.decideLocked(i, nil, err)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// decideLocked ends the call with attempt i's outcome and cancels the
+// other attempts.
+func (c *call) decideLocked(i int, resp any, err error) {
+	c.decided, c.winner, c.resp, c.err = true, i, resp, err
+	c.cancel()
+	c.done <- struct{}{}
+}
