@@ -14,7 +14,11 @@ type Balancer interface {
 	Update(instances []Instance)
 	// Pick returns one of the current instances for the call info describes
 	// (a consistent-hash balancer reads its key from info.Metadata). With no
-	// instances it returns an error wrapping ErrNoInstances.
+	// instances it returns an error wrapping ErrNoInstances. The instance
+	// returned must stay unchanged while the caller holds it, later Updates
+	// notwithstanding (the call in flight dials its Address, and
+	// PickObserver.Done is given it): point into a set Update was given, or
+	// into memory the balancer never writes again.
 	Pick(ctx context.Context, info *CallInfo) (*Instance, error)
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,13 +77,23 @@ func (c BalancerConfig) tolerance() float64 {
 //     picks from it).
 //   - Picks/FromSet: every pick is an instance of the set given to Update,
 //     unchanged.
-//   - Picks/AfterUpdate: after Update to another set (disjoint, smaller,
-//     larger), no pick is an instance of an earlier set.
+//   - Picks/AfterUpdate: after each of several Updates (a disjoint set, a
+//     smaller one, a larger one, one of the same size with an instance
+//     replaced, and one equal to an earlier set), every pick is an
+//     instance of the current set: none is an instance removed since.
+//   - Picks/KeptAfterUpdate: an instance Pick returned is unchanged
+//     (Service, ID, Address, Metadata) after later Updates and picks, as
+//     kernel.Balancer requires: a call in flight still uses it.
 //   - Empty/NeverUpdated, Empty/EmptySet, Empty/UpdatedToNil: with no
 //     instances, Pick returns a nil instance and an error wrapping
 //     kernel.ErrNoInstances, also after Update(nil) follows a set.
 //   - Spread/RoundRobin/N or Spread/Weighted: picks spread as cfg.Spread
 //     promises (skipped for SpreadAny).
+//   - Spread/Updates: after each of several successive Updates (the set
+//     shrinks, grows, has one instance replaced, returns to an earlier
+//     set, and for SpreadWeighted keeps its IDs but changes their
+//     weights), picks spread over the new set as promised: a balancer that
+//     keeps state of an earlier set (its size, its weights) fails.
 //   - Concurrent/PicksAndUpdates: Pick from many goroutines while another
 //     calls Update neither fails nor returns an instance of no set it was
 //     given (run the test with -race too).
@@ -103,6 +115,7 @@ func balancerSuite(t tb, f kernel.Factory[kernel.Balancer], cfg BalancerConfig) 
 	t.Run("Picks", func(t tb) {
 		t.Run("FromSet", s.picksFromSet)
 		t.Run("AfterUpdate", s.picksAfterUpdate)
+		t.Run("KeptAfterUpdate", s.picksKeptAfterUpdate)
 	})
 	t.Run("Empty", func(t tb) {
 		t.Run("NeverUpdated", func(t tb) { s.empty(t, func(kernel.Balancer) {}) })
@@ -165,20 +178,69 @@ func (s balancerRun) picksFromSet(t tb) {
 func (s balancerRun) picksAfterUpdate(t tb) {
 	b := s.open(t)
 	info := balancerInfo()
-	first, second := balancerSet("first", 3), balancerSet("second", 4)
-	steps := []struct {
-		set  []kernel.Instance
-		what string
-	}{
-		{first, "a set"},
-		{second, "Update to a disjoint set"},
-		{second[:2:2], "Update to a smaller set"},
-		{append(balancerSet("third", 2), second[0], second[3]), "Update to a larger set"},
-	}
-	for _, step := range steps {
+	for _, step := range balancerSteps() {
 		b.Update(step.set)
 		for range 4 * len(step.set) {
 			balancerPick(t, b, info, step.set, "after "+step.what)
+		}
+	}
+}
+
+// balancerStep is one Update of a run, and what it does to the set.
+type balancerStep struct {
+	set  []kernel.Instance
+	what string
+}
+
+// balancerSteps is a run of Updates, each set a fresh slice: a disjoint
+// set, a smaller and a larger one, one of the same size with one instance
+// replaced, and one equal to an earlier set.
+func balancerSteps() []balancerStep {
+	first, second := balancerSet("first", 3), balancerSet("second", 4)
+	replaced := slices.Clone(second)
+	replaced[1] = balancerSet("new", 1)[0]
+	return []balancerStep{
+		{first, "a set"},
+		{second, "Update to a disjoint set"},
+		{slices.Clone(second[:2]), "Update to a smaller set"},
+		{append(balancerSet("third", 2), second[0], second[3]), "Update to a larger set"},
+		{slices.Clone(second), "Update to a set of the same size"},
+		{replaced, "Update to a set of the same size with one instance replaced"},
+		{balancerSet("first", 3), "Update back to the first set"},
+	}
+}
+
+// picksKeptAfterUpdate keeps the instances Pick returned and reads them
+// again after later Updates, which must not have written into them.
+func (s balancerRun) picksKeptAfterUpdate(t tb) {
+	b := s.open(t)
+	info := balancerInfo()
+	type kept struct {
+		inst *kernel.Instance
+		was  kernel.Instance
+	}
+	var held []kept
+	for i, step := range balancerSteps() {
+		for j := range step.set {
+			step.set[j].Metadata = map[string]string{"step": strconv.Itoa(i), "zone": step.set[j].ID}
+		}
+		b.Update(step.set)
+		for range len(step.set) {
+			inst := balancerPick(t, b, info, step.set, "after "+step.what)
+			was := *inst
+			was.Metadata = maps.Clone(inst.Metadata)
+			held = append(held, kept{inst, was})
+			if obs, ok := b.(kernel.PickObserver); ok {
+				obs.Done(inst, nil)
+			}
+		}
+	}
+	for _, k := range held {
+		if !balancerSame(k.inst, &k.was) || !maps.Equal(k.inst.Metadata, k.was.Metadata) {
+			t.Errorf("an instance Pick returned as %s %v is %s %v after later Updates; the instance a call holds must stay "+
+				"unchanged (point into the set Update was given, or copy each set into memory never written again)",
+				balancerFormat(&k.was), k.was.Metadata, balancerFormat(k.inst), k.inst.Metadata)
+			return
 		}
 	}
 }
@@ -211,7 +273,19 @@ func (s balancerRun) spread(t tb) {
 				if n == 1 {
 					name = "1Instance"
 				}
-				t.Run(name, func(t tb) { s.roundRobin(t, n) })
+				t.Run(name, func(t tb) {
+					b := s.open(t)
+					set := balancerSet("rr", n)
+					b.Update(set)
+					balancerRotation(t, b, set, "")
+				})
+			}
+		})
+		t.Run("Updates", func(t tb) {
+			b := s.open(t)
+			for _, step := range balancerSteps() {
+				b.Update(step.set)
+				balancerRotation(t, b, step.set, " after "+step.what)
 			}
 		})
 	case SpreadWeighted:
@@ -226,34 +300,64 @@ func (s balancerRun) spread(t tb) {
 			}
 			balancerCheckShares(t, counts, set, s.cfg, "")
 		})
+		t.Run("Updates", func(t tb) {
+			b := s.open(t)
+			info := balancerInfo()
+			for _, step := range balancerWeightedSteps() {
+				b.Update(step.set)
+				counts := make(map[string]int)
+				for range balancerWeightedPicks {
+					counts[balancerPick(t, b, info, step.set, "after "+step.what).ID]++
+				}
+				balancerCheckShares(t, counts, step.set, s.cfg, " after "+step.what)
+			}
+		})
 	default:
 		t.Fatalf("BalancerConfig.Spread is %s, which the suite does not know", s.cfg.Spread)
 	}
 }
 
-// roundRobin checks exact rotation over a set of n: the first n picks are
-// the n instances, and each later pick is the one n picks before it.
-func (s balancerRun) roundRobin(t tb, n int) {
-	b := s.open(t)
-	set := balancerSet("rr", n)
-	b.Update(set)
+// balancerRotation checks exact rotation over set, which b was just given:
+// the first n picks are the n instances, and each later pick is the one n
+// picks before it.
+func balancerRotation(t tb, b kernel.Balancer, set []kernel.Instance, when string) {
+	t.Helper()
+	n := len(set)
 	info := balancerInfo()
 	picks := make([]string, 20*n)
 	seen := make(map[string]int)
 	for i := range picks {
-		picks[i] = balancerPick(t, b, info, set, "").ID
+		picks[i] = balancerPick(t, b, info, set, strings.TrimSpace(when)).ID
 		if i < n {
 			if j, dup := seen[picks[i]]; dup {
-				t.Fatalf("picks %d and %d over %d instances both went to %s; round-robin picks each instance once in every %d picks (picks so far: %v)",
-					j, i, n, picks[i], n, picks[:i+1])
+				t.Fatalf("picks %d and %d over %d instances%s both went to %s; round-robin picks each instance once in every %d picks (picks so far: %v)",
+					j, i, n, when, picks[i], n, picks[:i+1])
 			}
 			seen[picks[i]] = i
 			continue
 		}
 		if picks[i] != picks[i-n] {
-			t.Fatalf("pick %d went to %s, pick %d to %s; round-robin over %d instances repeats every %d picks (picks so far: %v)",
-				i, picks[i], i-n, picks[i-n], n, n, picks[:i+1])
+			t.Fatalf("pick %d went to %s, pick %d to %s; round-robin over %d instances%s repeats every %d picks (picks so far: %v)",
+				i, picks[i], i-n, picks[i-n], n, when, n, picks[:i+1])
 		}
+	}
+}
+
+// balancerWeightedSteps is a run of weighted sets: the same IDs with their
+// weights changed, a smaller set, a larger one.
+func balancerWeightedSteps() []balancerStep {
+	weighted := func(prefix string, weights ...string) []kernel.Instance {
+		set := balancerSet(prefix, len(weights))
+		for i, w := range weights {
+			set[i].Metadata = map[string]string{"weight": w}
+		}
+		return set
+	}
+	return []balancerStep{
+		{weighted("w", "1", "2", "5"), "a set weighted 1, 2, 5"},
+		{weighted("w", "5", "2", "1"), "Update to the same instances weighted 5, 2, 1"},
+		{weighted("w", "3", "1"), "Update to two of them weighted 3, 1"},
+		{weighted("w", "1", "1", "2", "4"), "Update to four weighted 1, 1, 2, 4"},
 	}
 }
 
