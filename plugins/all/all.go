@@ -16,6 +16,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/timeout"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
