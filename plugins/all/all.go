@@ -15,6 +15,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/recovery"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/timeout"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"

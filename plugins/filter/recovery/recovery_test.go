@@ -1,0 +1,172 @@
+package recovery_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/filter/recovery"
+	"github.com/kernrpc/kernrpc/plugintest"
+)
+
+func TestConformance(t *testing.T) {
+	plugintest.Filter(t, recovery.Factory, plugintest.FilterConfig{})
+}
+
+// syncBuffer is a log destination safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestPanicBecomesInternalLoggedWithItsStack(t *testing.T) {
+	for _, stack := range []bool{true, false} {
+		var out syncBuffer
+		f, _ := recovery.New(&recovery.Options{Stack: stack, Logger: slog.New(slog.NewTextHandler(&out, nil))})
+		info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ServerSide, Peer: "10.0.0.1:5000"}
+		resp, err := f.Invoke(context.Background(), info, nil, func(context.Context, *kernel.CallInfo, any) (any, error) {
+			var m map[string]int
+			m["boom"]++ // a nil map write: a runtime panic
+			return "unreachable", nil
+		})
+		if resp != nil || kernel.CodeOf(err) != kernel.Internal ||
+			!strings.Contains(err.Error(), "recover: Echo.Who panicked on the server side: assignment to entry in nil map") {
+			t.Fatalf("stack %v: %v, %v; want Internal saying what panicked", stack, resp, err)
+		}
+		log := out.String()
+		for _, want := range []string{"level=ERROR", "method=Echo.Who", "peer=10.0.0.1:5000", "side=server", "assignment to entry in nil map"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("stack %v: the log line does not say %q: %s", stack, want, log)
+			}
+		}
+		if got := strings.Contains(log, "recovery_test.TestPanicBecomesInternal"); got != stack {
+			t.Errorf("stack %v: the log has the panicking function: %v", stack, got)
+		}
+	}
+}
+
+func TestNoPanicPassesThrough(t *testing.T) {
+	f, _ := recovery.New(recovery.DefaultOptions())
+	want := errors.New("plain")
+	_, err := f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Who"}, nil, func(context.Context, *kernel.CallInfo, any) (any, error) { return nil, want })
+	if err != want {
+		t.Errorf("next's error came back as %v", err)
+	}
+}
+
+// outcomes is a test filter that records the codes of the calls it sees
+// end: what a log or metrics filter before recover would see.
+type outcomes struct {
+	mu    sync.Mutex
+	codes []kernel.Code
+}
+
+func (o *outcomes) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	resp, err := next(ctx, info, req)
+	o.mu.Lock()
+	o.codes = append(o.codes, kernel.CodeOf(err))
+	o.mu.Unlock()
+	return resp, err
+}
+
+func (o *outcomes) seen() []kernel.Code {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]kernel.Code(nil), o.codes...)
+}
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-outcomes", New: func(any) (kernel.Filter, error) { return &outcomes{}, nil }})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-panic", New: func(any) (kernel.Filter, error) {
+		return kernel.FilterFunc(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			if info.Metadata["panic"] == "yes" {
+				panic("client filter bug")
+			}
+			return next(ctx, info, req)
+		}), nil
+	}})
+}
+
+func testConfig(t *testing.T) *kernrpc.Config {
+	cfg := kernrpc.DefaultConfig()
+	cfg.Service = "echo"
+	cfg.Registry.Options = map[string]any{"namespace": "recover-" + t.Name()}
+	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
+	return cfg
+}
+
+// Over the engine, on both sides: a handler's panic reaches the caller as
+// Internal, the filter before recover sees it as such, and the server
+// goes on serving; on the client, a panicking client filter after recover
+// fails its call instead of the caller's program.
+func TestOverTheEngine(t *testing.T) {
+	cfg := testConfig(t)
+	scfg := *cfg
+	scfg.Filters = []kernrpc.FilterConfig{{Name: "test-outcomes", Side: "server"}, {Name: recovery.Name, Side: "server", Options: map[string]any{"stack": false}}}
+	srv, err := kernrpc.NewServer(&scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		if req.Text == "panic" {
+			panic("handler bug")
+		}
+		return &echopb.Echo{Text: "fine"}, nil
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	ccfg := *cfg
+	ccfg.Filters = []kernrpc.FilterConfig{{Name: recovery.Name, Side: "client", Options: map[string]any{"stack": false}}, {Name: "test-panic", Side: "client"}}
+	cli, err := kernrpc.NewClient(&ccfg, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+
+	err = cli.Call(context.Background(), "Echo.Who", &echopb.Echo{Text: "panic"}, &echopb.Echo{})
+	t.Logf("a handler's panic: %v", err)
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "recover: Echo.Who panicked on the server side: handler bug") {
+		t.Errorf("a handler's panic: %v; want Internal from the recover filter", err)
+	}
+	var resp echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &resp); err != nil || resp.Text != "fine" {
+		t.Errorf("the call after the panic: %v, %q; want the server still serving", err, resp.Text)
+	}
+	obs, _ := kernrpc.FindPlugin[*outcomes](srv.Plugins(), "test-outcomes")
+	if got := obs.seen(); len(got) != 2 || got[0] != kernel.Internal || got[1] != kernel.OK {
+		t.Errorf("the filter before recover saw %v, want [Internal OK]", got)
+	}
+
+	ctx := kernrpc.WithMetadata(context.Background(), kernel.Metadata{"panic": "yes"})
+	err = cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &echopb.Echo{})
+	t.Logf("a client filter's panic: %v", err)
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "panicked on the client side: client filter bug") {
+		t.Errorf("a client filter's panic: %v; want Internal from the recover filter", err)
+	}
+	if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &resp); err != nil {
+		t.Errorf("the client's next call: %v", err)
+	}
+}
