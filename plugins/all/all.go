@@ -13,6 +13,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/codec/json"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/msgpack"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/protobuf"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/accesslog"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/auth"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"

@@ -1,0 +1,175 @@
+// Package accesslog is a filter that logs one structured line per call
+// through log/slog: side, method, peer, code, duration, and the request's
+// and response's sizes when they are known. Successful calls are sampled;
+// failed ones are always logged.
+//
+// Config name: "log" (the package is named accesslog, so as not to shadow
+// the standard library's log). Options, with defaults:
+//
+//	filters:
+//	  - name: log
+//	    options:
+//	      sample: 1           # the share of successful calls logged, 0 to 1 (0.01: one in a hundred)
+//	      slow: 0s            # a call at least this long is always logged; 0: off
+//	      level: INFO         # the level of a successful call's line
+//	      error_level: WARN   # the level of a failed call's line
+//
+// A line reads (slog's text handler):
+//
+//	level=INFO msg=call side=server method=Echo.Who peer=127.0.0.1:50432 code=OK duration=182µs req_bytes=16 resp_bytes=21
+//	level=WARN msg=call side=client method=Echo.Who peer=127.0.0.1:7000 attempt=2 code=Unavailable duration=1.2ms req_bytes=16 err="dependency down"
+//
+// # What a filter can know
+//
+// The peer is, on the server, the client's address; on the client, the
+// instance the (last) attempt went to, and attempt numbers the attempts.
+// On the client the filter runs in the call stage, one line per call; with
+// stage: attempt, one line per attempt. Sizes are those the messages
+// report of themselves, req_bytes and resp_bytes: a message with
+// vtprotobuf's SizeVT() or a Size() method, or a []byte; for any other
+// message the key is left out. The bytes on the wire (framing, another
+// codec's encoding) are not visible at the filter level: the client
+// encodes after its filters ran, the server decoded before. The duration
+// is the time spent in the rest of the chain.
+//
+// A call that is not sampled costs two clock reads and a random draw, and
+// no allocation; the lines go to Options.Logger (slog.Default()).
+package accesslog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Name is the filter's config name.
+const Name = "log"
+
+// Options configure the filter.
+type Options struct {
+	// Sample is the share of successful calls logged, from 0 to 1.
+	Sample float64 `json:"sample"`
+	// Slow logs every call that takes at least this long; 0 turns it off.
+	Slow kernel.Duration `json:"slow"`
+	// Level is the level of a successful call's line: DEBUG, INFO, WARN or
+	// ERROR.
+	Level string `json:"level"`
+	// ErrorLevel is the level of a failed call's line.
+	ErrorLevel string `json:"error_level"`
+	// Logger receives the lines; nil means slog.Default() at the time of
+	// each line. Code only: config files cannot set it.
+	Logger *slog.Logger `json:"-"`
+}
+
+// DefaultOptions returns the options a config without an options block
+// gets.
+func DefaultOptions() *Options {
+	return &Options{Sample: 1, Level: "INFO", ErrorLevel: "WARN"}
+}
+
+// Factory builds the filter; it is registered from init.
+var Factory = kernel.NewFactory(Name, "logs one structured line per call, sampled; failures always", DefaultOptions, New)
+
+func init() { kernel.RegisterFilter(Factory) }
+
+// New builds the filter from validated options.
+func New(o *Options) (kernel.Filter, error) {
+	if !(o.Sample >= 0 && o.Sample <= 1) {
+		return nil, fmt.Errorf("option \"sample\": must be between 0 and 1, got %v", o.Sample)
+	}
+	if o.Slow < 0 {
+		return nil, fmt.Errorf("option \"slow\": must not be negative, got %s", o.Slow)
+	}
+	f := &Filter{sample: o.Sample, slow: o.Slow.D(), log: o.Logger, rand: rand.Float64}
+	var err error
+	if f.level, err = parseLevel(o.Level); err != nil {
+		return nil, fmt.Errorf("option \"level\": %w", err)
+	}
+	if f.errorLevel, err = parseLevel(o.ErrorLevel); err != nil {
+		return nil, fmt.Errorf("option \"error_level\": %w", err)
+	}
+	return f, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not a level; use DEBUG, INFO, WARN or ERROR", s)
+	}
+	return l, nil
+}
+
+// Filter is the log filter.
+type Filter struct {
+	sample            float64
+	slow              time.Duration
+	level, errorLevel slog.Level
+	log               *slog.Logger
+	// rand draws in [0, 1): tests replace it before the first call.
+	rand func() float64
+}
+
+var _ kernel.Filter = (*Filter)(nil)
+
+// Invoke passes the call on and logs it, if it failed, was slow or is
+// sampled.
+func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	start := time.Now()
+	resp, err := next(ctx, info, req)
+	took := time.Since(start)
+	level := f.errorLevel
+	if err == nil {
+		if (f.slow == 0 || took < f.slow) && (f.sample == 0 || (f.sample < 1 && f.rand() >= f.sample)) {
+			return resp, err
+		}
+		level = f.level
+	}
+	f.line(ctx, level, info, req, resp, err, took)
+	return resp, err
+}
+
+// line logs one call.
+func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallInfo, req, resp any, err error, took time.Duration) {
+	log := f.log
+	if log == nil {
+		log = slog.Default()
+	}
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs, slog.String("side", info.Side.String()), slog.String("method", info.Method), slog.String("peer", info.Peer))
+	if info.Side == kernel.ClientSide && info.Attempt > 0 {
+		attrs = append(attrs, slog.Int("attempt", info.Attempt))
+	}
+	attrs = append(attrs, slog.String("code", kernel.CodeOf(err).String()), slog.Duration("duration", took))
+	if n, ok := size(req); ok {
+		attrs = append(attrs, slog.Int("req_bytes", n))
+	}
+	if err == nil {
+		if n, ok := size(resp); ok {
+			attrs = append(attrs, slog.Int("resp_bytes", n))
+		}
+	} else {
+		attrs = append(attrs, slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
+	}
+	log.LogAttrs(ctx, level, "call", attrs...)
+}
+
+// size is the encoded size a message reports of itself, if it does.
+func size(m any) (int, bool) {
+	switch v := m.(type) {
+	case interface{ SizeVT() int }:
+		return v.SizeVT(), true
+	case interface{ Size() int }:
+		return v.Size(), true
+	case []byte:
+		return len(v), true
+	}
+	return 0, false
+}
