@@ -59,7 +59,7 @@ type Options struct {
 // DefaultOptions returns the options a config without an options block
 // gets.
 func DefaultOptions() *Options {
-	return &Options{Default: kernel.Duration(10 * time.Second)}
+	return &Options{Default: kernel.Duration(10 * time.Second), Methods: map[string]kernel.Duration{}}
 }
 
 // Factory builds the filter; it is registered from init.
