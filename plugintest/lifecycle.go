@@ -5,7 +5,6 @@ import (
 	"io"
 	"reflect"
 	"sort"
-	"strings"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -32,6 +31,10 @@ func lifecycle[T any](t tb, f kernel.Factory[T], options map[string]any, use fun
 				t.Errorf("second Close: %v; want nil or an error wrapping kernel.ErrClosed", err)
 			}
 		})
+		t.Run("CloseConcurrently", func(t tb) {
+			p := build(t, f, options)
+			lifecycleCloseConcurrently(t, p)
+		})
 		t.Run("UseCloseUse", func(t tb) {
 			first := build(t, f, options)
 			use(t, first)
@@ -55,21 +58,38 @@ func optionsSuite[T any](t tb, f kernel.Factory[T], options map[string]any) {
 		closePlugin(p)
 	})
 	t.Run("UnknownKey", func(t tb) {
-		const key = "plugintest_no_such_key"
-		bad := merge(options, key, true)
-		p, err := f.Build(bad, "plugintest.yaml")
-		if err == nil {
-			closePlugin(p)
-			t.Fatalf("building %q with unknown option %q succeeded; options must be decoded strictly", f.Name, key)
+		// A key nobody would choose, and a typo of a real key: a message
+		// that lists the known keys contains the typo as a substring, so
+		// only an error naming the key it is about passes.
+		unknown := []string{"plugintest_no_such_key"}
+		if typo := optionTypo(optionKeys(f)); typo != "" {
+			unknown = append(unknown, typo)
 		}
-		if !strings.Contains(err.Error(), key) {
-			t.Errorf("error for unknown option %q does not name it: %v", key, err)
+		for _, key := range unknown {
+			bad := merge(options, key, true)
+			p, err := f.Build(bad, "plugintest.yaml")
+			if err == nil {
+				closePlugin(p)
+				t.Errorf("building %q with unknown option %q succeeded; options must be decoded strictly", f.Name, key)
+				continue
+			}
+			if !optionNamed(err, key) {
+				t.Errorf("the error for unknown option %q does not name it: %v; %s", key, err, optionNamingRule(key))
+			}
 		}
 	})
 	t.Run("WrongType", func(t tb) {
 		keys := optionKeys(f)
 		if len(keys) == 0 {
-			t.Skipf("%q takes no options", f.Name)
+			switch {
+			case f.NewOptions == nil:
+				t.Skipf("%q takes no options (its Factory has no NewOptions)", f.Name)
+			case len(options) > 0:
+				t.Fatalf("the suite is configured with options %v, but %q declares no key a value of the wrong type could go to (NewOptions returns %T): "+
+					"declare the options as a struct with json tags, which strict decoding checks key by key", options, f.Name, f.NewOptions())
+			default:
+				t.Skipf("%q takes no options (NewOptions returns %T, a struct without keys)", f.Name, f.NewOptions())
+			}
 		}
 		// Nested arrays of booleans fit no scalar, map or struct option, so
 		// every key must refuse them and say which key it was.
@@ -81,8 +101,8 @@ func optionsSuite[T any](t tb, f kernel.Factory[T], options map[string]any) {
 				t.Errorf("option %q accepted the value [[true]]; want an error naming %q", key, key)
 				continue
 			}
-			if !strings.Contains(err.Error(), key) {
-				t.Errorf("error for a wrong type in option %q does not name it: %v", key, err)
+			if !optionNamed(err, key) {
+				t.Errorf("the error for a wrong type in option %q does not name it: %v; %s", key, err, optionNamingRule(key))
 			}
 		}
 	})
