@@ -39,6 +39,22 @@ type TransportConfig struct {
 	// call that must return once its context is done. 0 means 10s; raise it
 	// for a transport on a slow machine.
 	Patience time.Duration
+	// LargeFrame is the frame length (as the length field counts it) from
+	// which the transport takes another path: shm-ring sends a frame whose
+	// record (the frame plus 16 bytes, rounded up to 8) exceeds a quarter
+	// of its ring_size in chunks; another transport may stop pooling
+	// buffers above some size. Frames/Sizes sends frames just below, at
+	// and just above it, and Memory/HeldFrame and Memory/HeldBuffer hold
+	// ones above it. 0 means the transport has no such path; otherwise it
+	// must leave room under MaxFrameSize for a frame above it.
+	LargeFrame int
+	// Idle is how long Idle/* leave a healthy connection unused before
+	// using it again. Set it above what Options make the transport probe
+	// or time out after (tcp-lv: keepalive_interval plus
+	// keepalive_timeout), so that keepalive runs while the connection
+	// waits. 0 means 250ms. The -plugintest.idle flag overrides it, for a
+	// longer run against a transport's default keepalive.
+	Idle time.Duration
 }
 
 // Transport certifies the transport f builds: it runs the subtests below
@@ -50,14 +66,28 @@ type TransportConfig struct {
 //   - Frames/{0B,1B,1KiB,64KiB,1MiB,Max}: a frame of that payload size
 //     crosses intact both ways, every header field included (Max is the
 //     largest payload that fits cfg.MaxFrameSize; larger sizes are skipped).
-//     Frames/Types: every frame type with the fields it carries.
-//     Frames/InOrder: frames of one call arrive in the order written.
+//     Frames/Sizes: frames whose length lies on both sides of every power
+//     of two from 128 bytes to the maximum (counted with and without the
+//     4-byte prefix), of every 8-byte alignment, and of cfg.LargeFrame.
+//     Frames/MaxLargeHeader: a frame of exactly the maximum length, half of
+//     it header. Frames/Widths: header values and lengths on both sides of
+//     every uvarint width (call ids, timeouts, codes, credits; method,
+//     codec, message, metadata key and value lengths; metadata counts).
+//     Frames/Strings: empty, non-ASCII, control and separator-like strings
+//     in every header field, keys differing only in case, binary metadata,
+//     long strings and many metadata entries. Frames/Types: every frame
+//     type with the fields it carries. Frames/InOrder: frames of one call
+//     arrive in the order written.
 //   - Concurrent/Calls: 64 goroutines write frames of their own call over one
 //     connection, the peer echoes them from as many goroutines, and each call
 //     gets its own frames back, in order.
-//   - TooLarge/Refused: a frame one byte over the maximum is refused by
-//     WriteFrame (with an error wrapping kernel.ErrFrameTooLarge) or makes the
-//     receiver close the connection; it is never delivered.
+//   - TooLarge/{Refused,RefusedFromServer,LargeHeader}: a frame one byte
+//     over the maximum (from either end; with a header half the maximum) is
+//     never delivered: WriteFrame refuses it with an error wrapping
+//     kernel.ErrFrameTooLarge, and then either that error is a
+//     *kernel.Status and the connection carries the next frames both ways,
+//     or the connection is dead (Done closed, Err set), as the kernel
+//     takes any other error to mean; or the receiver closes the connection.
 //     TooLarge/OtherConnsWork: other connections are unaffected.
 //   - Close/UnblocksRead, Close/UnblocksPeerRead: Close wakes a pending
 //     ReadFrame on its own side (error wrapping kernel.ErrClosed) and on the
@@ -78,17 +108,29 @@ type TransportConfig struct {
 //     error, and the connection still delivers the next frame.
 //     Deadline/ReadResumes: reads interrupted again and again, mid-frame
 //     included, lose no byte. Deadline/Accept: the same for Accept.
-//   - Leaks/ListenerAndConns: no goroutine outlives a closed listener, its
-//     connections and the transport (as go.uber.org/goleak checks it).
-//   - Memory/Buffer: Buffer and Recycle round trip. Memory/ReleaseAfterClose:
-//     a frame released after its connection closed is harmless. With
-//     kernel.TransportCapabilities.LendsMemory (skipped otherwise):
-//     Memory/HeldFrame, a received payload is not reused while unreleased,
-//     and Memory/HeldBuffer, a Buffer not yet written or recycled is not
-//     handed out again.
+//   - Idle/Unused: a connection left with nothing pending for cfg.Idle is
+//     alive and carries frames both ways. Idle/AwaitingAnswer: a request
+//     answered only after cfg.Idle, while both ends wait in ReadFrame as
+//     the kernel's do, gets its answer, and the connection lives on.
+//   - Leaks/{ListenerAndConns,FailedDial,CancelledDial,CancelledAccept}: no
+//     goroutine (as go.uber.org/goleak checks it) and, on Linux, no file
+//     descriptor outlives the transport and what it made, after
+//     connections ended in every way, dials that failed where nothing
+//     listens, dials cancelled or expired before and while they ran, and
+//     Accepts cancelled or expired before and while they waited.
+//   - Memory/Buffer: Buffer gives the capacity asked for, on both sides of
+//     every power of two, and Buffer and Recycle round trip.
+//     Memory/ReleaseAfterClose: a frame released after its connection
+//     closed is harmless. Memory/HeldFrame: a received frame held
+//     unreleased does not change while frames of its size flow both ways,
+//     at sizes up to above cfg.LargeFrame and 1MiB. Memory/HeldBuffer: a
+//     Buffer neither written nor recycled is not handed out again. Both
+//     apply to every transport: one that does not declare
+//     kernel.TransportCapabilities.LendsMemory must not reuse its memory
+//     at all.
 //
-// The leak check counts every goroutine started while it runs, so Transport
-// must not run in parallel with other tests.
+// The leak checks count every goroutine started and descriptor opened
+// while they run, so Transport must not run in parallel with other tests.
 func Transport(t *testing.T, f kernel.Factory[kernel.Transport], cfg TransportConfig) {
 	t.Helper()
 	transportSuite(wrap(t), f, cfg)
@@ -100,6 +142,11 @@ func transportSuite(t tb, f kernel.Factory[kernel.Transport], cfg TransportConfi
 	if e.capped(1<<10) < 1<<10 {
 		t.Fatalf("MaxFrameSize %d leaves no room for the suite's 1KiB frames; configure at least 2KiB", e.max)
 	}
+	if cfg.LargeFrame < 0 || cfg.LargeFrame+transportLargeMargin > e.max {
+		t.Fatalf("LargeFrame %d leaves no room under MaxFrameSize %d for the frames above it that the suite sends (up to %d bytes more); "+
+			"configure a MaxFrameSize (and the matching option) above LargeFrame, or LargeFrame 0 if the transport has no other path for large frames",
+			cfg.LargeFrame, e.max, transportLargeMargin)
+	}
 	lifecycle(t, f, cfg.Options, e.use)
 	t.Run("Frames", e.frames)
 	t.Run("Concurrent", func(t tb) { t.Run("Calls", e.concurrentCalls) })
@@ -108,7 +155,8 @@ func transportSuite(t tb, f kernel.Factory[kernel.Transport], cfg TransportConfi
 	t.Run("PeerGone", e.peerGone)
 	t.Run("Dial", e.dial)
 	t.Run("Deadline", e.deadline)
-	t.Run("Leaks", func(t tb) { t.Run("ListenerAndConns", e.leaks) })
+	t.Run("Idle", e.idleChecks)
+	t.Run("Leaks", e.leakChecks)
 	t.Run("Memory", e.memory)
 }
 
@@ -119,15 +167,22 @@ type transportEnv struct {
 	cfg      TransportConfig
 	max      int
 	patience time.Duration
+	idle     time.Duration
 }
 
 func newTransportEnv(f kernel.Factory[kernel.Transport], cfg TransportConfig) *transportEnv {
-	e := &transportEnv{f: f, cfg: cfg, max: cfg.MaxFrameSize, patience: cfg.Patience}
+	e := &transportEnv{f: f, cfg: cfg, max: cfg.MaxFrameSize, patience: cfg.Patience, idle: cfg.Idle}
 	if e.max <= 0 {
 		e.max = kernel.DefaultMaxFrameSize
 	}
 	if e.patience <= 0 {
 		e.patience = 10 * time.Second
+	}
+	if e.idle <= 0 {
+		e.idle = 250 * time.Millisecond
+	}
+	if *transportIdleFlag > 0 {
+		e.idle = *transportIdleFlag
 	}
 	return e
 }
@@ -453,24 +508,43 @@ func transportSample(c kernel.Conn, callID uint64, seq, size int) *kernel.Frame 
 }
 
 // transportFill appends n pseudo-random bytes derived from seed to dst.
+// They come in blocks of transportBlock bytes: one pseudo-random block per
+// seed, repeated, each copy starting with its own index, so that a payload
+// cut short, shifted or swapped with another call's is told apart, while a
+// payload of megabytes costs copies, not a loop over every byte (which
+// the race detector makes slow).
 func transportFill(dst []byte, seed uint64, n int) []byte {
 	start := len(dst)
 	dst = slices.Grow(dst, n)[:start+n]
 	out := dst[start:]
-	var word [8]byte
+	block := transportBlockOf(seed)
+	for off := 0; off < n; off += transportBlock {
+		k := copy(out[off:], block)
+		var word [8]byte
+		binary.LittleEndian.PutUint64(word[:], uint64(off/transportBlock)^block0(block))
+		copy(out[off:off+min(8, k)], word[:])
+	}
+	return dst
+}
+
+// transportBlock is the size of transportFill's repeated block.
+const transportBlock = 4096
+
+func block0(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// transportBlockOf is seed's pseudo-random block.
+func transportBlockOf(seed uint64) []byte {
+	b := make([]byte, transportBlock)
 	x := seed*0x9e3779b97f4a7c15 + 1
-	for i := 0; i < n; i += 8 {
-		// splitmix64: distinct seeds give unrelated streams, so a payload
-		// swapped with another call's is told apart.
+	for i := 0; i < transportBlock; i += 8 {
+		// splitmix64: distinct seeds give unrelated streams.
 		x += 0x9e3779b97f4a7c15
 		z := x
 		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 		z = (z ^ z>>27) * 0x94d049bb133111eb
-		x = z ^ z>>31
-		binary.LittleEndian.PutUint64(word[:], x)
-		copy(out[i:], word[:])
+		binary.LittleEndian.PutUint64(b[i:], z^z>>31)
 	}
-	return dst
+	return b
 }
 
 // transportHeader copies f's header, not its payload (nor its owner: the

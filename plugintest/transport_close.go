@@ -477,6 +477,9 @@ func (e *transportEnv) readResumes(t tb) {
 				werr <- t.Context().Err()
 				return
 			}
+			// Late enough that the reader's short deadline has struck at
+			// least once: every frame comes after an interrupted read.
+			time.Sleep(2 * time.Millisecond)
 			if err := p.client.WriteFrame(transportSample(p.client, 5, i, size)); err != nil {
 				werr <- err
 				return

@@ -39,6 +39,10 @@ func (e *transportEnv) frames(t tb) {
 			}
 		})
 	}
+	t.Run("Sizes", e.frameSizes)
+	t.Run("MaxLargeHeader", e.maxLargeHeader)
+	t.Run("Widths", e.frameWidths)
+	t.Run("Strings", e.frameStrings)
 	t.Run("Types", e.frameTypes)
 	t.Run("InOrder", e.inOrder)
 }
@@ -221,59 +225,4 @@ func (e *transportEnv) concurrentCalls(t tb) {
 	if firstErr != "" {
 		t.Fatalf("%d calls of %d frames each over one connection: %s; concurrent calls must each get their own frames, in order", calls, perCall, firstErr)
 	}
-}
-
-// tooLarge sends a frame one byte over the maximum and checks that it is
-// refused and that only its connection may suffer.
-func (e *transportEnv) tooLarge(t tb) {
-	tr := e.transport(t)
-	l := e.listen(t, tr)
-	bystanderClient, bystanderServer := e.connect(t, tr, l)
-	client, server := e.connect(t, tr, l)
-	t.Run("Refused", func(t tb) {
-		f := transportSample(nil, 9, 0, 0)
-		n := e.maxPayload(f) + 1
-		f.Payload = transportFill(client.Buffer(n), 9, n)
-		written := make(chan error, 1)
-		go func() { written <- client.WriteFrame(f) }()
-		// Read meanwhile: a transport that leaves the check to the receiver
-		// may write the frame only as the receiver reads it.
-		ctx, cancel := context.WithTimeout(t.Context(), e.patience)
-		defer cancel()
-		read := make(chan transportReadResult, 1)
-		go func() {
-			f, err := server.ReadFrame(ctx)
-			read <- transportReadResult{f, err}
-		}()
-		var werr error
-		select {
-		case werr = <-written:
-		case <-time.After(2 * e.patience):
-			t.Fatalf("WriteFrame of a frame over the maximum (%d bytes) did not return within %s", e.max+1, 2*e.patience)
-		}
-		if errors.Is(werr, kernel.ErrFrameTooLarge) {
-			return // refused by the sender, as it should be
-		}
-		var r transportReadResult
-		select {
-		case r = <-read:
-		case <-time.After(2 * e.patience):
-			t.Fatalf("ReadFrame ignored its context: still blocked %s after the deadline", e.patience)
-		}
-		switch {
-		case r.err == nil:
-			r.f.Release()
-			t.Errorf("a frame of %d bytes, over the maximum frame size %d, was delivered (%d-byte payload); it must be refused by WriteFrame or by the receiver", e.max+1, e.max, n)
-		case ctx.Err() != nil && werr != nil:
-			t.Errorf("WriteFrame of a frame over the maximum: %v; want an error wrapping kernel.ErrFrameTooLarge", werr)
-		case ctx.Err() != nil:
-			t.Errorf("a frame over the maximum frame size %d was accepted by WriteFrame and then vanished: the receiver neither delivered it nor closed the connection within %s; refuse it with an error wrapping kernel.ErrFrameTooLarge instead", e.max, e.patience)
-		case !transportWaitDone(server, e.patience):
-			t.Errorf("the receiver's ReadFrame failed on a frame over the maximum (%v), but its Done did not close", r.err)
-		}
-	})
-	t.Run("OtherConnsWork", func(t tb) {
-		e.exchange(t, bystanderClient, bystanderServer, 1, 1<<10)
-		e.exchange(t, bystanderServer, bystanderClient, 2, 1<<10)
-	})
 }
