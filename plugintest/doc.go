@@ -13,7 +13,7 @@
 // instance, and strict decoding of the plugin's options.
 //
 // A plugin that lacks an optional capability (a registry whose entries never
-// expire, a transport that does not lend its memory) declares so through the
-// kernel's capability interfaces; the suite then skips the subtests that need
-// it and says why, instead of failing or passing silently.
+// expire) declares so through the kernel's capability interfaces; the suite
+// then skips the subtests that need it and says why, instead of failing or
+// passing silently. docs/plugins.md lists what each suite checks.
 package plugintest

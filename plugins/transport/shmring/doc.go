@@ -17,7 +17,9 @@
 //	ring_size       4MiB   each of a client's two rings (requests, answers); a
 //	                       power of two from 16KiB to 1GiB. A listener uses the
 //	                       smaller of its own and the client's
-//	max_frame_size  4MiB   largest frame length read or written
+//	max_frame_size  4MiB   largest frame length read or written; a longer
+//	                       frame written is refused alone, with
+//	                       ResourceExhausted
 //	spin            50µs   longest a waiting side polls the ring before it
 //	                       sleeps on a futex; at most 1ms, 0 never polls
 //	wait_timeout    5s     how long a writer waits for room in a full ring

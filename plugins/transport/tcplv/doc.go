@@ -12,7 +12,8 @@
 //
 //	max_frame_size      4MiB   largest frame length read or written; a peer that
 //	                           announces a longer frame is disconnected before
-//	                           anything is allocated for it
+//	                           anything is allocated for it; a longer frame
+//	                           written is refused alone, with ResourceExhausted
 //	keepalive_interval  10s    how long a waiting reader hears nothing before a
 //	                           Ping is sent; also the OS TCP keepalive interval
 //	keepalive_timeout   5s     how long after that Ping the peer has to send
