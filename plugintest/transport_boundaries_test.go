@@ -238,22 +238,23 @@ func transportBoundaryCases() []transportCase {
 				if err != nil || transportBodyLen(f)+len(f.Payload) <= 100000 {
 					return f, err
 				}
-				c.mu.Lock()
-				c.shared = append(c.shared[:0], f.Payload...)
-				g := transportHeader(f)
-				g.Payload = c.shared
-				c.mu.Unlock()
-				f.Release()
-				return g, nil
+				return transportShare(c, f), nil
 			}},
 			cfg:    &TransportConfig{Options: map[string]any{"max_frame_size": "256KiB"}, MaxFrameSize: 256 << 10, LargeFrame: 100000},
 			caught: []string{"Transport/Memory/HeldFrame"},
 		},
 		{
 			// It says it lends nothing, so the suite once skipped the hold
-			// checks; it reuses payloads all the same.
-			name:   "ClaimsNotToLendButReusesPayloads",
-			faults: transportFaults{hidesCapabilities: true, read: transportReadIntoSharedBuffer},
+			// checks; yet it serves payloads of 4 to 8KiB from one buffer
+			// per connection, a size class pooled by mistake.
+			name: "ClaimsNotToLendButReusesPayloads",
+			faults: transportFaults{hidesCapabilities: true, read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				f, err := c.Conn.ReadFrame(ctx)
+				if err != nil || len(f.Payload) < 4<<10 || len(f.Payload) >= 8<<10 {
+					return f, err
+				}
+				return transportShare(c, f), nil
+			}},
 			caught: []string{"Transport/Memory/HeldFrame"},
 		},
 		{
@@ -272,6 +273,18 @@ func transportBoundaryCases() []transportCase {
 			caught: []string{"Transport/Memory/Buffer"},
 		},
 	}
+}
+
+// transportShare copies f's payload into c's one shared buffer, which
+// the next shared frame overwrites, and releases f.
+func transportShare(c *transportFaultyConn, f *kernel.Frame) *kernel.Frame {
+	c.mu.Lock()
+	c.shared = append(c.shared[:0], f.Payload...)
+	g := transportHeader(f)
+	g.Payload = c.shared
+	c.mu.Unlock()
+	f.Release()
+	return g
 }
 
 // transportShortCount is a frame's length as a transport that counts

@@ -100,7 +100,11 @@ func (e *transportEnv) largeNote(n int) string {
 	if e.cfg.LargeFrame <= 0 {
 		return ""
 	}
-	return " (LargeFrame is " + strconv.Itoa(e.cfg.LargeFrame) + ", so this one is " + strconv.Itoa(n-e.cfg.LargeFrame) + " bytes from it)"
+	d := strconv.Itoa(n - e.cfg.LargeFrame)
+	if n >= e.cfg.LargeFrame {
+		d = "+" + d
+	}
+	return " (a frame of length LargeFrame" + d + ", LargeFrame being " + strconv.Itoa(e.cfg.LargeFrame) + ")"
 }
 
 // transportLargeHeader is a frame whose fields take at least n bytes,
