@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"os"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -402,5 +403,16 @@ func transportAcceptWithWaiter(ctx context.Context, l *transportFaultyListener) 
 		return l.tr.wrap(r.c), nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// A LargeFrame the maximum leaves no room above is a configuration the
+// suite cannot honour: it fails at once, saying what to configure,
+// rather than skipping the frames above it.
+func TestTransportFailsALargeFrameAboveTheMaximum(t *testing.T) {
+	cfg := TransportConfig{Options: map[string]any{"max_frame_size": "64KiB"}, MaxFrameSize: 64 << 10, LargeFrame: 64 << 10}
+	rec := recordQuiet("Transport", func(t tb) { transportSuite(t, tcplv.Factory, cfg) })
+	if len(rec.failures) != 1 || rec.failures[0].path != "Transport" || !strings.Contains(rec.failures[0].msg, "configure a MaxFrameSize") {
+		t.Errorf("LargeFrame equal to MaxFrameSize: failures %v; want one, at the root, saying what to configure", rec.failures)
 	}
 }
