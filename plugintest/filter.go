@@ -53,14 +53,24 @@ type FilterConfig struct {
 //     reported as a success. That holds in every check.
 //   - RequestMetadata: every entry of info.Metadata reaches next unchanged
 //     (a filter may add entries), as do Method, Side and Codec, in every
-//     attempt the filter makes.
-//   - ResponseMetadata: what next sets in info.ResponseMetadata reaches the
-//     caller's CallInfo.
+//     attempt the filter makes; also for calls whose metadata has long
+//     (16 KiB), empty, multi-line, padded, NUL-bearing, non-ASCII and
+//     separator-laden values and upper-case and long keys, and whose
+//     method is 16 KiB long, has no dot or slash, has gRPC's form, or has
+//     spaces and non-ASCII text.
+//   - ResponseMetadata: what next sets in info.ResponseMetadata (the same
+//     long and unusual entries) reaches the caller's CallInfo whole.
 //   - Response: next's success reaches the caller as a success with a
 //     response: next's or one the filter put in its place.
 //   - Error: next's error comes back to the caller (itself or wrapped, with
-//     its status code kept), unless the filter answers in its place with a
-//     value of its own (a fallback); never as an empty success.
+//     its status code and message kept, a 16 KiB multi-line message too),
+//     unless the filter answers in its place with a value of its own (a
+//     fallback); never as an empty success.
+//   - Methods: calls of several methods in turn, three rounds over
+//     (methods sharing a long prefix, one a prefix of another, two that
+//     differ only in case): no caller gets a response next produced for
+//     another method, as a filter keeping state by a truncated or folded
+//     method name would give.
 //   - CancelledContext/Before: with the caller's context already cancelled,
 //     the filter does not call next with a live context, and a call that
 //     reached next does not succeed.
@@ -87,7 +97,11 @@ type FilterConfig struct {
 //   - RejectsEveryCall: only with FilterConfig.RejectsEveryCall; every
 //     call, with metadata or without, is rejected with a *kernel.Status and
 //     never reaches next.
-//   - BadOptions: BadOptions are refused by an error naming BadOptionsKey.
+//   - BadOptions: BadOptions are refused by an error naming BadOptionsKey
+//     as the kernel names an option: a *kernel.PluginError (or a
+//     DecodeOptions error) with that Key, or option "KEY" in its text. The
+//     key appearing as a word is not enough: "limit" is in "over the
+//     limit" whatever the option.
 //   - Lifecycle and Options, as for every plugin kind.
 //
 // Wherever next is called, calling it after Invoke returned, and calling
@@ -134,6 +148,7 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 		property(t, "Before", filterCancelledBefore)
 		property(t, "During", passing(filterCancelledDuring))
 	})
+	property(t, "Methods", passing(filterMethodsCheck))
 	property(t, "Concurrent", passing(filterConcurrent))
 	property(t, "NilMetadata", filterNilMetadata)
 	property(t, "Attempts", passing(filterAttempts))

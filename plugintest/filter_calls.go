@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,60 +26,104 @@ func filterOutcomeCheck(t tb, e *filterEnv) {
 }
 
 func filterRequestMetadata(t tb, e *filterEnv) {
+	for i, shape := range filterCallShapes() {
+		if !filterRequestMetadataOf(t, e, shape, i == 0) {
+			return
+		}
+	}
+}
+
+// filterRequestMetadataOf checks one call shape; first says whether it is
+// the first call, whose answer by the filter itself skips the check. It
+// reports whether to go on.
+func filterRequestMetadataOf(t tb, e *filterEnv, shape filterCallShape, first bool) bool {
 	info := e.info()
-	info.Metadata["plugintest-a"] = "alpha"
-	info.Metadata["plugintest-b"] = "b=1; c=2 ✓"
+	info.Method = shape.method
+	for k, v := range shape.metadata {
+		info.Metadata[k] = v
+	}
 	want := info.Metadata.Clone()
+	call := ""
+	if shape.what != "" {
+		call = shape.what + ": "
+	}
 	// Every attempt must carry the call's metadata, so each is recorded.
 	var mu sync.Mutex
 	var seen []*kernel.CallInfo
-	_, ok := e.passingCall(t, info, func(_ context.Context, got *kernel.CallInfo, _ any) (any, error) {
+	next := func(_ context.Context, got *kernel.CallInfo, _ any) (any, error) {
 		s := &kernel.CallInfo{Method: got.Method, Side: got.Side, Codec: got.Codec, Metadata: got.Metadata.Clone()}
 		mu.Lock()
 		seen = append(seen, s)
 		mu.Unlock()
 		return &filterResp{}, nil
-	})
-	if !ok {
-		return
+	}
+	if first {
+		if _, ok := e.passingCall(t, info, next); !ok {
+			return false
+		}
+	} else {
+		o, ok := e.invoke(t, t.Context(), info, next)
+		switch {
+		case !ok:
+			return false
+		case o.nexts == 0 && o.err != nil:
+			t.Errorf("%sthe filter rejected the call (%v), which it let through with plain values", call, o.err)
+			return false
+		case o.nexts == 0:
+			return true // an answer of its own
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	failed := false
 	for i, s := range seen {
-		attempt := ""
+		attempt := call
 		if len(seen) > 1 {
-			attempt = "attempt " + strconv.Itoa(i+1) + ": "
+			attempt += "attempt " + strconv.Itoa(i+1) + ": "
 		}
 		for k, v := range want {
 			if got, found := s.Metadata[k]; !found || got != v {
-				t.Errorf("%srequest metadata %q reached next as %q (present: %v), want %q; a filter must pass metadata through", attempt, k, got, found, v)
+				t.Errorf("%srequest metadata %s reached next as %s (present: %v), want %s; a filter must pass metadata through, "+
+					"whatever its length or characters", attempt, filterDescribe(k), filterDescribe(got), found, filterDescribe(v))
+				failed = true
 			}
 		}
-		if s.Method != filterMethod || s.Side != e.side || s.Codec != filterCodec {
-			t.Errorf("%snext saw method %q, side %s, codec %q; want %q, %s, %q as the caller set them",
-				attempt, s.Method, s.Side, s.Codec, filterMethod, e.side, filterCodec)
+		if s.Method != shape.method || s.Side != e.side || s.Codec != filterCodec {
+			t.Errorf("%snext saw method %s, side %s, codec %q; want %s, %s, %q as the caller set them",
+				attempt, filterDescribe(s.Method), s.Side, s.Codec, filterDescribe(shape.method), e.side, filterCodec)
+			failed = true
 		}
 	}
+	return !failed
 }
 
 func filterResponseMetadata(t tb, e *filterEnv) {
 	info := e.info()
+	sent := kernel.Metadata{"plugintest-response": "from next"}
+	for k, v := range filterUnusualMetadata() {
+		sent[k] = v
+	}
 	_, ok := e.passingCall(t, info, func(_ context.Context, got *kernel.CallInfo, _ any) (any, error) {
 		if e.side == kernel.ClientSide {
 			// As the transport does: the answer's metadata replaces the
 			// map, so a map shared between attempts is never written to.
-			got.ResponseMetadata = kernel.Metadata{"plugintest-response": "from next"}
+			got.ResponseMetadata = sent.Clone()
 		} else {
-			got.SetResponseMetadata("plugintest-response", "from next")
+			for k, v := range sent {
+				got.SetResponseMetadata(k, v)
+			}
 		}
 		return &filterResp{}, nil
 	})
 	if !ok {
 		return
 	}
-	if got := info.ResponseMetadata["plugintest-response"]; got != "from next" {
-		t.Errorf("response metadata set by next reached the caller as %q, want %q; "+
-			"a filter that calls next with another CallInfo must copy ResponseMetadata back", got, "from next")
+	for k, v := range sent {
+		if got, found := info.ResponseMetadata[k]; !found || got != v {
+			t.Errorf("response metadata %s set by next reached the caller as %s (present: %v), want %s; "+
+				"a filter that calls next with another CallInfo must copy ResponseMetadata back, whole",
+				filterDescribe(k), filterDescribe(got), found, filterDescribe(v))
+		}
 	}
 }
 
@@ -94,23 +137,42 @@ func filterResponse(t tb, e *filterEnv) {
 }
 
 func filterError(t tb, e *filterEnv) {
-	want := &kernel.Status{Code: kernel.NotFound, Message: "plugintest: the handler's own error"}
-	o, ok := e.passingCall(t, e.info(), func(context.Context, *kernel.CallInfo, any) (any, error) { return nil, want })
-	if !ok {
-		return
+	statuses := []*kernel.Status{
+		{Code: kernel.NotFound, Message: "plugintest: the handler's own error"},
+		// A long message with lines and non-ASCII text, as a handler
+		// reporting a validation failure in full sends.
+		{Code: kernel.FailedPrecondition, Message: filterLongText("plugintest: a long error\nwith lines\tand ✓: ", filterLong)},
 	}
-	switch {
-	case o.err == nil && o.resp != nil:
-		// A fallback: the filter answers in next's place, as the contract
-		// allows (a stale cache entry, a default value).
-	case o.err == nil:
-		t.Errorf("next failed with %v but the filter returned (nil, nil), which the caller would take for an empty success; "+
-			"pass the error back, or answer with a value of the filter's own", want)
-	case !errors.Is(o.err, want):
-		t.Errorf("next failed with %v but the caller got %T %q, which neither is that error nor wraps it; "+
-			"pass the error back, or wrap it with %%w", want, o.err, o.err)
-	case kernel.CodeOf(o.err) != want.Code:
-		t.Errorf("next failed with code %s but the caller got code %s", want.Code, kernel.CodeOf(o.err))
+	for i, want := range statuses {
+		info := e.info()
+		next := func(context.Context, *kernel.CallInfo, any) (any, error) { return nil, want }
+		var o filterOutcome
+		if i == 0 {
+			var ok bool
+			if o, ok = e.passingCall(t, info, next); !ok {
+				return
+			}
+		} else {
+			var ok bool
+			if o, ok = e.invoke(t, t.Context(), info, next); !ok || o.nexts == 0 {
+				return
+			}
+		}
+		shown := filterDescribe(want.Error())
+		switch {
+		case o.err == nil && o.resp != nil:
+			// A fallback: the filter answers in next's place, as the contract
+			// allows (a stale cache entry, a default value).
+		case o.err == nil:
+			t.Errorf("next failed with %s but the filter returned (nil, nil), which the caller would take for an empty success; "+
+				"pass the error back, or answer with a value of the filter's own", shown)
+		case !errors.Is(o.err, want):
+			t.Errorf("next failed with %s but the caller got %T %s, which neither is that error nor wraps it; "+
+				"pass the error back, or wrap it with %%w (a status rebuilt with its message cut or changed is another error)",
+				shown, o.err, filterDescribe(o.err.Error()))
+		case kernel.CodeOf(o.err) != want.Code:
+			t.Errorf("next failed with code %s but the caller got code %s", want.Code, kernel.CodeOf(o.err))
+		}
 	}
 }
 
@@ -327,7 +389,9 @@ func filterBadOptions(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 		closePlugin(p)
 		t.Fatalf("building %q with bad options %v succeeded; validate options in New and name the bad one", f.Name, cfg.BadOptions)
 	}
-	if !strings.Contains(err.Error(), cfg.BadOptionsKey) {
-		t.Errorf("the error for bad options %v does not name %q: %v", cfg.BadOptions, cfg.BadOptionsKey, err)
+	if !filterOptionNamed(err, cfg.BadOptionsKey) {
+		t.Errorf("the error for bad options %v does not name the option %q: %v; say %s (as kernel.PluginError prints an "+
+			"option), or return a *kernel.PluginError with Key %q: a key that is an ordinary word appears in messages "+
+			"that do not name it", cfg.BadOptions, cfg.BadOptionsKey, err, filterOptionShape(cfg.BadOptionsKey), cfg.BadOptionsKey)
 	}
 }
