@@ -34,14 +34,14 @@ type filterCallShape struct {
 // splits, trims or normalises what it passes on does not pass intact.
 func filterUnusualMetadata() kernel.Metadata {
 	return kernel.Metadata{
-		"plugintest-long":       filterLongText("long value: ", filterLong),
-		"plugintest-empty":      "",
-		"plugintest-lines":      "first\nsecond\r\nthird\tcolumn",
-		"plugintest-separators": "a=1; b=2, c=3 & d|e",
-		"plugintest-padded":     "  padded  ",
-		"plugintest-nul":        "before\x00after",
-		"plugintest-unicode":    "Zoë ✓ 😀 значение",
-		"X-Plugintest-Upper":    "keys keep their case",
+		"plugintest-long":                        filterLongText("long value: ", filterLong),
+		"plugintest-empty":                       "",
+		"plugintest-lines":                       "first\nsecond\r\nthird\tcolumn",
+		"plugintest-separators":                  "a=1; b=2, c=3 & d|e",
+		"plugintest-padded":                      "  padded  ",
+		"plugintest-nul":                         "before\x00after",
+		"plugintest-unicode":                     "Zoë ✓ 😀 значение",
+		"X-Plugintest-Upper":                     "keys keep their case",
 		"plugintest-" + strings.Repeat("k", 200): "a long key",
 	}
 }
