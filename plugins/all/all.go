@@ -17,6 +17,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/filter/auth"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/overload"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/recovery"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/timeout"
