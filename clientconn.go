@@ -353,8 +353,10 @@ func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, at
 	if f.Code != kernel.OK {
 		err := &kernel.Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&kernel.FlagRetryable != 0}
 		f.Release()
-		if err.Retryable {
+		if err.Retryable && err.Code == kernel.Unavailable {
 			// The server is draining; its GoAway may still be on the way.
+			// (A retryable ResourceExhausted is a server shedding load: it
+			// still serves this connection.)
 			cc.serverGoingAway(0, false)
 		}
 		if dl, ok := ctx.Deadline(); ok && err.Code == kernel.DeadlineExceeded && !time.Now().Before(dl) {
