@@ -1,6 +1,6 @@
 // Command governance runs one service whose config composes the governance
 // filters: token-bucket, retry, hedge and breaker around the client; recover,
-// auth and token-bucket on the server. Three instances serve it, one of
+// overload, auth and token-bucket on the server. Three instances serve it, one of
 // them failing and slow, and the command prints what each filter did.
 //
 //	go run ./examples/governance
@@ -64,6 +64,8 @@ type outcome struct {
 	slowP99                                  time.Duration
 	hedges                                   int64
 	burstRejected, burstRetryAfter           int
+	workServed, workShed                     int
+	workShedMedian                           time.Duration
 	panicCode, afterPanicCode                kernel.Code
 	noTokenCode                              kernel.Code
 	noTokenReachedHandler                    bool
@@ -143,6 +145,35 @@ func run(ctx context.Context, out io.Writer) (*outcome, error) {
 	fmt.Fprintf(out, "token-bucket: 30 calls of Demo.Burst at once, %d rejected with ResourceExhausted, %d of them saying when to retry\n",
 		o.burstRejected, o.burstRetryAfter)
 
+	// overload: 150 calls at once of a method whose handler takes 50ms,
+	// against a limit that starts at 20 calls in flight per instance.
+	var shedTook []time.Duration
+	for range 150 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := call(ctx, cli, "Demo.Work")
+			took := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			switch kernel.CodeOf(err) {
+			case kernel.OK:
+				o.workServed++
+			case kernel.ResourceExhausted:
+				o.workShed++
+				shedTook = append(shedTook, took)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(shedTook) > 0 {
+		slices.Sort(shedTook)
+		o.workShedMedian = shedTook[len(shedTook)/2]
+	}
+	fmt.Fprintf(out, "overload: 150 calls at once of Demo.Work (50ms each), %d served, %d shed with ResourceExhausted in %v (median), before their requests were decoded\n",
+		o.workServed, o.workShed, o.workShedMedian.Round(100*time.Microsecond))
+
 	// recover: a handler that panics costs one call, not the server.
 	o.panicCode = kernel.CodeOf(call(ctx, cli, "Demo.Panic"))
 	o.afterPanicCode = kernel.CodeOf(call(ctx, cli, "Demo.Flaky"))
@@ -190,6 +221,10 @@ func serve(ctx context.Context, cfg *kernrpc.Config, name string) (*instance, er
 		return echo(ctx, req)
 	})
 	kernrpc.Handle(srv, "Demo.Burst", echo)
+	kernrpc.Handle(srv, "Demo.Work", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		time.Sleep(50 * time.Millisecond)
+		return echo(ctx, req)
+	})
 	kernrpc.Handle(srv, "Demo.Panic", func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		panic("a handler bug")
 	})

@@ -29,6 +29,10 @@ func TestEveryFilterDoesItsPart(t *testing.T) {
 	if o.burstRejected == 0 || o.burstRetryAfter != o.burstRejected {
 		t.Errorf("%d burst calls rejected, %d with retry-after; want rejections that say when to retry", o.burstRejected, o.burstRetryAfter)
 	}
+	if o.workServed == 0 || o.workShed == 0 || o.workShedMedian >= 50*time.Millisecond {
+		t.Errorf("overload served %d and shed %d in %v (median); want both, the excess shed sooner than a call is served",
+			o.workServed, o.workShed, o.workShedMedian)
+	}
 	if o.panicCode != kernel.Internal || o.afterPanicCode != kernel.OK {
 		t.Errorf("panic answered %v, the next call %v; want Internal then OK", o.panicCode, o.afterPanicCode)
 	}
