@@ -224,13 +224,13 @@ func TestCodecFailsWhatItCannotCheck(t *testing.T) {
 // skipped naming it; undeclared, the protobuf codec's valid prefixes and
 // concatenations fail.
 func TestCodecLeniencyIsDeclared(t *testing.T) {
-	rec := codecRecord(t, protobuf.Factory, CodecConfig{Samples: codecEchoSamples()})
+	rec := codecRecord(t, protobuf.Factory, CodecConfig{Samples: codecEchoSamples(), maxLength: 1<<16 + 1})
 	expectCaught(t, rec, "Codec/Truncated")
 	expectCaught(t, rec, "Codec/Trailing/small/Repeated")
 	if rec.failedUnder("Codec/Trailing/small/Junk") || rec.failedUnder("Codec/Garbage") {
 		t.Errorf("protobuf refuses junk after a message and garbage, yet the suite failed it: %v", rec.failures)
 	}
-	rec = codecRecord(t, protobuf.Factory, CodecConfig{Samples: codecEchoSamples(), Lenient: CodecLeniency{AnyInput: true}})
+	rec = codecRecord(t, protobuf.Factory, CodecConfig{Samples: codecEchoSamples(), Lenient: CodecLeniency{AnyInput: true}, maxLength: 1<<16 + 1})
 	codecExpectClean(t, rec)
 	for _, path := range []string{"Codec/Trailing/small/Junk", "Codec/Trailing/small/Repeated", "Codec/Garbage"} {
 		if why := rec.skippedUnder(path); !strings.Contains(why, "Lenient") {

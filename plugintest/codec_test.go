@@ -133,6 +133,8 @@ func TestCodecPassesTheProtobufCodecAliasingRequests(t *testing.T) {
 		Options: map[string]any{"alias_requests": true},
 		Samples: codecEchoSamples(),
 		Lenient: codecProtobufLenient,
+		// TestCodecPassesTheProtobufCodec runs the lengths in full.
+		maxLength: 1<<16 + 1,
 	})
 	codecExpectClean(t, rec)
 	if why := rec.skippedUnder("Codec/InPlace"); why != "" {
@@ -293,7 +295,7 @@ func codecCountingNames() func() kernel.Codec {
 func TestCodecSkipsWhatTheCodecDoesNotClaim(t *testing.T) {
 	t.Run("no Size", func(t *testing.T) {
 		f := codecFaultFactory(func() kernel.Codec { return codecWithoutSize{protobuf.Codec{}} })
-		rec := codecRecord(t, f, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient})
+		rec := codecRecord(t, f, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient, maxLength: 1<<16 + 1})
 		codecExpectClean(t, rec)
 		if why := rec.skippedUnder("Codec/Size"); !strings.Contains(why, "CodecSizer") {
 			t.Errorf("Codec/Size skip reason = %q, want it to say the codec is no kernel.CodecSizer", why)
@@ -315,7 +317,7 @@ func TestCodecSkipsWhatTheCodecDoesNotClaim(t *testing.T) {
 				return nil
 			}}
 		})
-		rec := codecRecord(t, f, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient})
+		rec := codecRecord(t, f, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient, maxLength: 1<<16 + 1})
 		codecExpectClean(t, rec)
 		if why := rec.skippedUnder("Codec/Aliasing"); !strings.Contains(why, "AliasesInput") {
 			t.Errorf("Codec/Aliasing skip reason = %q, want it to name AliasesInput", why)

@@ -62,11 +62,14 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 		}, "Filter/Error"},
 		{"caches responses by the method's first 32 bytes", filterPrefixCache(32), "Filter/Methods"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := filterRecord(t, filterFuncFactory(tc.filter), FilterConfig{})
-			expectCaught(t, rec, tc.path)
-		})
+	recs := make([]*recording, len(cases))
+	var wg sync.WaitGroup
+	for i, tc := range cases {
+		wg.Go(func() { recs[i] = filterRecord(t, filterFuncFactory(tc.filter), FilterConfig{}) })
+	}
+	wg.Wait()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { expectCaught(t, recs[i], tc.path) })
 	}
 }
 

@@ -206,11 +206,16 @@ func TestFilterCatchesBrokenFilters(t *testing.T) {
 		}, "Filter/CancelledContext/Before", 0},
 		{"keeps the call in the filter", filterSharedState(), "Filter/Concurrent", 0},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := filterRecord(t, filterFuncFactory(tc.filter), FilterConfig{Side: tc.side})
-			expectCaught(t, rec, tc.path)
-		})
+	// All at once, as registryCatches does: two of them wait out
+	// filterCancelGrace, and the rest need not wait for those.
+	recs := make([]*recording, len(cases))
+	var wg sync.WaitGroup
+	for i, tc := range cases {
+		wg.Go(func() { recs[i] = filterRecord(t, filterFuncFactory(tc.filter), FilterConfig{Side: tc.side}) })
+	}
+	wg.Wait()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { expectCaught(t, recs[i], tc.path) })
 	}
 }
 

@@ -6,21 +6,20 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
-// TestRegistryCatchesBoundaryDefects: memory registries with one defect
-// each that shows only past the easy middle (later changes, long or
-// unusual metadata, cancellation, Close), caught by the subtest of the
-// property it breaks.
-func TestRegistryCatchesBoundaryDefects(t *testing.T) {
-	t.Parallel()
+// registryBoundaryCases are memory registries with one defect each that
+// shows only past the easy middle (later changes, long or unusual
+// metadata, cancellation, Close), and the subtests that must catch them.
+// TestRegistryCatchesBrokenPlugins runs them with the others, all at once:
+// their runs mostly wait.
+func registryBoundaryCases() []registryBrokenCase {
 	broken := registryBroken
-	registryCatches(t, []registryBrokenCase{
+	return []registryBrokenCase{
 		{"WatchSendWithoutCtx", broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryBlockingSend} }),
 			[]string{"Registry/Leaks"}},
 		{"KeeperOutlivesClose", broken(func(r *memory.Registry) kernel.Registry { return newRegistryOwnKeeper(r) }),
@@ -59,7 +58,7 @@ func TestRegistryCatchesBoundaryDefects(t *testing.T) {
 				return out
 			}}
 		}), []string{"Registry/Metadata/Resolve", "Registry/Metadata/Watch"}},
-	})
+	}
 }
 
 // registryRelay passes the memory registry's watch through relay, which

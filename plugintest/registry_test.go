@@ -123,7 +123,7 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 			return registryCloseLeaves{r, shadow}, nil
 		})
 
-	registryCatches(t, []registryBrokenCase{
+	registryCatches(t, append(registryBoundaryCases(), []registryBrokenCase{
 		{"ErrorForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
 			[]string{"Registry/Resolve/UnknownService"}},
 		{"ResolveCachesFirstSet", broken(func(r *memory.Registry) kernel.Registry { return &registryStaleResolve{Registry: r} }),
@@ -155,7 +155,7 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 		{"ConcurrentRegistersShareScratch", broken(func(r *memory.Registry) kernel.Registry {
 			return &registryScratchMetadata{Registry: r, scratch: make(map[string]string)}
 		}), []string{"Registry/Concurrent"}},
-	})
+	}...))
 }
 
 // TestRegistrySkipsWhatIsNotDeclared checks that the lease expiry checks
