@@ -189,6 +189,32 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
+// Admit refuses what Invoke refuses, so the server can answer an
+// unauthenticated call before it decodes the request.
+func TestAdmitRefusesBeforeDecoding(t *testing.T) {
+	f, err := auth.Factory.Build(map[string]any{"tokens": []any{"s3cret-token"}}, "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.(kernel.Admitter)
+	for _, tc := range []struct {
+		md   kernel.Metadata
+		want kernel.Code
+	}{
+		{kernel.Metadata{"authorization": "Bearer s3cret-token"}, kernel.OK},
+		{kernel.Metadata{"authorization": "Bearer wrong"}, kernel.Unauthenticated},
+		{nil, kernel.Unauthenticated},
+	} {
+		err := a.Admit(context.Background(), &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ServerSide, Metadata: tc.md})
+		if kernel.CodeOf(err) != tc.want {
+			t.Errorf("Admit with %v = %v, want %v", tc.md, err, tc.want)
+		}
+	}
+	if err := a.Admit(context.Background(), &kernel.CallInfo{Side: kernel.ClientSide}); err != nil {
+		t.Errorf("Admit on the client side = %v, want nil: the client attaches, it does not check", err)
+	}
+}
+
 func TestServerWithoutCredentialsFailsClosed(t *testing.T) {
 	f, err := auth.New(auth.DefaultOptions())
 	if err != nil {
