@@ -40,32 +40,50 @@ type codecVariant struct {
 	data  []byte // its encoding, once Marshal made it
 }
 
-// codecEncodedVariants keeps the variants Lengths encoded, by sample name,
-// for Size to measure without building megabytes again.
-type codecEncodedVariants struct {
-	mu sync.Mutex
-	m  map[string][]codecVariant
+// codecMeasured is what Size makes of one Lengths value: its encoded
+// length, and what a CodecSizer's Size said of it (-1: Size panicked).
+type codecMeasured struct {
+	what           string
+	encoded, sized int
+	panicked       any
 }
 
-func (e *codecEncodedVariants) put(sample string, vs []codecVariant) {
+// codecMeasurements keeps, by sample name, the Size of each value Lengths
+// encoded, so that the Size subtest need not build megabytes again, and
+// nothing holds them meanwhile.
+type codecMeasurements struct {
+	mu sync.Mutex
+	m  map[string][]codecMeasured
+}
+
+func (e *codecMeasurements) put(sample string, ms []codecMeasured) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.m == nil {
-		e.m = make(map[string][]codecVariant)
+		e.m = make(map[string][]codecMeasured)
 	}
-	e.m[sample] = vs
+	e.m[sample] = ms
 }
 
-func (e *codecEncodedVariants) get(sample string) ([]codecVariant, bool) {
+func (e *codecMeasurements) get(sample string) ([]codecMeasured, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	vs, ok := e.m[sample]
-	return vs, ok
+	ms, ok := e.m[sample]
+	return ms, ok
+}
+
+// codecMeasure measures v, whose encoding is data, with sz.
+func codecMeasure(sz kernel.CodecSizer, v codecVariant, data []byte) codecMeasured {
+	m := codecMeasured{what: v.what, encoded: len(data)}
+	if p := codecCatch(func() error { m.sized = sz.Size(v.value); return nil }); p.panicked {
+		m.sized, m.panicked = -1, p.value
+	}
+	return m
 }
 
 // codecLengthsProperty runs Lengths/<sample> and fails Lengths if no
 // sample could be resized: a silent pass would check nothing.
-func codecLengthsProperty(t tb, c kernel.Codec, samples []CodecSample, max int, encoded *codecEncodedVariants) {
+func codecLengthsProperty(t tb, c kernel.Codec, samples []CodecSample, max int, measured *codecMeasurements) {
 	t.Run("Lengths", func(t tb) {
 		covered := 0
 		for _, s := range codecLengthSamples(samples) {
@@ -76,18 +94,19 @@ func codecLengthsProperty(t tb, c kernel.Codec, samples []CodecSample, max int, 
 				}
 				covered++
 				failures := 0
-				var done []codecVariant
+				sz, sizer := c.(kernel.CodecSizer)
+				var sizes []codecMeasured
 				for v := range variants {
 					if !codecRoundTripVariant(t, c, s, &v) {
 						if failures++; failures == 3 {
 							t.Fatalf("(stopping after %d failures)", failures)
 						}
 					}
-					if v.data != nil {
-						done = append(done, v)
+					if sizer && v.data != nil {
+						sizes = append(sizes, codecMeasure(sz, v, v.data))
 					}
 				}
-				encoded.put(s.Name, done)
+				measured.put(s.Name, sizes)
 			})
 		}
 		if covered == 0 && !t.Failed() {
