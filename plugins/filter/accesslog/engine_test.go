@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/accesslog"
 	"github.com/kernrpc/kernrpc/plugintest"
@@ -50,30 +50,16 @@ func TestOverTheEngine(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "log-" + t.Name()}
-	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
-	cfg.Filters = []kernrpc.FilterConfig{{Name: accesslog.Name}} // both sides
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-		if req.Text == "fail" {
-			return nil, kernel.Errorf(kernel.FailedPrecondition, "not now")
-		}
-		return req, nil
+	cfg := enginetest.WithFilters(enginetest.Config(t), kernrpc.FilterConfig{Name: accesslog.Name}) // both sides
+	srv := enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			if req.Text == "fail" {
+				return nil, kernel.Errorf(kernel.FailedPrecondition, "not now")
+			}
+			return req, nil
+		})
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	cli, err := kernrpc.NewClient(cfg, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := enginetest.Dial(t, cfg)
 
 	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "hello"}, &echopb.Echo{}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	"github.com/kernrpc/kernrpc/plugintest"
@@ -30,13 +31,7 @@ func TestConformanceServerSide(t *testing.T) {
 }
 
 // testConfig gives each test a registry namespace of its own.
-func testConfig(t *testing.T) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "breaker-" + t.Name()}
-	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
-	return cfg
-}
+func testConfig(t *testing.T) *kernrpc.Config { return enginetest.Config(t) }
 
 // backend is one server of the service, answering Echo.Who with its name
 // (also in the response metadata, failures included) and counting calls.
@@ -50,40 +45,22 @@ type backend struct {
 func startBackend(t *testing.T, cfg *kernrpc.Config, name string, fail func(n int64) bool) *backend {
 	t.Helper()
 	b := &backend{name: name}
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *echopb.Echo) (*echopb.Echo, error) {
-		n := b.calls.Add(1)
-		kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", name)
-		if fail != nil && fail(n) {
-			return nil, kernel.Errorf(kernel.Unavailable, "%s: dependency down", name)
-		}
-		return &echopb.Echo{Text: name}, nil
+	b.srv = enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *echopb.Echo) (*echopb.Echo, error) {
+			n := b.calls.Add(1)
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", name)
+			if fail != nil && fail(n) {
+				return nil, kernel.Errorf(kernel.Unavailable, "%s: dependency down", name)
+			}
+			return &echopb.Echo{Text: name}, nil
+		})
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	b.srv = srv
 	return b
 }
 
 func newClient(t *testing.T, cfg *kernrpc.Config, options map[string]any) *kernrpc.Client {
 	t.Helper()
-	c := *cfg
-	c.Filters = []kernrpc.FilterConfig{{Name: breaker.Name, Side: "client", Options: options}}
-	cli, err := kernrpc.NewClient(&c, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	return enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: breaker.Name, Side: "client", Options: options}))
 }
 
 // Three instances of one service, one of which fails every other call:

@@ -12,14 +12,13 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/hedge"
 )
 
 func testConfig(t *testing.T) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "hedge/" + t.Name()}
+	cfg := enginetest.Config(t)
 	cfg.Client.Timeout = kernel.Duration(10 * time.Second)
 	return cfg
 }
@@ -36,31 +35,21 @@ type server struct {
 func startServer(t *testing.T, cfg *kernrpc.Config, name string, delay func(n int64) time.Duration) *server {
 	t.Helper()
 	s := &server{calls: map[string]int{}}
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		s.mu.Lock()
-		s.calls[kernrpc.IncomingMetadata(ctx)["client"]]++
-		s.mu.Unlock()
-		if d := delay(s.n.Add(1)); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return nil, ctx.Err()
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			s.mu.Lock()
+			s.calls[kernrpc.IncomingMetadata(ctx)["client"]]++
+			s.mu.Unlock()
+			if d := delay(s.n.Add(1)); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
-		}
-		kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", name)
-		return wrapperspb.String(name), nil
-	})
-	if err := srv.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", name)
+			return wrapperspb.String(name), nil
+		})
 	})
 	return s
 }
@@ -73,14 +62,7 @@ func (s *server) callsFrom(client string) int {
 
 func newClient(t *testing.T, cfg *kernrpc.Config, filters ...kernrpc.FilterConfig) *kernrpc.Client {
 	t.Helper()
-	c := *cfg
-	c.Filters = filters
-	cli, err := kernrpc.NewClient(&c, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return enginetest.Dial(t, enginetest.WithFilters(cfg, filters...))
 }
 
 // sample is one call's latency and the instance that answered it.
@@ -228,20 +210,14 @@ func TestTheLosingAttemptIsCancelledOnItsServer(t *testing.T) {
 	cfg := testConfig(t)
 	cancelled := make(chan struct{}, 16)
 	var slowCalls atomic.Int32
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		slowCalls.Add(1)
-		<-ctx.Done()
-		cancelled <- struct{}{}
-		return nil, ctx.Err()
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			slowCalls.Add(1)
+			<-ctx.Done()
+			cancelled <- struct{}{}
+			return nil, ctx.Err()
+		})
 	})
-	if err := srv.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	startServer(t, cfg, "fast", func(int64) time.Duration { return 0 })
 	cli := newClient(t, cfg, kernrpc.FilterConfig{Name: hedge.Name, Side: "client", Options: map[string]any{"delay": "5ms"}})
 	for i := range 4 {

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/recovery"
 	"github.com/kernrpc/kernrpc/plugintest"
@@ -107,13 +107,7 @@ func init() {
 	}})
 }
 
-func testConfig(t *testing.T) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "recover-" + t.Name()}
-	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
-	return cfg
-}
+func testConfig(t *testing.T) *kernrpc.Config { return enginetest.Config(t) }
 
 // Over the engine, on both sides: a handler's panic reaches the caller as
 // Internal, the filter before recover sees it as such, and the server
@@ -121,32 +115,19 @@ func testConfig(t *testing.T) *kernrpc.Config {
 // fails its call instead of the caller's program.
 func TestOverTheEngine(t *testing.T) {
 	cfg := testConfig(t)
-	scfg := *cfg
-	scfg.Filters = []kernrpc.FilterConfig{{Name: "test-outcomes", Side: "server"}, {Name: recovery.Name, Side: "server", Options: map[string]any{"stack": false}}}
-	srv, err := kernrpc.NewServer(&scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-		if req.Text == "panic" {
-			panic("handler bug")
-		}
-		return &echopb.Echo{Text: "fine"}, nil
+	srv := enginetest.Serve(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: "test-outcomes", Side: "server"},
+		kernrpc.FilterConfig{Name: recovery.Name, Side: "server", Options: map[string]any{"stack": false}}), func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			if req.Text == "panic" {
+				panic("handler bug")
+			}
+			return &echopb.Echo{Text: "fine"}, nil
+		})
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	cli := enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: recovery.Name, Side: "client", Options: map[string]any{"stack": false}},
+		kernrpc.FilterConfig{Name: "test-panic", Side: "client"}))
 
-	ccfg := *cfg
-	ccfg.Filters = []kernrpc.FilterConfig{{Name: recovery.Name, Side: "client", Options: map[string]any{"stack": false}}, {Name: "test-panic", Side: "client"}}
-	cli, err := kernrpc.NewClient(&ccfg, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-
-	err = cli.Call(context.Background(), "Echo.Who", &echopb.Echo{Text: "panic"}, &echopb.Echo{})
+	err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{Text: "panic"}, &echopb.Echo{})
 	t.Logf("a handler's panic: %v", err)
 	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "recover: Echo.Who panicked on the server side: handler bug") {
 		t.Errorf("a handler's panic: %v; want Internal from the recover filter", err)

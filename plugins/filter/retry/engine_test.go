@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/retry"
 )
@@ -17,9 +18,7 @@ import (
 // testConfig is a service on loopback, in a registry namespace of the
 // test's own.
 func testConfig(t *testing.T) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "retry/" + t.Name()}
+	cfg := enginetest.Config(t)
 	cfg.Client.Timeout = kernel.Duration(10 * time.Second)
 	return cfg
 }
@@ -33,38 +32,21 @@ type server struct {
 func startServer(t *testing.T, cfg *kernrpc.Config, name string, answer func() error) *server {
 	t.Helper()
 	s := &server{}
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		s.calls.Add(1)
-		if err := answer(); err != nil {
-			return nil, err
-		}
-		return wrapperspb.String(name), nil
-	})
-	if err := srv.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			s.calls.Add(1)
+			if err := answer(); err != nil {
+				return nil, err
+			}
+			return wrapperspb.String(name), nil
+		})
 	})
 	return s
 }
 
 func newClient(t *testing.T, cfg *kernrpc.Config, options map[string]any) *kernrpc.Client {
 	t.Helper()
-	c := *cfg
-	c.Filters = []kernrpc.FilterConfig{{Name: retry.Name, Side: "client", Options: options}}
-	cli, err := kernrpc.NewClient(&c, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: retry.Name, Side: "client", Options: options}))
 }
 
 func TestRetryReachesAHealthyInstance(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"
 	"github.com/kernrpc/kernrpc/plugintest"
@@ -27,49 +28,24 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func testConfig(t *testing.T) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
-	cfg.Registry.Options = map[string]any{"namespace": "token-bucket-" + t.Name()}
-	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
-	return cfg
-}
+func testConfig(t *testing.T) *kernrpc.Config { return enginetest.Config(t) }
 
 // startServer serves Echo.Who with filters, counting the handler's calls.
 func startServer(t *testing.T, cfg *kernrpc.Config, filters ...kernrpc.FilterConfig) *atomic.Int64 {
 	t.Helper()
-	c := *cfg
-	c.Filters = filters
-	srv, err := kernrpc.NewServer(&c)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int64
-	kernrpc.Handle(srv, "Echo.Who", func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
-		calls.Add(1)
-		return &echopb.Echo{Text: "hi"}, nil
-	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
+	enginetest.Serve(t, enginetest.WithFilters(cfg, filters...), func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
+			calls.Add(1)
+			return &echopb.Echo{Text: "hi"}, nil
+		})
 	})
 	return &calls
 }
 
 func newClient(t *testing.T, cfg *kernrpc.Config, filters ...kernrpc.FilterConfig) *kernrpc.Client {
 	t.Helper()
-	c := *cfg
-	c.Filters = filters
-	cli, err := kernrpc.NewClient(&c, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	return enginetest.Dial(t, enginetest.WithFilters(cfg, filters...))
 }
 
 // A server limited to a burst of 5 and 10/s answers a rush of 20 calls:
