@@ -155,9 +155,10 @@ func (p *connPool) close() {
 // dialFailure says why a dial failed, naming the transport and the address
 // once each.
 func dialFailure(transport, addr string, err error) string {
-	msg := kernel.TrimPrefixes(err.Error(), transport)
+	msg := (&kernel.PluginError{Kind: kernel.KindTransport, Name: transport, Err: err}).Detail()
 	if !strings.Contains(msg, addr) {
-		msg = "dial " + addr + ": " + msg
+		plugin := string(kernel.KindTransport) + " " + strconv.Quote(transport) + ": "
+		msg = plugin + "dial " + addr + ": " + strings.TrimPrefix(msg, plugin)
 	}
-	return "transport " + strconv.Quote(transport) + ": " + msg
+	return msg
 }

@@ -313,14 +313,18 @@ type PluginError struct {
 }
 
 func (e *PluginError) Error() string {
+	return "kernrpc: " + sourceOr(e.Source) + ": " + e.Detail()
+}
+
+// Detail is the error without the config file: the plugin, the option
+// when known, and the cause, as a status message about a running plugin
+// (a failed dial, say) reads.
+func (e *PluginError) Detail() string {
 	key := e.Key
 	if key == "" {
 		key = OptionKey(e.Err)
 	}
 	var b strings.Builder
-	b.WriteString("kernrpc: ")
-	b.WriteString(sourceOr(e.Source))
-	b.WriteString(": ")
 	b.WriteString(string(e.Kind))
 	b.WriteString(" ")
 	b.WriteString(strconv.Quote(e.Name))
@@ -329,16 +333,16 @@ func (e *PluginError) Error() string {
 		b.WriteString(strconv.Quote(key))
 	}
 	b.WriteString(": ")
-	b.WriteString(TrimPrefixes(e.Err.Error(), e.Name))
+	b.WriteString(trimPrefixes(e.Err.Error(), e.Name))
 	return b.String()
 }
 
 func (e *PluginError) Unwrap() error { return e.Err }
 
-// TrimPrefixes removes the "kernrpc: " and "<name>: " prefixes that
+// trimPrefixes removes the "kernrpc: " and "<name>: " prefixes that
 // wrapped errors accumulate, so that a message wrapping another names
 // each thing once.
-func TrimPrefixes(msg, name string) string {
+func trimPrefixes(msg, name string) string {
 	for {
 		switch {
 		case strings.HasPrefix(msg, "kernrpc: "):
