@@ -84,6 +84,65 @@ var ErrMalformedFrame = errors.New("malformed frame")
 // ErrFrameTooLarge is wrapped when a frame's length exceeds the limit.
 var ErrFrameTooLarge = errors.New("frame too large")
 
+// ErrMetadataTooLarge is wrapped when a frame carries more metadata
+// entries or bytes than its FrameLimits allow.
+var ErrMetadataTooLarge = errors.New("metadata too large")
+
+// Defaults for FrameLimits. A frame of tiny metadata pairs would otherwise
+// become a map many times its own size (a 4 MiB frame, half a million
+// entries); 64 KiB is four times what HTTP/2 servers usually accept in
+// headers.
+const (
+	DefaultMaxMetadataEntries = 256
+	DefaultMaxMetadataBytes   = 64 << 10
+)
+
+// FrameLimits bound what one frame may carry besides its length, which the
+// transport checks against its max frame size before reading the frame.
+// A zero field means the default.
+type FrameLimits struct {
+	// MaxMetadataEntries bounds the metadata pairs of one frame.
+	MaxMetadataEntries int
+	// MaxMetadataBytes bounds the keys and values of one frame, together.
+	MaxMetadataBytes int
+}
+
+func (l FrameLimits) entries() int {
+	if l.MaxMetadataEntries > 0 {
+		return l.MaxMetadataEntries
+	}
+	return DefaultMaxMetadataEntries
+}
+
+func (l FrameLimits) bytes() int {
+	if l.MaxMetadataBytes > 0 {
+		return l.MaxMetadataBytes
+	}
+	return DefaultMaxMetadataBytes
+}
+
+// Check reports whether f, about to be written, stays within l. The error
+// is a *Status (ResourceExhausted) wrapping ErrMetadataTooLarge, so that a
+// transport refusing f fails only f's call.
+func (l FrameLimits) Check(f *Frame) error {
+	if len(f.Metadata) == 0 {
+		return nil
+	}
+	if len(f.Metadata) > l.entries() {
+		return refusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(len(f.Metadata))+
+			" entries exceeds max_metadata_entries "+strconv.Itoa(l.entries()), ErrMetadataTooLarge)
+	}
+	n := 0
+	for k, v := range f.Metadata {
+		n += len(k) + len(v)
+	}
+	if n > l.bytes() {
+		return refusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(n)+
+			" bytes exceeds max_metadata_bytes "+strconv.Itoa(l.bytes()), ErrMetadataTooLarge)
+	}
+	return nil
+}
+
 // Frame is one message on a connection, decoded. Payload may point into
 // memory the transport lends; call Release when done with it.
 type Frame struct {
@@ -253,7 +312,15 @@ func malformed(msg string) error { return &frameError{err: ErrMalformedFrame, ms
 // f, which should be reset first: fields absent from body are left as they
 // were. f.Payload aliases body. Strings go through in when it is not nil, so
 // that the same method and codec names do not allocate on every frame.
+// Metadata is held to the default FrameLimits.
 func DecodeFrame(body []byte, f *Frame, in *Interner) error {
+	return FrameLimits{}.Decode(body, f, in)
+}
+
+// Decode is DecodeFrame with l's limits on metadata: a frame over them is
+// an error wrapping ErrMetadataTooLarge (and ErrMalformedFrame: a peer
+// that keeps to the limits it was configured with never sends one).
+func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 	if len(body) < FrameFixedLen {
 		return malformed("truncated fixed header: " + strconv.Itoa(len(body)) + " of 16 bytes")
 	}
@@ -276,6 +343,7 @@ func DecodeFrame(body []byte, f *Frame, in *Interner) error {
 	}
 	fields := body[FrameFixedLen : FrameFixedLen+int(fl)]
 	f.Payload = body[FrameFixedLen+int(fl):]
+	mdBytes := 0
 	for len(fields) > 0 {
 		tag := fields[0]
 		l, n := binary.Uvarint(fields[1:])
@@ -317,6 +385,9 @@ func DecodeFrame(body []byte, f *Frame, in *Interner) error {
 			if f.Metadata == nil {
 				f.Metadata = make(Metadata, 4)
 			}
+			if mdBytes += len(v) - kn; len(f.Metadata) >= lim.entries() || mdBytes > lim.bytes() {
+				return lim.metadataError(f, mdBytes)
+			}
 			f.Metadata[string(v[kn:kn+int(kl)])] = string(v[kn+int(kl):])
 		case tagCredit:
 			c, err := fieldUvarint(tag, v)
@@ -330,6 +401,32 @@ func DecodeFrame(body []byte, f *Frame, in *Interner) error {
 		}
 	}
 	return nil
+}
+
+// RefusedFrame is the error a transport returns from WriteFrame for a
+// frame it refuses alone, sending nothing of it: a *Status with code and
+// msg, so that the engine fails only that call (or, for an answer, sends
+// the status instead), which also wraps cause (ErrFrameTooLarge, say).
+func RefusedFrame(code Code, msg string, cause error) error { return refusedFrame(code, msg, cause) }
+
+func refusedFrame(code Code, msg string, cause error) error {
+	return &refusal{st: &Status{Code: code, Message: msg}, cause: cause}
+}
+
+type refusal struct {
+	st    *Status
+	cause error
+}
+
+func (r *refusal) Error() string   { return r.st.Error() }
+func (r *refusal) Unwrap() []error { return []error{r.st, r.cause} }
+
+func (l FrameLimits) metadataError(f *Frame, n int) error {
+	msg := "more than " + strconv.Itoa(l.entries()) + " metadata entries"
+	if n > l.bytes() {
+		msg = "more than " + strconv.Itoa(l.bytes()) + " bytes of metadata"
+	}
+	return &frameError{err: errors.Join(ErrMalformedFrame, ErrMetadataTooLarge), msg: msg + " in " + f.Type.String() + " " + strconv.FormatUint(f.CallID, 10)}
 }
 
 func fieldUvarint(tag byte, v []byte) (uint64, error) {
