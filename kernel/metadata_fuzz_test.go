@@ -55,7 +55,7 @@ func metadataSeeds() [][]byte {
 		{6, 1, 0x80},             // a key length that is no uvarint
 		{6, 3, 0x80, 0x80, 0x80}, // a key length that ends past the pair
 		{6, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}, // a pair length of 2^63
-		append(metadataField("k", "v"), 9, 2, 'x', 'y'), // an unknown tag after a pair
+		append(metadataField("k", "v"), 9, 2, 'x', 'y'),                 // an unknown tag after a pair
 	}
 }
 
