@@ -359,6 +359,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("filters:\n  - {name: log, side: server, methods: [\"Echo.*\"]}\nclient: {timeout: ${T:-1s}}\n"), true)
 	f.Add([]byte(`{"service":"echo","client":{"pool_size":2,"timeout":"2s"}}`), false)
 	f.Add([]byte("a: &x [*x]\n"), true)
+	f.Add([]byte("service: echo\n---\nservice: again\n"), true)
+	f.Add([]byte("client: {timeout: 2026-01-02}\nserver: {shutdown_timeout: .nan}\n"), true)
+	f.Add([]byte("{1: x, service: echo, service: twice}\n"), true)
+	f.Add([]byte(`{"service":"echo","service":"twice"}`), false)
+	f.Add([]byte(`{"transport":{"name":"tcp-lv","options":{"max_frame_size":"huge"}}} trailing`), false)
+	f.Add([]byte(`{"filters":[{"name":"rate-stub","options":{"rate":1e400}}],"client":{"pool_size":-1}}`), false)
 	f.Fuzz(func(t *testing.T, data []byte, yaml bool) {
 		source := "fuzz.json"
 		if yaml {
@@ -367,6 +373,10 @@ func FuzzParseConfig(f *testing.F) {
 		cfg, err := kernrpc.ParseConfig(data, source)
 		if err == nil && cfg == nil {
 			t.Fatal("no config and no error")
+		}
+		// A user with a broken config needs to know which file it is.
+		if err != nil && !strings.Contains(err.Error(), source) {
+			t.Fatalf("error does not name %s: %v", source, err)
 		}
 	})
 }
