@@ -64,6 +64,14 @@ const (
 	FrameFixedLen = 16
 	// DefaultMaxFrameSize bounds the length field unless configured otherwise.
 	DefaultMaxFrameSize = 4 << 20
+	// MaxPingPayload bounds a Ping's payload: a liveness probe needs a few
+	// bytes, and an answer as large as any frame would make the receiver an
+	// amplifier. A larger Ping is a protocol error.
+	MaxPingPayload = 64
+	// GoAwayUnknownLast is the call id of a GoAway whose sender does not
+	// know which calls it served (a transport ending a connection for a
+	// broken rule): the receiver must not assume any call went unserved.
+	GoAwayUnknownLast = 1<<64 - 1
 )
 
 // Field tags inside a frame's fields section. Unknown tags are skipped, so a

@@ -48,6 +48,13 @@ type TransportConfig struct {
 	// ones above it. 0 means the transport has no such path; otherwise it
 	// must leave room under MaxFrameSize for a frame above it.
 	LargeFrame int
+	// MaxMetadataEntries and MaxMetadataBytes are the metadata limits the
+	// transport is configured with (kernel.FrameLimits); they must match
+	// Options. 0 means kernel.DefaultMaxMetadataEntries and
+	// kernel.DefaultMaxMetadataBytes. Frames/* keep within them and
+	// Frames/MetadataLimits checks both sides of each.
+	MaxMetadataEntries int
+	MaxMetadataBytes   int
 	// Idle is how long Idle/* leave a healthy connection unused before
 	// using it again. Set it above what Options make the transport probe
 	// or time out after (tcp-lv: keepalive_interval plus
@@ -77,7 +84,10 @@ type TransportConfig struct {
 //     in every header field, keys differing only in case, binary metadata,
 //     long strings and many metadata entries. Frames/Types: every frame
 //     type with the fields it carries. Frames/InOrder: frames of one call
-//     arrive in the order written.
+//     arrive in the order written. Frames/MetadataLimits: frames at
+//     cfg.MaxMetadataEntries and cfg.MaxMetadataBytes cross; one over
+//     either is refused as TooLarge frames are (with an error wrapping
+//     kernel.ErrMetadataTooLarge), or the receiver closes the connection.
 //   - Concurrent/Calls: 64 goroutines write frames of their own call over one
 //     connection, the peer echoes them from as many goroutines, and each call
 //     gets its own frames back, in order.
@@ -166,6 +176,7 @@ type transportEnv struct {
 	f        kernel.Factory[kernel.Transport]
 	cfg      TransportConfig
 	max      int
+	mdLimits kernel.FrameLimits // with the defaults filled in
 	patience time.Duration
 	idle     time.Duration
 }
@@ -174,6 +185,13 @@ func newTransportEnv(f kernel.Factory[kernel.Transport], cfg TransportConfig) *t
 	e := &transportEnv{f: f, cfg: cfg, max: cfg.MaxFrameSize, patience: cfg.Patience, idle: cfg.Idle}
 	if e.max <= 0 {
 		e.max = kernel.DefaultMaxFrameSize
+	}
+	e.mdLimits = kernel.FrameLimits{MaxMetadataEntries: cfg.MaxMetadataEntries, MaxMetadataBytes: cfg.MaxMetadataBytes}
+	if e.mdLimits.MaxMetadataEntries <= 0 {
+		e.mdLimits.MaxMetadataEntries = kernel.DefaultMaxMetadataEntries
+	}
+	if e.mdLimits.MaxMetadataBytes <= 0 {
+		e.mdLimits.MaxMetadataBytes = kernel.DefaultMaxMetadataBytes
 	}
 	if e.patience <= 0 {
 		e.patience = 10 * time.Second
@@ -185,6 +203,13 @@ func newTransportEnv(f kernel.Factory[kernel.Transport], cfg TransportConfig) *t
 		e.idle = *transportIdleFlag
 	}
 	return e
+}
+
+// fits reports whether f stays within the maximum frame size and the
+// metadata limits, so that a check meant for frames that must cross can
+// send it.
+func (e *transportEnv) fits(f *kernel.Frame) bool {
+	return transportBodyLen(f)+len(f.Payload) <= e.max && e.mdLimits.Check(f) == nil
 }
 
 // maxPayload is the largest payload a frame with f's header can carry.

@@ -45,6 +45,7 @@ func (e *transportEnv) frames(t tb) {
 	t.Run("Strings", e.frameStrings)
 	t.Run("Types", e.frameTypes)
 	t.Run("InOrder", e.inOrder)
+	t.Run("MetadataLimits", e.metadataLimits)
 }
 
 // frameTypes sends every type the kernel hands a transport, each with the

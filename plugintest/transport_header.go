@@ -35,7 +35,7 @@ func (e *transportEnv) frameWidths(t tb) {
 	var frames []*kernel.Frame
 	add := func(what string, f *kernel.Frame) {
 		f.Payload = []byte("after " + what)
-		if transportBodyLen(f)+len(f.Payload) <= e.max {
+		if e.fits(f) {
 			frames = append(frames, f)
 		}
 	}
@@ -110,7 +110,7 @@ func (e *transportEnv) frameStrings(t tb) {
 	var frames []*kernel.Frame
 	add := func(f *kernel.Frame) {
 		f.Payload = []byte("payload")
-		if transportBodyLen(f)+len(f.Payload) <= e.max {
+		if e.fits(f) {
 			frames = append(frames, f)
 		}
 	}
@@ -132,10 +132,12 @@ func (e *transportEnv) frameStrings(t tb) {
 	long := min(e.max/4, 256<<10)
 	add(&kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 101, Method: "/" + transportRepeat("Ünïcødé.Sërvicé/", long-1)})
 	add(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: 101, Code: kernel.Internal, Message: transportRepeat("a long status message\n", long)})
-	add(&kernel.Frame{Type: kernel.FrameRequest, CallID: 102, Metadata: kernel.Metadata{"long": string(transportFill(nil, 102, long)), transportRepeat("long-key-", long/2): "v"}})
-	// Many entries, the most that fit a quarter of the maximum.
+	mdLong := min(long, e.mdLimits.MaxMetadataBytes/3)
+	add(&kernel.Frame{Type: kernel.FrameRequest, CallID: 102, Metadata: kernel.Metadata{"long": string(transportFill(nil, 102, mdLong)), transportRepeat("long-key-", mdLong/2): "v"}})
+	// Many entries, the most that fit a quarter of the maximum and the
+	// metadata limits.
 	many := make(kernel.Metadata)
-	for i := 0; 24*len(many) < long && len(many) < 5000; i++ {
+	for i := 0; 24*len(many) < min(long, e.mdLimits.MaxMetadataBytes) && len(many) < e.mdLimits.MaxMetadataEntries; i++ {
 		many["x-key-"+strconv.Itoa(i)] = "value " + strconv.Itoa(i)
 	}
 	add(&kernel.Frame{Type: kernel.FrameRequest, CallID: 103, Metadata: many})

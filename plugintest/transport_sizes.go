@@ -108,11 +108,12 @@ func (e *transportEnv) largeNote(n int) string {
 }
 
 // transportLargeHeader is a frame whose fields take at least n bytes,
-// mostly metadata entries of 200-byte values.
-func transportLargeHeader(callID uint64, n int) *kernel.Frame {
+// mostly metadata entries of values of at least 200 bytes, long enough
+// that the entries stay within half of lim's count.
+func transportLargeHeader(callID uint64, n int, lim kernel.FrameLimits) *kernel.Frame {
 	f := transportSample(nil, callID, 0, 0)
 	f.Metadata = kernel.Metadata{"seq": "0"}
-	value := string(transportPrintable(callID, 200))
+	value := string(transportPrintable(callID, max(200, 2*n/max(1, lim.MaxMetadataEntries))))
 	for i := 0; transportBodyLen(f) < n; i++ {
 		f.Metadata["k"+strconv.Itoa(i)] = value
 	}
@@ -120,8 +121,11 @@ func transportLargeHeader(callID uint64, n int) *kernel.Frame {
 }
 
 // transportLargeHeaderLen is how many header bytes the large-header
-// checks use: half the maximum, at most 64KiB.
-func (e *transportEnv) transportLargeHeaderLen() int { return min(e.max/2, 64<<10) }
+// checks use: half the maximum, at most 64KiB, and with metadata within
+// the limits.
+func (e *transportEnv) transportLargeHeaderLen() int {
+	return min(e.max/2, 64<<10, e.mdLimits.MaxMetadataBytes*9/10)
+}
 
 // maxLargeHeader sends a frame of exactly the maximum length whose header
 // is half of it: the header counts toward the maximum, and must be
@@ -132,7 +136,7 @@ func (e *transportEnv) maxLargeHeader(t tb) {
 		name     string
 		from, to kernel.Conn
 	}{{"client→server", p.client, p.server}, {"server→client", p.server, p.client}} {
-		want := transportLargeHeader(uint64(i+1), e.transportLargeHeaderLen())
+		want := transportLargeHeader(uint64(i+1), e.transportLargeHeaderLen(), e.mdLimits)
 		want.Payload = transportFill(nil, 11, e.max-transportBodyLen(want))
 		got := e.transfer(t, dir.from, dir.to, want)
 		d := transportDiff(got, want)
@@ -160,7 +164,7 @@ func (e *transportEnv) tooLarge(t tb) {
 	})
 	t.Run("LargeHeader", func(t tb) {
 		client, server := e.connect(t, tr, l)
-		e.refused(t, client, server, transportLargeHeader(9, e.transportLargeHeaderLen()), "client→server, with a large header,")
+		e.refused(t, client, server, transportLargeHeader(9, e.transportLargeHeaderLen(), e.mdLimits), "client→server, with a large header,")
 	})
 	t.Run("OtherConnsWork", func(t tb) {
 		e.exchange(t, bystanderClient, bystanderServer, 1, 1<<10)
@@ -169,17 +173,24 @@ func (e *transportEnv) tooLarge(t tb) {
 }
 
 // refused writes header with a payload that makes it one byte over the
-// maximum on from, and checks the outcome against the kernel's contract
-// (kernel.Conn.WriteFrame): refused by WriteFrame with an error wrapping
-// kernel.ErrFrameTooLarge, either as a *kernel.Status, after which the
-// connection carries the next frames both ways, or with any other error,
-// after which the connection is dead; or written and then refused by the
-// receiver, which closes the connection. Never delivered.
+// maximum on from, and checks the outcome as refusal does.
 func (e *transportEnv) refused(t tb, from, to kernel.Conn, header *kernel.Frame, what string) {
 	t.Helper()
 	f := transportHeader(header)
 	n := e.max - transportBodyLen(f) + 1
 	f.Payload = transportFill(from.Buffer(n), 9, n)
+	e.refusal(t, from, to, f, what, kernel.ErrFrameTooLarge, "over the maximum frame size "+strconv.Itoa(e.max))
+}
+
+// refusal writes f, which breaks a limit (over says which), on from, and
+// checks the outcome against the kernel's contract (kernel.Conn.WriteFrame):
+// refused by WriteFrame with an error wrapping sentinel, either as a
+// *kernel.Status, after which the connection carries the next frames both
+// ways, or with any other error, after which the connection is dead; or
+// written and then refused by the receiver, which closes the connection.
+// Never delivered.
+func (e *transportEnv) refusal(t tb, from, to kernel.Conn, f *kernel.Frame, what string, sentinel error, over string) {
+	t.Helper()
 	written := make(chan error, 1)
 	go func() { written <- from.WriteFrame(f) }()
 	// Read meanwhile: a transport that leaves the check to the receiver
@@ -195,32 +206,32 @@ func (e *transportEnv) refused(t tb, from, to kernel.Conn, header *kernel.Frame,
 	select {
 	case werr = <-written:
 	case <-time.After(2 * e.patience):
-		t.Fatalf("WriteFrame (%s) of a frame over the maximum (%d bytes) did not return within %s", what, e.max+1, 2*e.patience)
+		t.Fatalf("WriteFrame (%s) of a frame %s did not return within %s", what, over, 2*e.patience)
 	}
-	if errors.Is(werr, kernel.ErrFrameTooLarge) {
+	if errors.Is(werr, sentinel) {
 		var st *kernel.Status
 		if !errors.As(werr, &st) {
 			// Not a *Status: the kernel takes the connection for dead.
 			if !transportWaitDone(from, e.patience) {
-				t.Errorf("WriteFrame (%s) refused a frame over the maximum with %q, which is not a *kernel.Status, yet the connection stayed alive (Done still open after %s): "+
+				t.Errorf("WriteFrame (%s) refused a frame %s with %q, which is not a *kernel.Status, yet the connection stayed alive (Done still open after %s): "+
 					"the kernel takes any other error to mean the connection is dead and fails every call on it (kernel.Conn.WriteFrame). "+
-					"Refuse the frame alone with a *kernel.Status (ResourceExhausted) that also wraps kernel.ErrFrameTooLarge, or close the connection",
-					what, werr, e.patience)
+					"Refuse the frame alone with a *kernel.Status (ResourceExhausted) that also wraps %v, or close the connection",
+					what, over, werr, e.patience, sentinel)
 			} else if from.Err() == nil {
-				t.Errorf("WriteFrame (%s) refused a frame over the maximum and Done closed, but Err is nil; Err must say why the connection died", what)
+				t.Errorf("WriteFrame (%s) refused a frame %s and Done closed, but Err is nil; Err must say why the connection died", what, over)
 			}
 			return
 		}
 		// Refused alone: the connection must go on as if it had never
 		// been written. The pending read takes the next frame.
 		if err := from.Err(); err != nil {
-			t.Fatalf("WriteFrame (%s) refused a frame over the maximum with a *kernel.Status (%v), which says that frame alone was refused, but the connection is dead (Err: %v)", what, werr, err)
+			t.Fatalf("WriteFrame (%s) refused a frame %s with a *kernel.Status (%v), which says that frame alone was refused, but the connection is dead (Err: %v)", what, over, werr, err)
 		}
 		want := transportSample(nil, 10, 1, 1<<10)
 		next := transportHeader(want)
 		next.Payload = append(from.Buffer(len(want.Payload)), want.Payload...)
 		if err := from.WriteFrame(next); err != nil {
-			t.Fatalf("after WriteFrame (%s) refused a frame over the maximum with a *kernel.Status, the next WriteFrame failed: %v; a *kernel.Status means the connection stays usable", what, err)
+			t.Fatalf("after WriteFrame (%s) refused a frame %s with a *kernel.Status, the next WriteFrame failed: %v; a *kernel.Status means the connection stays usable", what, over, err)
 		}
 		var r transportReadResult
 		select {
@@ -230,13 +241,13 @@ func (e *transportEnv) refused(t tb, from, to kernel.Conn, header *kernel.Frame,
 		}
 		switch {
 		case r.err != nil:
-			t.Fatalf("after WriteFrame (%s) refused a frame over the maximum with a *kernel.Status, the frame written next did not arrive (ReadFrame: %v); "+
-				"nothing of a refused frame may be sent, and the connection must stay usable", what, r.err)
+			t.Fatalf("after WriteFrame (%s) refused a frame %s with a *kernel.Status, the frame written next did not arrive (ReadFrame: %v); "+
+				"nothing of a refused frame may be sent, and the connection must stay usable", what, over, r.err)
 		case transportDiff(r.f, want) != "":
 			d := transportDiff(r.f, want)
 			r.f.Release()
-			t.Fatalf("after WriteFrame (%s) refused a frame over the maximum with a *kernel.Status, the next frame to arrive was not the one written next: %s; "+
-				"nothing of a refused frame may be sent", what, d)
+			t.Fatalf("after WriteFrame (%s) refused a frame %s with a *kernel.Status, the next frame to arrive was not the one written next: %s; "+
+				"nothing of a refused frame may be sent", what, over, d)
 		}
 		r.f.Release()
 		e.exchange(t, to, from, 11, 1<<10)
@@ -251,14 +262,14 @@ func (e *transportEnv) refused(t tb, from, to kernel.Conn, header *kernel.Frame,
 	switch {
 	case r.err == nil:
 		r.f.Release()
-		t.Errorf("a frame (%s) of %d bytes, over the maximum frame size %d, was delivered (%d-byte payload, %d bytes of header); it must be refused by WriteFrame or by the receiver",
-			what, e.max+1, e.max, n, transportBodyLen(f))
+		t.Errorf("a frame (%s) %s was delivered (%d-byte payload, %d bytes of header, %d metadata entries); it must be refused by WriteFrame or by the receiver",
+			what, over, len(f.Payload), transportBodyLen(f), len(f.Metadata))
 	case ctx.Err() != nil && werr != nil:
-		t.Errorf("WriteFrame (%s) of a frame over the maximum: %v; want an error wrapping kernel.ErrFrameTooLarge", what, werr)
+		t.Errorf("WriteFrame (%s) of a frame %s: %v; want an error wrapping %v", what, over, werr, sentinel)
 	case ctx.Err() != nil:
-		t.Errorf("a frame (%s) over the maximum frame size %d was accepted by WriteFrame and then vanished: the receiver neither delivered it nor closed the connection within %s; refuse it with an error wrapping kernel.ErrFrameTooLarge instead", what, e.max, e.patience)
+		t.Errorf("a frame (%s) %s was accepted by WriteFrame and then vanished: the receiver neither delivered it nor closed the connection within %s; refuse it with an error wrapping %v instead", what, over, e.patience, sentinel)
 	case !transportWaitDone(to, e.patience):
-		t.Errorf("the receiver's ReadFrame failed on a frame (%s) over the maximum (%v), but its Done did not close", what, r.err)
+		t.Errorf("the receiver's ReadFrame failed on a frame (%s) %s (%v), but its Done did not close", what, over, r.err)
 	}
 }
 

@@ -55,6 +55,19 @@ type conn struct {
 	got       int    // bytes of body read so far
 	interrupt func() // built once, so that ReadFrame's AfterFunc allocates no method value
 
+	want int // the length of the frame being read; body grows towards it
+
+	// The frame clock (see read.go) cuts off a peer that starts a frame and
+	// does not finish it, or, accepted, sends none at all.
+	frameTimer    *time.Timer
+	clockOn       bool          // the reader started the clock (reader only)
+	clockFirst    atomic.Bool   // the clock runs for the first frame
+	clockSeq      atomic.Uint64 // framesIn when the clock started
+	clockDeadline atomic.Int64  // when it runs out, in Unix nanoseconds
+	framesIn      atomic.Uint64 // whole frames read
+	lastPing      time.Time     // when the peer's last Ping came (reader only)
+	pingStrike    int           // Pings too close together, with nothing between (reader only)
+
 	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
 	reading    atomic.Bool   // a ReadFrame is waiting
 	unanswered atomic.Int64  // requests written minus responses read
@@ -97,6 +110,7 @@ type frameQueue struct {
 	large  []largePayload
 	frames int
 	pongs  int
+	bytes  int // what the frames take on the wire, held to max_write_queue
 }
 
 type largePayload struct {
@@ -105,7 +119,7 @@ type largePayload struct {
 	own     []byte // the buffer recycled once it is sent
 }
 
-func newConn(t *transport, nc, raw net.Conn) *conn {
+func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	c := &conn{
 		t:      t,
 		nc:     nc,
@@ -118,6 +132,14 @@ func newConn(t *transport, nc, raw net.Conn) *conn {
 	c.pool.init()
 	c.br = bufio.NewReaderSize(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
+	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)
+	if accepted {
+		c.clockOn = true
+		c.clockFirst.Store(true)
+		c.clockDeadline.Store(time.Now().Add(t.firstFrameTimeout).UnixNano())
+	} else {
+		c.frameTimer.Stop()
+	}
 	c.goroutines.Go(c.writeLoop)
 	c.goroutines.Go(c.keepalive)
 	return c
@@ -160,6 +182,7 @@ func (c *conn) fail(level slog.Level, err error) error {
 	}
 	close(c.done)
 	c.raw.Close()
+	c.frameTimer.Stop()
 	c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	return err
 }
@@ -167,20 +190,39 @@ func (c *conn) fail(level slog.Level, err error) error {
 // Close sends what is already queued, closes the socket and waits for the
 // connection's goroutines. It is idempotent.
 func (c *conn) Close() error {
-	err := fmt.Errorf("tcp-lv: connection %s: %w", c.remote, kernel.ErrClosed)
-	if c.death.CompareAndSwap(nil, &err) {
-		// A GoAway written just before Close must still reach the peer, but
-		// a peer that does not drain its socket must not hold Close for
-		// write_timeout: cut any write in flight short, then flush.
-		c.nc.SetWriteDeadline(time.Now().Add(min(c.t.writeTimeout, closeFlushTimeout)))
-		c.wmu.Lock()
-		c.flushLocked()
-		c.wmu.Unlock()
-		close(c.done)
-		c.raw.Close()
-	}
+	c.flushAndClose(fmt.Errorf("tcp-lv: connection %s: %w", c.remote, kernel.ErrClosed))
 	c.goroutines.Wait()
 	return nil
+}
+
+// flushAndClose kills the connection with err after sending what is
+// queued, and reports whether it was this call that killed it.
+func (c *conn) flushAndClose(err error) bool {
+	if !c.death.CompareAndSwap(nil, &err) {
+		return false
+	}
+	// A GoAway written just before Close must still reach the peer, but a
+	// peer that does not drain its socket must not hold Close for
+	// write_timeout: cut any write in flight short, then flush.
+	c.nc.SetWriteDeadline(time.Now().Add(min(c.t.writeTimeout, closeFlushTimeout)))
+	c.wmu.Lock()
+	c.flushLocked()
+	c.wmu.Unlock()
+	close(c.done)
+	c.raw.Close()
+	c.frameTimer.Stop()
+	return true
+}
+
+// goAwayAndFail ends a connection whose peer broke a rule, telling it why
+// first. The GoAway names no last call (the transport does not know which
+// were served), so the peer resends none of its calls.
+func (c *conn) goAwayAndFail(reason string, err error) error {
+	_ = c.enqueue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: reason}, nil)
+	if c.flushAndClose(err) {
+		c.t.log.Warn("tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
+	}
+	return c.Err()
 }
 
 // WriteFrame writes f now if the socket is free, else queues it for
@@ -205,8 +247,14 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		c.pool.Put(f.Payload)
 		// Refused alone, with nothing of it sent: a *Status, so that the
 		// kernel fails only this call and keeps the connection.
-		return fmt.Errorf("%w: %w", &kernel.Status{Code: kernel.ResourceExhausted,
-			Message: fmt.Sprintf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame)}, kernel.ErrFrameTooLarge)
+		return kernel.RefusedFrame(kernel.ResourceExhausted,
+			fmt.Sprintf("tcp-lv: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame), kernel.ErrFrameTooLarge)
+	}
+	if len(f.Metadata) > 0 {
+		if err := c.t.limits.Check(f); err != nil {
+			c.pool.Put(f.Payload)
+			return err
+		}
 	}
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
@@ -214,11 +262,15 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	// While the reader still holds frames it received, the requests (and
 	// queued answers) they prompt wait to leave together in one write.
 	// Other frames (a Cancel, a GoAway) go at once.
-	if (f.Type == kernel.FrameRequest || queue && f.Type == kernel.FrameResponse) && c.corked.Load() && c.enqueueCorked(f) {
-		return nil
+	if (f.Type == kernel.FrameRequest || queue && f.Type == kernel.FrameResponse) && c.corked.Load() {
+		if queued, err := c.enqueueCorked(f); queued || err != nil {
+			return err
+		}
 	}
 	if queue || !c.wmu.TryLock() {
-		c.enqueue(f, f.Payload)
+		if err := c.enqueue(f, f.Payload); err != nil {
+			return err
+		}
 		c.signalWriter()
 		return nil
 	}
@@ -231,8 +283,9 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		err = c.writeDirect(f)
 	default:
 		// Frames queued before this one must leave first.
-		c.enqueue(f, f.Payload)
-		err = c.flushLocked()
+		if err = c.enqueue(f, f.Payload); err == nil {
+			err = c.flushLocked()
+		}
 	}
 	c.wmu.Unlock()
 	return err
@@ -286,28 +339,40 @@ func (c *conn) writeDirect(f *kernel.Frame) error {
 }
 
 // enqueue appends f to the queue; own is the buffer recycled once f's
-// payload has been copied or sent.
-func (c *conn) enqueue(f *kernel.Frame, own []byte) {
+// payload has been copied or sent. A queue that would outgrow
+// max_write_queue kills the connection: its peer is not reading.
+func (c *conn) enqueue(f *kernel.Frame, own []byte) error {
 	c.qmu.Lock()
 	q := &c.q
 	if f.Type == kernel.FramePong {
 		if q.pongs >= maxQueuedPongs {
 			c.qmu.Unlock()
 			c.pool.Put(own)
-			return
+			return nil
 		}
 		q.pongs++
 	}
-	own = c.appendLocked(f, own)
+	own, queued := c.appendLocked(f, own)
 	c.qmu.Unlock()
 	c.pool.Put(own)
+	if queued < 0 {
+		return c.queueOverflow(-queued)
+	}
+	return nil
 }
 
 // appendLocked adds f to the queue; qmu is held. own is the buffer to
 // recycle once f's payload is copied or sent; appendLocked returns it when
-// the payload was copied, for the caller to recycle after unlocking.
-func (c *conn) appendLocked(f *kernel.Frame, own []byte) []byte {
+// the payload was copied (or f refused), for the caller to recycle after
+// unlocking. queued is the queue's size in bytes after f, negated when f
+// would have taken it past max_write_queue and was left out.
+func (c *conn) appendLocked(f *kernel.Frame, own []byte) (_ []byte, queued int) {
 	q := &c.q
+	n := kernel.FrameHeaderLen(f) + len(f.Payload)
+	if q.bytes+n > c.t.maxWriteQueue {
+		return own, -(q.bytes + n)
+	}
+	q.bytes += n
 	q.arena = kernel.AppendFrameHeader(q.arena, f)
 	if len(f.Payload) < copyLimit {
 		q.arena = append(q.arena, f.Payload...)
@@ -317,21 +382,32 @@ func (c *conn) appendLocked(f *kernel.Frame, own []byte) []byte {
 	}
 	q.frames++
 	c.queued.Store(int32(q.frames))
-	return own
+	return own, q.bytes
+}
+
+// queueOverflow kills a connection whose peer lets more than
+// max_write_queue pile up: only that peer suffers, and no memory grows
+// without bound on its behalf.
+func (c *conn) queueOverflow(bytes int) error {
+	return c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it is not reading; %d bytes queued for it would exceed max_write_queue %d",
+		c.remote, kernel.ErrPeerGone, bytes, c.t.maxWriteQueue))
 }
 
 // enqueueCorked queues f without waking the writer if the connection is
 // still corked, and reports whether it did.
-func (c *conn) enqueueCorked(f *kernel.Frame) bool {
+func (c *conn) enqueueCorked(f *kernel.Frame) (bool, error) {
 	c.qmu.Lock()
 	if !c.corked.Load() {
 		c.qmu.Unlock()
-		return false
+		return false, nil
 	}
-	own := c.appendLocked(f, f.Payload)
+	own, queued := c.appendLocked(f, f.Payload)
 	c.qmu.Unlock()
 	c.pool.Put(own)
-	return true
+	if queued < 0 {
+		return true, c.queueOverflow(-queued)
+	}
+	return true, nil
 }
 
 // uncork ends a cork before a read that may block: what was queued under
@@ -417,7 +493,7 @@ func (c *conn) flushLocked() error {
 	if cap(q.arena) > maxKeptArena {
 		q.arena = nil
 	}
-	q.frames, q.pongs = 0, 0
+	q.frames, q.pongs, q.bytes = 0, 0, 0
 	return err
 }
 
@@ -460,4 +536,3 @@ func (c *conn) writeFailed(err error) error {
 	}
 	return c.fail(slog.LevelInfo, fmt.Errorf("tcp-lv: connection %s: %w: %w", c.remote, kernel.ErrPeerGone, err))
 }
-

@@ -21,6 +21,25 @@
 //	write_timeout       30s    a peer that does not drain its socket for this
 //	                           long kills the connection
 //	read_buffer_size    64KiB  per-connection read buffer
+//	max_metadata_entries 256   metadata pairs one frame may carry; a frame
+//	                           written with more is refused alone, with
+//	                           ResourceExhausted; one read with more closes
+//	                           the connection
+//	max_metadata_bytes  64KiB  the same for the keys and values together
+//	frame_timeout       10s    how long a frame may take to arrive whole
+//	                           once its first byte has; a peer that stops
+//	                           half way, or trickles, is cut off
+//	first_frame_timeout 10s    how long an accepted connection may stay
+//	                           silent before its first frame
+//	max_write_queue     32MiB  bytes queued for a peer that is not reading
+//	                           before it is cut off (at least twice
+//	                           max_frame_size); only that peer suffers
+//	min_ping_interval   1s     Pings closer together than this, with no other
+//	                           frame between, more than twice in a row get a
+//	                           GoAway ("too_many_pings") and the connection
+//	                           closed; 0 means half of keepalive_interval, at
+//	                           most 1s. A Ping payload over 64 bytes is a
+//	                           protocol error
 //	tls                 none   TLS on both sides when set:
 //	  cert_file, key_file        this side's certificate (required to listen;
 //	                             sent as the client certificate when dialing)
@@ -55,6 +74,11 @@
 // always waits for the next request, never probes and never declares an
 // idle client dead (the OS TCP keepalive and write_timeout cover vanished
 // clients), and a client with no call waiting sends no Pings.
+//
+// A frame's buffer grows with the bytes that arrive, not with the length
+// announced: up to 64.5KiB at first, then doubling, so a peer announcing
+// the maximum and sending nothing costs 64KiB, not 4MiB. docs/reliability.md
+// lists every limit with its test.
 //
 // Buffers from Buffer and the payloads of frames from ReadFrame come from
 // per-connection free lists and are reused after WriteFrame, Recycle and

@@ -45,7 +45,7 @@ func FuzzReadFrame(f *testing.F) {
 			peer.Close()
 		}()
 		defer func() { <-sent }()
-		c := newConn(tr, local, local)
+		c := newConn(tr, local, local, true)
 		defer c.Close() // first, so that a blocked peer.Write returns
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

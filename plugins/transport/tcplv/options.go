@@ -35,6 +35,23 @@ type Options struct {
 	WriteTimeout kernel.Duration `json:"write_timeout"`
 	// ReadBufferSize is the size of each connection's read buffer.
 	ReadBufferSize kernel.Size `json:"read_buffer_size"`
+	// MaxMetadataEntries and MaxMetadataBytes bound the metadata of one
+	// frame, read or written.
+	MaxMetadataEntries int         `json:"max_metadata_entries"`
+	MaxMetadataBytes   kernel.Size `json:"max_metadata_bytes"`
+	// FrameTimeout is how long a frame may take to arrive once its first
+	// byte has: a peer that trickles, or stops half way, is cut off.
+	FrameTimeout kernel.Duration `json:"frame_timeout"`
+	// FirstFrameTimeout is how long an accepted connection may stay
+	// silent before its first frame.
+	FirstFrameTimeout kernel.Duration `json:"first_frame_timeout"`
+	// MaxWriteQueue bounds the bytes queued for a peer; one that does not
+	// read and lets more pile up is cut off. 0 means 32MiB, or twice
+	// MaxFrameSize if that is more.
+	MaxWriteQueue kernel.Size `json:"max_write_queue"`
+	// MinPingInterval is the shortest gap between a peer's Pings that is
+	// not held against it; 0 means half of KeepaliveInterval, at most 1s.
+	MinPingInterval kernel.Duration `json:"min_ping_interval"`
 	// TLS turns TLS on when not nil.
 	TLS *TLSOptions `json:"tls"`
 	// Logger receives the reasons connections are closed; nil means
@@ -62,7 +79,32 @@ func DefaultOptions() *Options {
 		KeepaliveTimeout:  kernel.Duration(5 * time.Second),
 		WriteTimeout:      kernel.Duration(30 * time.Second),
 		ReadBufferSize:    64 << 10,
+
+		MaxMetadataEntries: kernel.DefaultMaxMetadataEntries,
+		MaxMetadataBytes:   kernel.DefaultMaxMetadataBytes,
+		FrameTimeout:       kernel.Duration(10 * time.Second),
+		FirstFrameTimeout:  kernel.Duration(10 * time.Second),
 	}
+}
+
+// defaultWriteQueue is max_write_queue unless set: at least two frames of
+// the largest size.
+const defaultWriteQueue = 32 << 20
+
+func (o *Options) maxWriteQueue() int {
+	if o.MaxWriteQueue > 0 {
+		return int(o.MaxWriteQueue)
+	}
+	return max(defaultWriteQueue, 2*int(o.MaxFrameSize))
+}
+
+// minPingInterval is o.MinPingInterval with its default filled in: a peer
+// whose own keepalive is as short as ours must not be held to more.
+func (o *Options) minPingInterval() time.Duration {
+	if o.MinPingInterval > 0 {
+		return o.MinPingInterval.D()
+	}
+	return min(time.Second, o.KeepaliveInterval.D()/2)
 }
 
 // maxLengthField is the largest value the 32-bit length prefix can hold.
@@ -84,10 +126,26 @@ func (o *Options) validate() error {
 		{"keepalive_interval", o.KeepaliveInterval},
 		{"keepalive_timeout", o.KeepaliveTimeout},
 		{"write_timeout", o.WriteTimeout},
+		{"frame_timeout", o.FrameTimeout},
+		{"first_frame_timeout", o.FirstFrameTimeout},
 	} {
 		if d.v <= 0 {
 			return optionError(d.key, "must be positive, got %s", d.v)
 		}
+	}
+	if o.MinPingInterval < 0 {
+		return optionError("min_ping_interval", "must not be negative, got %s (0 means half of keepalive_interval, at most 1s)", o.MinPingInterval)
+	}
+	if o.MaxMetadataEntries < 1 {
+		return optionError("max_metadata_entries", "must be at least 1, got %d", o.MaxMetadataEntries)
+	}
+	if o.MaxMetadataBytes < 1 {
+		return optionError("max_metadata_bytes", "must be at least 1 byte, got %d", o.MaxMetadataBytes)
+	}
+	// Two frames of the largest size must always fit, or a healthy peer
+	// receiving large answers would be cut off.
+	if o.MaxWriteQueue != 0 && o.MaxWriteQueue < 2*o.MaxFrameSize {
+		return optionError("max_write_queue", "must be at least twice max_frame_size (%d), got %d; 0 means the default", 2*o.MaxFrameSize, o.MaxWriteQueue)
 	}
 	// bufio silently raises smaller sizes to 16.
 	if o.ReadBufferSize < 16 {

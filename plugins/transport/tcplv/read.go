@@ -65,9 +65,15 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			}
 			continue
 		}
+		c.framesIn.Add(1)
+		if c.clockOn {
+			c.stopFrameClock()
+		}
 		switch pf.f.Type {
 		case kernel.FramePing:
-			c.answerPing(pf)
+			if err := c.answerPing(pf); err != nil {
+				return nil, err
+			}
 			continue
 		case kernel.FramePong:
 			c.pool.putFrame(pf)
@@ -75,6 +81,7 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 		case kernel.FrameResponse:
 			c.answered()
 		}
+		c.pingStrike = 0
 		pf.f.SetOwner(pf)
 		// Corked exactly while a whole frame waits here: a reader that
 		// stops reading after this frame leaves nothing held.
@@ -92,7 +99,7 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 // fails on it at once.
 func (c *conn) frameBuffered() bool {
 	if c.body != nil {
-		return c.br.Buffered() >= len(c.body)-c.got
+		return c.br.Buffered() >= c.want-c.got
 	}
 	// Peek would read from the socket for bytes not yet buffered.
 	if c.br.Buffered() < kernel.FramePrefixLen {
@@ -107,6 +114,16 @@ func (c *conn) frameBuffered() bool {
 // length prefix is peeked, not consumed, until it is whole.
 func (c *conn) readFrame() (*pooledFrame, error) {
 	if c.body == nil {
+		if c.br.Buffered() < kernel.FramePrefixLen {
+			// Wait for the frame's first bytes without a clock; from
+			// then on, it must arrive whole within frame_timeout.
+			if _, err := c.br.Peek(1); err != nil {
+				return nil, err
+			}
+			if c.br.Buffered() < kernel.FramePrefixLen {
+				c.frameBegun()
+			}
+		}
 		prefix, err := c.br.Peek(kernel.FramePrefixLen)
 		if err != nil {
 			return nil, err
@@ -116,22 +133,46 @@ func (c *conn) readFrame() (*pooledFrame, error) {
 			return nil, c.protocolError(err)
 		}
 		c.br.Discard(kernel.FramePrefixLen)
-		c.body, c.got = c.pool.Get(n)[:n], 0
+		// Memory follows the bytes that arrive, not the length announced:
+		// a peer announcing 4 MiB and sending nothing gets firstFrameBuffer.
+		c.want, c.got = n, 0
+		c.body = c.pool.Get(min(n, firstFrameBuffer))
+		c.body = c.body[:min(n, cap(c.body))]
 	}
-	for c.got < len(c.body) {
+	if c.br.Buffered() < c.want-c.got {
+		c.frameBegun()
+	}
+	for c.got < c.want {
+		if c.got == len(c.body) {
+			c.growBody()
+		}
 		n, err := c.br.Read(c.body[c.got:])
 		c.got += n
-		if err != nil && c.got < len(c.body) {
+		if err != nil && c.got < c.want {
 			return nil, err
 		}
 	}
 	pf := c.pool.getFrame(c)
 	pf.body, c.body = c.body, nil
-	if err := kernel.DecodeFrame(pf.body, &pf.f, &c.in); err != nil {
+	if err := c.t.limits.Decode(pf.body, &pf.f, &c.in); err != nil {
 		c.pool.putFrame(pf)
 		return nil, c.protocolError(err)
 	}
 	return pf, nil
+}
+
+// firstFrameBuffer is what a frame gets before its bytes arrive: above it,
+// the buffer doubles as they come. It covers a 64 KiB message whole.
+const firstFrameBuffer = 64<<10 + 512
+
+// growBody doubles the buffer of the frame being read, up to its length.
+func (c *conn) growBody() {
+	size := min(c.want, 2*len(c.body))
+	bigger := c.pool.Get(size)
+	bigger = bigger[:min(c.want, cap(bigger))]
+	copy(bigger, c.body[:c.got])
+	c.pool.Put(c.body)
+	c.body = bigger
 }
 
 // protocolError closes the connection on a frame it cannot accept; the
@@ -154,13 +195,76 @@ func (c *conn) readFailed(err error) error {
 }
 
 // answerPing queues a Pong carrying the Ping's payload. The read path never
-// writes itself: a peer that does not read must not stall our reading.
-func (c *conn) answerPing(pf *pooledFrame) {
+// writes itself: a peer that does not read must not stall our reading. A
+// Ping over kernel.MaxPingPayload, or Pings closer together than
+// min_ping_interval with nothing else between, more than maxPingStrikes
+// times, end the connection: answering them would make us the amplifier.
+func (c *conn) answerPing(pf *pooledFrame) error {
+	if n := len(pf.f.Payload); n > kernel.MaxPingPayload {
+		c.pool.putFrame(pf)
+		return c.protocolError(fmt.Errorf("%w: Ping payload of %d bytes exceeds %d", kernel.ErrMalformedFrame, n, kernel.MaxPingPayload))
+	}
+	now := time.Now()
+	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.t.minPingInterval {
+		if c.pingStrike++; c.pingStrike > maxPingStrikes {
+			c.pool.putFrame(pf)
+			return c.goAwayAndFail("too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
+				c.remote, kernel.ErrClosed, c.t.minPingInterval, c.pingStrike))
+		}
+	}
+	c.lastPing = now
 	body := pf.body
 	pf.body = nil
-	c.enqueue(&kernel.Frame{Type: kernel.FramePong, CallID: pf.f.CallID, Payload: pf.f.Payload}, body)
+	err := c.enqueue(&kernel.Frame{Type: kernel.FramePong, CallID: pf.f.CallID, Payload: pf.f.Payload}, body)
 	c.pool.putFrame(pf)
 	c.signalWriter()
+	return err
+}
+
+// maxPingStrikes is how many Pings in a row may come too soon, as in
+// grpc-go's keepalive enforcement: a burst of two is forgiven.
+const maxPingStrikes = 2
+
+// frameBegun starts the frame clock when a read is about to wait for the
+// rest of a frame (reader only).
+func (c *conn) frameBegun() {
+	if !c.clockOn {
+		c.startFrameClock(c.t.frameTimeout)
+	}
+}
+
+// startFrameClock gives the frame being read d to arrive whole (reader only).
+func (c *conn) startFrameClock(d time.Duration) {
+	c.clockOn = true
+	c.clockSeq.Store(c.framesIn.Load())
+	c.clockDeadline.Store(time.Now().Add(d).UnixNano())
+	c.frameTimer.Reset(d)
+}
+
+func (c *conn) stopFrameClock() {
+	c.clockOn = false
+	c.clockFirst.Store(false)
+	c.frameTimer.Stop()
+}
+
+// frameExpired runs on the frame clock's timer. It acts only if no frame
+// arrived since the clock started and the deadline really passed: a
+// callback of an earlier clock may run late.
+func (c *conn) frameExpired() {
+	if c.Err() != nil || c.framesIn.Load() != c.clockSeq.Load() || time.Now().UnixNano() < c.clockDeadline.Load() {
+		return
+	}
+	if c.clockFirst.Load() {
+		c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
+		return
+	}
+	if !c.reading.Load() {
+		// Nobody reads: the rest may be sitting unread in the socket.
+		c.clockDeadline.Store(time.Now().Add(c.t.frameTimeout).UnixNano())
+		c.frameTimer.Reset(c.t.frameTimeout)
+		return
+	}
+	c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: a frame it started did not arrive whole within frame_timeout %s", c.remote, kernel.ErrClosed, c.t.frameTimeout))
 }
 
 func (c *conn) answered() {
@@ -190,7 +294,7 @@ func (c *conn) keepalive() {
 			timer.Reset(c.t.keepaliveInterval)
 			continue
 		}
-		c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil)
+		_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which ends this loop
 		c.signalWriter()
 		timer.Reset(c.t.keepaliveTimeout)
 		select {

@@ -28,6 +28,11 @@ type transport struct {
 	keepaliveTimeout  time.Duration
 	writeTimeout      time.Duration
 	readBufferSize    int
+	limits            kernel.FrameLimits
+	frameTimeout      time.Duration
+	firstFrameTimeout time.Duration
+	maxWriteQueue     int
+	minPingInterval   time.Duration
 	log               *slog.Logger
 	tlsOn             bool
 	serverTLS         *tls.Config // nil without a certificate
@@ -50,6 +55,11 @@ func New(o *Options) (kernel.Transport, error) {
 		keepaliveTimeout:  o.KeepaliveTimeout.D(),
 		writeTimeout:      o.WriteTimeout.D(),
 		readBufferSize:    int(o.ReadBufferSize),
+		limits:            kernel.FrameLimits{MaxMetadataEntries: o.MaxMetadataEntries, MaxMetadataBytes: int(o.MaxMetadataBytes)},
+		frameTimeout:      o.FrameTimeout.D(),
+		firstFrameTimeout: o.FirstFrameTimeout.D(),
+		maxWriteQueue:     o.maxWriteQueue(),
+		minPingInterval:   o.minPingInterval(),
 		log:               o.Logger,
 		osKeepalive: net.KeepAliveConfig{
 			Enable:   true,
@@ -115,7 +125,7 @@ func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) 
 	}
 	tcp := nc.(*net.TCPConn)
 	if !t.tlsOn {
-		return t.startTCP(tcp, nil), nil
+		return t.startTCP(tcp, nil, false), nil
 	}
 	cfg := t.clientTLS
 	if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
@@ -129,7 +139,7 @@ func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) 
 	if err := t.handshake(ctx, tcp, tc); err != nil {
 		return nil, fmt.Errorf("tcp-lv: dial %s: TLS handshake: %w", addr, err)
 	}
-	return t.startTCP(tcp, tc), nil
+	return t.startTCP(tcp, tc, false), nil
 }
 
 // handshake runs the TLS handshake before the connection is handed out:
@@ -145,12 +155,13 @@ func (t *transport) handshake(ctx context.Context, tcp *net.TCPConn, tc *tls.Con
 	return nil
 }
 
-func (t *transport) startTCP(tcp *net.TCPConn, tc *tls.Conn) *conn {
+// startTCP starts a connection; accepted says this side listened.
+func (t *transport) startTCP(tcp *net.TCPConn, tc *tls.Conn, accepted bool) *conn {
 	tcp.SetNoDelay(true)
 	if tc != nil {
-		return newConn(t, tc, tcp)
+		return newConn(t, tc, tcp, accepted)
 	}
-	return newConn(t, tcp, tcp)
+	return newConn(t, tcp, tcp, accepted)
 }
 
 // listener accepts connections. Accept calls take turns so that the
@@ -223,7 +234,7 @@ func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
 			}
 			continue
 		}
-		return l.t.startTCP(tcp, nil), nil
+		return l.t.startTCP(tcp, nil, true), nil
 	}
 }
 
@@ -281,7 +292,7 @@ func (l *listener) shake(tcp *net.TCPConn) {
 		}
 		return
 	}
-	c := l.t.startTCP(tcp, tc)
+	c := l.t.startTCP(tcp, tc, true)
 	select {
 	case l.ready <- c:
 	case <-l.closed:

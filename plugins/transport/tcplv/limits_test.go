@@ -1,0 +1,275 @@
+package tcplv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Each test here fails when the limit it names is taken out of the
+// transport; docs/reliability.md lists them.
+
+// readUntilDead reads on c until ReadFrame fails, which must happen
+// within within, and returns the error.
+func readUntilDead(t *testing.T, c *conn, within time.Duration) error {
+	t.Helper()
+	ctx := timeout(t, within)
+	for {
+		f, err := c.ReadFrame(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the connection is still alive after %s", within)
+			}
+			return err
+		}
+		f.Release()
+	}
+}
+
+func wantDeath(t *testing.T, err error, sentinel error, contains string) {
+	t.Helper()
+	if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), contains) {
+		t.Fatalf("the connection died of %q; want an error wrapping %v that names %q", err, sentinel, contains)
+	}
+}
+
+func TestMetadataOverTheLimitReadClosesTheConnection(t *testing.T) {
+	o := testOptions()
+	o.MaxMetadataEntries = 4
+	raw, server := rawPair(t, o)
+	md := kernel.Metadata{}
+	for i := range 5 {
+		md["k"+strconv.Itoa(i)] = "v"
+	}
+	raw.Write(encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Metadata: md}))
+	wantDeath(t, readUntilDead(t, server, 5*time.Second), kernel.ErrMetadataTooLarge, "more than 4 metadata entries")
+}
+
+func TestMetadataOverTheLimitWrittenIsRefusedAloneWithResourceExhausted(t *testing.T) {
+	o := testOptions()
+	o.MaxMetadataBytes = 100
+	client, server := connPair(t, o)
+	err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Metadata: kernel.Metadata{"k": strings.Repeat("v", 100)}})
+	if kernel.CodeOf(err) != kernel.ResourceExhausted || !errors.Is(err, kernel.ErrMetadataTooLarge) || !strings.Contains(err.Error(), "max_metadata_bytes 100") {
+		t.Fatalf("WriteFrame with 101 bytes of metadata: %v; want ResourceExhausted naming max_metadata_bytes", err)
+	}
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := server.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil || f.CallID != 2 {
+		t.Fatalf("the next frame: %v, %v; want call 2 (nothing of the refused one)", f, err)
+	}
+	f.Release()
+}
+
+// A peer announcing the largest frame and sending a few bytes of it gets
+// a buffer sized by what arrived, not by what it announced.
+func TestAnnouncedLengthReservesNoMemoryBeforeTheBytesArrive(t *testing.T) {
+	raw, server := rawPair(t, testOptions())
+	prefix := []byte{0, 0x40, 0, 0} // 4 MiB
+	raw.Write(append(prefix, encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1})[4:]...))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if f, err := server.ReadFrame(ctx); err == nil {
+		f.Release()
+		t.Fatal("a frame arrived from a peer that sent 16 bytes of 4 MiB")
+	}
+	if c := cap(server.body); c == 0 || c > 128<<10 {
+		t.Fatalf("the frame being read holds a buffer of %d bytes; want it bounded by what arrived (at most 128KiB), not the 4MiB announced", c)
+	}
+	// The rest arriving makes the frame whole, intact.
+	payload := pattern(4<<20-kernel.FrameFixedLen, 3)
+	go raw.Write(payload)
+	f, err := server.ReadFrame(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	if string(f.Payload) != string(payload) {
+		t.Fatal("the 4 MiB frame that arrived in pieces is not the one sent")
+	}
+}
+
+func TestStalledFrameIsCutOffAfterFrameTimeout(t *testing.T) {
+	for _, trickle := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stops", true: "trickles"}[trickle], func(t *testing.T) {
+			o := testOptions()
+			o.FrameTimeout = kernel.Duration(300 * time.Millisecond)
+			raw, server := rawPair(t, o)
+			// The first frame is held to first_frame_timeout; send one.
+			raw.Write(encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: 1}))
+			wire := encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2, Payload: make([]byte, 1000)})
+			raw.Write(wire[:10])
+			if trickle {
+				go func() {
+					for _, b := range wire[10:] {
+						if _, err := raw.Write([]byte{b}); err != nil {
+							return
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				}()
+			}
+			start := time.Now()
+			wantDeath(t, readUntilDead(t, server, 5*time.Second), kernel.ErrClosed, "frame_timeout")
+			if took := time.Since(start); took < 250*time.Millisecond {
+				t.Fatalf("cut off after %s, before frame_timeout", took)
+			}
+		})
+	}
+}
+
+// A slow frame is not a stalled one: frames that take less than
+// frame_timeout each, one after another, keep the connection.
+func TestFramesWithinFrameTimeoutKeepTheConnection(t *testing.T) {
+	o := testOptions()
+	o.FrameTimeout = kernel.Duration(300 * time.Millisecond)
+	raw, server := rawPair(t, o)
+	go func() {
+		for i := range 6 {
+			wire := encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: uint64(i + 1)})
+			raw.Write(wire[:5])
+			time.Sleep(150 * time.Millisecond)
+			raw.Write(wire[5:])
+		}
+	}()
+	for i := range 6 {
+		f, err := server.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatalf("frame %d: %v; frames that each arrived within frame_timeout must not kill the connection", i+1, err)
+		}
+		f.Release()
+	}
+}
+
+func TestSilentAcceptedConnectionIsCutOffAfterFirstFrameTimeout(t *testing.T) {
+	o := testOptions()
+	o.FirstFrameTimeout = kernel.Duration(300 * time.Millisecond)
+	_, server := rawPair(t, o)
+	wantDeath(t, readUntilDead(t, server, 5*time.Second), kernel.ErrClosed, "first_frame_timeout")
+
+	// A connection whose first frame came in time is not held to it.
+	raw, server := rawPair(t, o)
+	raw.Write(encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: 1}))
+	f, err := server.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if _, err := server.ReadFrame(ctx); ctx.Err() == nil {
+		t.Fatalf("an idle connection that sent its first frame in time died: %v", err)
+	}
+}
+
+// A peer that stops reading is cut off once max_write_queue bytes wait
+// for it, instead of the sender buffering without bound.
+func TestPeerThatDoesNotReadIsCutOffAtMaxWriteQueue(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 64 << 10
+	o.MaxWriteQueue = 256 << 10
+	raw, server := rawPair(t, o)
+	_ = raw // never read
+	payload := make([]byte, 32<<10)
+	var err error
+	sent := 0
+	for sent = 0; sent < 64<<20; sent += len(payload) {
+		buf := append(server.Buffer(len(payload)), payload...)
+		if err = server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1, Payload: buf}); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatalf("queued %d MiB for a peer that reads nothing without an error", sent>>20)
+	}
+	wantDeath(t, err, kernel.ErrPeerGone, "max_write_queue")
+	if server.Err() == nil {
+		t.Fatal("the connection is still alive")
+	}
+}
+
+func TestPingWithALargePayloadClosesTheConnection(t *testing.T) {
+	raw, server := rawPair(t, testOptions())
+	raw.Write(encode(&kernel.Frame{Type: kernel.FramePing, Payload: make([]byte, kernel.MaxPingPayload+1)}))
+	wantDeath(t, readUntilDead(t, server, 5*time.Second), kernel.ErrMalformedFrame, "Ping payload of 65 bytes")
+}
+
+// Pings closer together than min_ping_interval, with nothing between,
+// get a GoAway saying too_many_pings and then the connection closed.
+func TestTooManyPingsGetAGoAwayAndTheConnectionClosed(t *testing.T) {
+	o := testOptions()
+	o.MinPingInterval = kernel.Duration(time.Second)
+	raw, server := rawPair(t, o)
+	go readUntilDeadQuietly(server)
+	ping := encode(&kernel.Frame{Type: kernel.FramePing})
+	for range maxPingStrikes + 2 {
+		raw.Write(ping)
+	}
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(raw)
+	for {
+		var prefix [4]byte
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			t.Fatalf("the connection closed without a GoAway: %v", err)
+		}
+		n, _ := kernel.ReadFrameLength(prefix[:], 0)
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		var f kernel.Frame
+		if err := kernel.DecodeFrame(body, &f, nil); err != nil {
+			t.Fatal(err)
+		}
+		if f.Type == kernel.FramePong {
+			continue
+		}
+		if f.Type != kernel.FrameGoAway || f.Message != "too_many_pings" || f.CallID != kernel.GoAwayUnknownLast {
+			t.Fatalf("got %v %q (call id %d); want a GoAway saying too_many_pings that names no last call", f.Type, f.Message, f.CallID)
+		}
+		break
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the GoAway: %v; want EOF", err)
+	}
+}
+
+// Pings at the interval a peer's own keepalive uses are never held
+// against it, and any other frame between two Pings forgives them.
+func TestPingsAtTheKeepaliveIntervalAreAllowed(t *testing.T) {
+	o := testOptions()
+	o.MinPingInterval = kernel.Duration(100 * time.Millisecond)
+	raw, server := rawPair(t, o)
+	go readUntilDeadQuietly(server)
+	for range 2 * maxPingStrikes {
+		raw.Write(encode(&kernel.Frame{Type: kernel.FramePing}))
+		time.Sleep(120 * time.Millisecond)
+	}
+	for i := range 4 * maxPingStrikes {
+		raw.Write(encode(&kernel.Frame{Type: kernel.FramePing}))
+		raw.Write(encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: uint64(i + 1)}))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := server.Err(); err != nil {
+		t.Fatalf("the connection died: %v", err)
+	}
+}
+
+func readUntilDeadQuietly(c *conn) {
+	for {
+		f, err := c.ReadFrame(context.Background())
+		if err != nil {
+			return
+		}
+		f.Release()
+	}
+}
