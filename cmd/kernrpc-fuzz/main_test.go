@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestTargetsAreEveryFuzzFunction keeps the fixed list true: every func
+// Fuzz in the repository's test files is listed with its package, and
+// nothing else is.
+func TestTargetsAreEveryFuzzFunction(t *testing.T) {
+	root := filepath.Join("..", "..")
+	decl := regexp.MustCompile(`(?m)^func (Fuzz\w*)\(\w+ \*testing\.F\)`)
+	var found []target
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := "./" + filepath.ToSlash(rel)
+		if rel == "." {
+			pkg = "."
+		}
+		for _, m := range decl.FindAllSubmatch(src, -1) {
+			found = append(found, target{Name: string(m[1]), Pkg: pkg})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(t target) string { return t.Pkg + " " + t.Name }
+	want, have := sortedKeys(found, key), sortedKeys(targets, key)
+	if !slices.Equal(want, have) {
+		t.Fatalf("targets.go lists\n  %s\nthe repository has\n  %s", strings.Join(have, "\n  "), strings.Join(want, "\n  "))
+	}
+	if len(want) < 11 {
+		t.Fatalf("found only %d fuzz functions; is the walk starting at the repository root?", len(want))
+	}
+}
+
+func sortedKeys(ts []target, key func(target) string) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, key(t))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestObserveReadsGoTestsFuzzOutput(t *testing.T) {
+	var s status
+	for _, line := range []string{
+		"fuzz: elapsed: 0s, gathering baseline coverage: 0/54 completed",
+		"fuzz: elapsed: 3s, execs: 8496 (2831/sec), new interesting: 9 (total: 63)",
+		"fuzz: elapsed: 21s, execs: 52381 (539/sec), new interesting: 31 (total: 85)",
+		"PASS",
+	} {
+		s.observe(line)
+	}
+	if s.Execs != 52381 || s.New != 31 || s.Elapsed != "21s" || s.Failed || !s.Progress {
+		t.Fatalf("after a passing run: %+v", s)
+	}
+	for _, line := range []string{
+		"--- FAIL: FuzzDecodeFrame (0.52s)",
+		"    Failing input written to testdata/fuzz/FuzzDecodeFrame/582528ddfad69eb5",
+		"FAIL",
+		"exit status 1",
+	} {
+		s.observe(line)
+	}
+	if !s.Failed || s.Crasher != "testdata/fuzz/FuzzDecodeFrame/582528ddfad69eb5" || s.Execs != 52381 {
+		t.Fatalf("after a failing run: %+v", s)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "Usage: kernrpc-fuzz") {
+		t.Fatalf("-h: exit %d, %q", code, errOut.String())
+	}
+	for _, bad := range [][]string{{"-time", "0s"}, {"-run", "("}, {"-run", "NoSuchTarget"}, {"extra"}} {
+		errOut.Reset()
+		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
+			t.Errorf("%q: exit %d, want 2; %s", bad, code, errOut.String())
+		}
+	}
+	out.Reset()
+	if code := run(t.Context(), []string{"-list", "-run", "codec/json|Metadata"}, &out, &errOut); code != 0 {
+		t.Fatalf("-list: exit %d: %s", code, errOut.String())
+	}
+	if got, want := out.String(), "FuzzDecodeMetadata\t./kernel\nFuzzUnmarshal\t./plugins/codec/json\n"; got != want {
+		t.Fatalf("-list -run: %q, want %q", got, want)
+	}
+}
+
+func TestTableNamesEveryTargetAndTheTotal(t *testing.T) {
+	var out bytes.Buffer
+	printTable(&out, []result{
+		{target: targets[0], status: status{Execs: 100, New: 2}},
+		{target: targets[1], status: status{Execs: 50, Failed: true, Crasher: "testdata/fuzz/x/y"}},
+	})
+	for _, want := range []string{"TARGET", targets[0].Name, "100", "ok", "FAIL: testdata/fuzz/x/y", "total", "150"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
