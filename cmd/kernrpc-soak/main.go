@@ -1,0 +1,208 @@
+// Command kernrpc-soak runs mixed traffic for a long time in one process
+// against servers it starts itself, and fails if goroutines, open files or
+// the heap keep growing.
+//
+//	go run ./cmd/kernrpc-soak -duration 10m
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	_ "github.com/kernrpc/kernrpc/plugins/all" // every transport and codec the traffic uses
+)
+
+const usage = `Usage: kernrpc-soak [-duration D] [flags]
+
+Starts an echo server over tcp-lv and one over shm-ring, then runs -callers
+goroutines calling them through a client per transport and codec
+(protobuf, json, msgpack, flatbuffers) with payloads from 0 to 256 KiB:
+plain and asynchronous calls, calls with deadlines of 1-20 ms the server
+may outlast, and calls cancelled while they run. Every -churn one client is
+closed and a new one opened in its place.
+
+Every -interval it pauses the calls, runs a GC and prints goroutines, heap
+in use, open file descriptors (/proc/self/fd) and the calls so far. The
+first sample after -warmup is the start; the last, after the traffic, is
+the end. It exits 1 if, from start to end, goroutines grew by more than
+-goroutine-margin, open files by more than -fd-margin, or the heap by more
+than -heap-tolerance of the start plus -heap-slack; if after shutting
+everything down more goroutines or files are left than before it started
+(same margins); or if any call failed other than by its own deadline or
+cancellation, or got a wrong answer.
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	duration, interval, warmup, churn time.Duration
+	callers                           int
+	seed                              uint64
+	limits                            limits
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("kernrpc-soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	o := &options{}
+	fs.DurationVar(&o.duration, "duration", 10*time.Minute, "how long the traffic runs")
+	fs.DurationVar(&o.interval, "interval", 10*time.Second, "how often to print the figures")
+	fs.DurationVar(&o.warmup, "warmup", time.Minute, "figures before this are not the start (at most a third of -duration)")
+	fs.DurationVar(&o.churn, "churn", 200*time.Millisecond, "how often a client is replaced by a new one")
+	fs.IntVar(&o.callers, "callers", 8, "goroutines making calls")
+	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the random traffic")
+	fs.IntVar(&o.limits.goroutines, "goroutine-margin", 16, "goroutines the end may have beyond the start")
+	fs.IntVar(&o.limits.fds, "fd-margin", 8, "open files the end may have beyond the start")
+	fs.Float64Var(&o.limits.heapRatio, "heap-tolerance", 0.5, "heap growth allowed, as a fraction of the start's heap")
+	slack := fs.Int("heap-slack", 8, "heap growth allowed beyond -heap-tolerance, in MiB (buffer pools hold a few large buffers)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.duration <= 0 || o.interval <= 0 || o.churn <= 0 || o.callers <= 0 {
+		return nil, errors.New("-duration, -interval, -churn and -callers must be positive")
+	}
+	o.warmup = min(o.warmup, o.duration/3)
+	o.limits.heapSlack = uint64(*slack) << 20
+	o.limits.afterGoroutines, o.limits.afterFDs = o.limits.goroutines, o.limits.fds
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "kernrpc-soak:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	slog.SetDefault(log) // the engine's own informational lines would drown the figures
+	if err := soak(ctx, o, stdout, log); err != nil {
+		fmt.Fprintln(stderr, "kernrpc-soak:", err)
+		return 1
+	}
+	return 0
+}
+
+var errGrew = errors.New("figures grew beyond their margins")
+
+func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) error {
+	before, err := sample(0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "soak for %s (seed %d, %d callers, warm-up %s); before start: %s\n", o.duration, o.seed, o.callers, o.warmup, before)
+	t, err := startTraffic(ctx, log, o.seed)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	warm, end, err := drive(ctx, t, o, start, stdout)
+	if err != nil {
+		t.stop()
+		return err
+	}
+	if err := t.stop(); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	after, err := settle(before, o.limits, time.Since(start))
+	if err != nil {
+		return err
+	}
+	bad := o.limits.verdict(before, warm, end, after, &t.counts)
+	report(stdout, before, warm, end, after, bad)
+	if len(bad) > 0 {
+		return errGrew
+	}
+	return nil
+}
+
+// drive runs the callers and the churner until the duration ends,
+// sampling every interval, and returns the start and end figures.
+func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout io.Writer) (warm, end figures, err error) {
+	ctx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range o.callers {
+		wg.Go(func() { t.callLoop(ctx, i, o.seed) })
+	}
+	wg.Go(func() { t.churn(ctx, o.churn, rand.New(rand.NewPCG(o.seed, 1<<32))) })
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	haveWarm := false
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-tick.C:
+		}
+		f, err := t.quiesced(time.Since(start))
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return warm, end, err
+		}
+		progress(stdout, f, o.duration, &t.counts)
+		if !haveWarm && f.at >= o.warmup {
+			warm, haveWarm = f, true
+			fmt.Fprintf(stdout, "warm-up over: start figures %s\n", f)
+		}
+	}
+	wg.Wait()
+	end, err = t.quiesced(time.Since(start))
+	if err != nil {
+		return warm, end, err
+	}
+	progress(stdout, end, o.duration, &t.counts)
+	if !haveWarm { // a run shorter than one interval after the warm-up
+		warm = end
+	}
+	return warm, end, nil
+}
+
+// quiesced samples with no call in flight: callers wait while it holds
+// the lock they share.
+func (t *traffic) quiesced(at time.Duration) (figures, error) {
+	t.quiet.Lock()
+	defer t.quiet.Unlock()
+	time.Sleep(20 * time.Millisecond) // server goroutines of calls just cancelled return
+	return sample(at)
+}
+
+// settle samples after shutdown, giving connections' goroutines up to 2 s
+// to notice they are closed before calling what remains a leak.
+func settle(before figures, l limits, at time.Duration) (figures, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		f, err := sample(at)
+		if err != nil || time.Now().After(deadline) ||
+			(f.goroutines <= before.goroutines+l.afterGoroutines && f.fds <= before.fds+l.afterFDs) {
+			return f, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

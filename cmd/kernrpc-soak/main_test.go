@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestShortSoakPassesAndPrintsTheFigures runs the real traffic for 3 s.
+func TestShortSoakPassesAndPrintsTheFigures(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"-duration", "3s", "-interval", "1s", "-warmup", "1s", "-callers", "4", "-seed", "7"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"before start", "start (after warm-up)", "end", "after shutdown", "goroutines", "heap", "fds", "PASS", "[     1s/3s]"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), " 0 ok,") {
+		t.Errorf("some progress line counts no successful call:\n%s", out.String())
+	}
+}
+
+func TestVerdictNamesEveryFigureThatGrew(t *testing.T) {
+	l := limits{goroutines: 10, fds: 5, heapRatio: 0.5, heapSlack: 1 << 20, afterGoroutines: 2, afterFDs: 1}
+	before := figures{goroutines: 3, fds: 10, heap: 1 << 20}
+	warm := figures{goroutines: 50, fds: 20, heap: 20 << 20}
+	var c counts
+	if bad := l.verdict(before, warm, warm, before, &c); len(bad) != 0 {
+		t.Fatalf("unchanged figures: %q", bad)
+	}
+	end := figures{goroutines: 61, fds: 26, heap: 32 << 20}
+	after := figures{goroutines: 6, fds: 12}
+	c.failed.Add(1)
+	c.wrong.Add(2)
+	bad := strings.Join(l.verdict(before, warm, end, after, &c), "\n")
+	for _, want := range []string{"goroutines grew from 50", "open files grew from 20", "heap grew from 20.0 MiB", "6 goroutines after shutdown",
+		"12 open files after shutdown", "1 calls failed", "2 calls got a wrong answer"} {
+		if !strings.Contains(bad, want) {
+			t.Errorf("verdict lacks %q:\n%s", want, bad)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "Usage: kernrpc-soak") {
+		t.Fatalf("-h: exit %d: %s", code, errOut.String())
+	}
+	for _, bad := range [][]string{{"-duration", "0s"}, {"-callers", "0"}, {"extra"}, {"-nope"}} {
+		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
+			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+}
