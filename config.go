@@ -73,6 +73,16 @@ type ServerConfig struct {
 	InstanceID string `json:"instance_id"`
 	// Metadata is registered with the instance.
 	Metadata map[string]string `json:"metadata"`
+	// MaxConnections bounds the connections the server holds; one over it
+	// is closed as it is accepted. Default 10000.
+	MaxConnections int `json:"max_connections"`
+	// MaxConcurrentCalls bounds the calls one connection may have in
+	// flight; one over it is refused with ResourceExhausted, unprocessed.
+	// Default 1024.
+	MaxConcurrentCalls int `json:"max_concurrent_calls"`
+	// IdleTimeout is how long a connection may carry no call before the
+	// server sends it a GoAway and closes it. Default 15m.
+	IdleTimeout kernel.Duration `json:"idle_timeout"`
 }
 
 // ClientConfig tunes the client side.
@@ -118,6 +128,15 @@ func (c *Config) applyDefaults() {
 	if c.Server.RegisterTTL == 0 {
 		c.Server.RegisterTTL = kernel.Duration(10 * time.Second)
 	}
+	if c.Server.MaxConnections == 0 {
+		c.Server.MaxConnections = 10000
+	}
+	if c.Server.MaxConcurrentCalls == 0 {
+		c.Server.MaxConcurrentCalls = 1024
+	}
+	if c.Server.IdleTimeout == 0 {
+		c.Server.IdleTimeout = kernel.Duration(15 * time.Minute)
+	}
 	if c.Client.PoolSize == 0 {
 		c.Client.PoolSize = 1
 	}
@@ -142,6 +161,15 @@ func (c *Config) validate() error {
 	}
 	if c.Server.ShutdownTimeout < 0 {
 		return c.errorf("server.shutdown_timeout", "must not be negative, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Server.MaxConnections < 0 {
+		return c.errorf("server.max_connections", "must be positive, got %d (0 means the default, 10000)", c.Server.MaxConnections)
+	}
+	if c.Server.MaxConcurrentCalls < 0 {
+		return c.errorf("server.max_concurrent_calls", "must be positive, got %d (0 means the default, 1024)", c.Server.MaxConcurrentCalls)
+	}
+	if c.Server.IdleTimeout < 0 {
+		return c.errorf("server.idle_timeout", "must be positive, got %s (0 means the default, 15m)", c.Server.IdleTimeout)
 	}
 	for i, f := range c.Filters {
 		if f.Name == "" {

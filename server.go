@@ -41,6 +41,9 @@ type Server struct {
 	acceptDone chan struct{}
 	shutdown   sync.Once
 
+	refusedConns  atomic.Int64 // over max_connections, since start
+	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
+
 	// others holds the registered codecs other than the configured one that
 	// requests have named, built on first use (see codecFor). It is copied
 	// on write, so that finding a codec takes no lock.
@@ -230,7 +233,13 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 			_ = c.Close()
 			return
 		}
+		if !s.admitConnLocked() {
+			s.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
 		s.conns[sc] = struct{}{}
+		sc.startIdleWatch()
 		s.mu.Unlock()
 		go sc.readLoop()
 	}
@@ -316,15 +325,22 @@ func (s *Server) closeConns(ctx context.Context) {
 	grace := time.NewTimer(closeGrace)
 	defer grace.Stop()
 	for _, sc := range conns {
-		if hc, ok := sc.conn.(kernel.HalfCloser); ok && hc.CloseWrite() == nil {
-			select {
-			case <-sc.conn.Done():
-			case <-grace.C:
-			case <-ctx.Done():
-			}
-		}
-		_ = sc.conn.Close()
+		s.closeConn(ctx, sc, grace.C)
 	}
+}
+
+// closeConn ends one connection of a drained server or an idle one: where
+// the transport can half-close, it does, and waits until the client
+// closes its side, grace fires or ctx ends.
+func (s *Server) closeConn(ctx context.Context, sc *serverConn, grace <-chan time.Time) {
+	if hc, ok := sc.conn.(kernel.HalfCloser); ok && hc.CloseWrite() == nil {
+		select {
+		case <-sc.conn.Done():
+		case <-grace:
+		case <-ctx.Done():
+		}
+	}
+	_ = sc.conn.Close()
 }
 
 // closeGrace bounds how long a drained server waits for its clients to

@@ -760,39 +760,6 @@ func BenchmarkCallOtherProcess16B(b *testing.B) {
 	}
 }
 
-func TestRequestReusingAnIDInFlightIsRefused(t *testing.T) {
-	cfg := testConfig(t)
-	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			<-release
-			return req, nil
-		})
-	})
-	c := rawConn(t, srv.Addr())
-	hold := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 7, Method: "Echo.Hold", Codec: "protobuf"}
-	if err := c.WriteFrame(hold); err != nil {
-		t.Fatal(err)
-	}
-	again := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 7, Method: "Echo.Echo", Codec: "protobuf"}
-	resp := roundTripRaw(t, c, again)
-	if resp.CallID != 7 || resp.Code != kernel.InvalidArgument || !strings.Contains(resp.Message, "already in flight") {
-		t.Fatalf("got call %d %v %q, want call 7 refused as InvalidArgument", resp.CallID, resp.Code, resp.Message)
-	}
-	resp.Release()
-	close(release)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	first, err := c.ReadFrame(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Release()
-	if first.CallID != 7 || first.Code != kernel.OK {
-		t.Fatalf("the held call ended as call %d %v %q", first.CallID, first.Code, first.Message)
-	}
-}
-
 func TestShutdownDeadlineCancelsWhatStillRuns(t *testing.T) {
 	cfg := testConfig(t)
 	handlerCtxErr := make(chan error, 1)

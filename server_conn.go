@@ -3,7 +3,6 @@ package kernrpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -74,9 +73,14 @@ type serverConn struct {
 	watchdogArmed atomic.Bool
 	watchedSeq    uint64 // inlineSeq at the watchdog's last tick; only watch touches it
 
-	mu     sync.Mutex
-	calls  map[uint64]*callCtx
-	closed bool
+	idle         idleWatch
+	replayLogged atomic.Bool
+
+	mu        sync.Mutex
+	calls     map[uint64]*callCtx
+	ids       callIDWindow // the call ids seen, so that none runs twice
+	closed    bool
+	goingAway bool // idle: the GoAway is out, new calls are refused
 	// lastAccepted is the highest call id accepted for serving. Once the
 	// server drains, no higher id is served, and the GoAway says so: the
 	// client may then safely resend any higher-numbered call.
@@ -240,22 +244,27 @@ func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 		sc.mu.Unlock()
 		return nil
 	}
-	if _, dup := sc.calls[f.CallID]; dup {
+	if _, dup := sc.calls[f.CallID]; dup || !sc.ids.admit(f.CallID) {
 		sc.mu.Unlock()
-		sc.srv.log.Warn("request reuses the id of a call in flight; refusing it", "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
-		sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: f.CallID, Code: kernel.InvalidArgument,
-			Message: "call id " + fmt.Sprint(f.CallID) + " is already in flight on this connection"})
+		// Its first copy gets (or got) the call's one answer.
+		sc.noteReplay(f.CallID)
+		return nil
+	}
+	if len(sc.calls) >= sc.srv.cfg.Server.MaxConcurrentCalls {
+		sc.refuseOverLimitLocked(f.CallID)
+		sc.mu.Unlock()
 		return nil
 	}
 	sc.calls[f.CallID] = c
 	// Checked under sc.mu, which goAway also takes after draining is set:
 	// a call is either counted in the GoAway or refused, never both.
-	if sc.srv.draining.Load() {
+	if sc.srv.draining.Load() || sc.goingAway {
 		c.refused = true
 	} else {
 		sc.lastAccepted = max(sc.lastAccepted, f.CallID)
 	}
 	sc.mu.Unlock()
+	sc.idle.activity.Add(1)
 	sc.srv.inflight.Add(1)
 	return c
 }
@@ -300,6 +309,7 @@ func (sc *serverConn) close(err error) {
 	if t := sc.watchdog.Load(); t != nil {
 		t.Stop()
 	}
+	sc.idle.timer.Stop()
 	_ = sc.conn.Close()
 	s := sc.srv
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,6 @@ type codecEntry struct {
 
 // serve runs one unary call: decode, filters and handler, encode, reply.
 func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
-	s := sc.srv
 	defer sc.end(c)
 	out := &c.out
 	out.Type, out.Flags, out.CallID = kernel.FrameResponse, kernel.FlagEndStream, c.id
@@ -43,7 +43,7 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
 			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran %s", c.info.Method).(*kernel.Status)
 		}
-		out.Code, out.Message = st.Code, st.Message
+		out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
 		if st.Code == kernel.OK {
 			out.Code = kernel.Unknown
 		}
@@ -57,15 +57,47 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		write = q.QueueFrame
 	}
 	if err := write(out); err != nil {
-		var st *kernel.Status
-		if errors.As(err, &st) && sc.conn.Err() == nil {
-			// The transport refused the answer (the client has not read for
-			// a long while, say): close, or the client waits for it in vain.
-			s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
-			_ = sc.conn.Close()
-			return
-		}
+		sc.answerRefused(c, write, err)
+	}
+}
+
+// maxStatusMessage bounds the status message an answer carries: a
+// handler's error quoting a long or binary input must not make the answer
+// too large to send.
+const maxStatusMessage = 16 << 10
+
+// cutMessage cuts msg to at most n bytes, where a character ends, saying
+// how much was cut.
+func cutMessage(msg string, n int) string {
+	if len(msg) <= n {
+		return msg
+	}
+	note := " … (" + strconv.Itoa(len(msg)-n) + " more bytes cut)"
+	return strings.ToValidUTF8(msg[:n-len(note)], "") + note
+}
+
+// maxRefusalMessage bounds the message of the answer sent in place of one
+// the transport refused, so that the replacement always fits.
+const maxRefusalMessage = 1 << 10
+
+// answerRefused handles a failed write of c's answer. Refused alone (a
+// *Status: too large for the frame limit, too much metadata), the answer
+// becomes that status, which the caller receives at once instead of
+// waiting for its deadline. If even that cannot be sent, the connection
+// is closed, so that the client learns at once.
+func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) {
+	s := sc.srv
+	var st *kernel.Status
+	if !errors.As(err, &st) || sc.conn.Err() != nil {
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+		return
+	}
+	s.log.Warn("response refused by the transport; answering with the reason instead", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+	msg := cutMessage("the server could not send the answer to "+c.info.Method+": "+st.Message, maxRefusalMessage)
+	c.out = kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id, Code: st.Code, Message: msg}
+	if err := write(&c.out); err != nil {
+		s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+		_ = sc.conn.Close()
 	}
 }
 

@@ -1,0 +1,260 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	"google.golang.org/protobuf/proto"
+)
+
+// Each test here fails when the server limit it names is removed;
+// docs/reliability.md lists them.
+
+func echoRequest(t *testing.T, id uint64, method string, payload []byte) *kernel.Frame {
+	t.Helper()
+	b, err := proto.Marshal(&echopb.Echo{Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: id, Method: method, Codec: "protobuf", Payload: b}
+}
+
+func readFrame(t *testing.T, c kernel.Conn, within time.Duration) (*kernel.Frame, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	return c.ReadFrame(ctx)
+}
+
+// A request whose call id was already used on its connection (a frame
+// sent twice) is dropped: the call keeps its one answer and its handler
+// runs once, whether the first copy is still running or done.
+func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
+	cfg := testConfig(t)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Count", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			runs.Add(1)
+			if string(req.Payload) == "hold" {
+				<-release
+			}
+			return req, nil
+		})
+	})
+	c := rawConn(t, srv.Addr())
+	// In flight: the copy arrives while the first still runs.
+	if err := c.WriteFrame(echoRequest(t, 7, "Echo.Count", []byte("hold"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFrame(echoRequest(t, 7, "Echo.Count", []byte("hold"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	// Done: copies of calls 7 and 8 after their answers.
+	resp := roundTripRaw(t, c, echoRequest(t, 8, "Echo.Count", nil))
+	answers := map[uint64]int{resp.CallID: 1}
+	resp.Release()
+	for range 2 {
+		if err := c.WriteFrame(echoRequest(t, 7, "Echo.Count", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteFrame(echoRequest(t, 8, "Echo.Count", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A fresh id still gets through, and no duplicate's answer came first.
+	if err := c.WriteFrame(echoRequest(t, 9, "Echo.Count", nil)); err != nil {
+		t.Fatal(err)
+	}
+	for answers[9] == 0 {
+		f, err := readFrame(t, c, 5*time.Second)
+		if err != nil {
+			t.Fatalf("waiting for call 9: %v", err)
+		}
+		answers[f.CallID]++
+		f.Release()
+	}
+	if answers[7] != 1 || answers[8] != 1 || answers[9] != 1 {
+		t.Fatalf("answers per call id: %v; want exactly one each for 7, 8 and 9", answers)
+	}
+	if n := runs.Load(); n != 3 {
+		t.Fatalf("the handler ran %d times for 3 calls sent 7 times; a duplicated request must never run again", n)
+	}
+}
+
+func TestRequestsOverMaxConcurrentCallsAreRefusedUnprocessed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.MaxConcurrentCalls = 4
+	retries := 0
+	cfg.Client.Retries = &retries
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			<-release
+			return req, nil
+		})
+	})
+	_ = srv
+	cli := newClient(t, cfg)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			var resp echopb.Echo
+			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &resp)
+		})
+	}
+	// The four over the limit come back at once, while four are held.
+	for range 4 {
+		err := receive(t, errs, 5*time.Second, "a call over max_concurrent_calls was not refused at once")
+		if kernel.CodeOf(err) != kernel.ResourceExhausted || !kernel.IsRetryable(err) || !strings.Contains(err.Error(), "max_concurrent_calls") {
+			t.Fatalf("call over the limit: %v; want ResourceExhausted, unprocessed, naming server.max_concurrent_calls", err)
+		}
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a call within the limit failed: %v", err)
+		}
+	}
+	if p := peak.Load(); p != 4 {
+		t.Fatalf("at most %d handlers ran at once; want exactly the limit, 4", p)
+	}
+}
+
+func TestConnectionsOverMaxConnectionsAreClosed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.MaxConnections = 2
+	srv := startServer(t, cfg, nil)
+	first, second := rawConn(t, srv.Addr()), rawConn(t, srv.Addr())
+	for _, c := range []kernel.Conn{first, second} {
+		resp := roundTripRaw(t, c, echoRequest(t, 1, "Echo.Echo", []byte("x")))
+		resp.Release()
+	}
+	third := rawConn(t, srv.Addr())
+	_ = third.WriteFrame(echoRequest(t, 1, "Echo.Echo", nil))
+	if f, err := readFrame(t, third, 5*time.Second); err == nil {
+		f.Release()
+		t.Fatal("a connection over max_connections was served")
+	} else if !errors.Is(err, kernel.ErrPeerGone) {
+		t.Fatalf("the third connection ended with %v; want the server to have closed it", err)
+	}
+	// Once one closes, a new one is taken again.
+	_ = first.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := rawConn(t, srv.Addr())
+		_ = c.WriteFrame(echoRequest(t, 1, "Echo.Echo", nil))
+		f, err := readFrame(t, c, time.Second)
+		if err == nil {
+			f.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection was taken after one of the two closed: %v", err)
+		}
+	}
+}
+
+func TestIdleConnectionGetsAGoAwayAndIsClosed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.IdleTimeout = kernel.Duration(150 * time.Millisecond)
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			time.Sleep(500 * time.Millisecond)
+			return req, nil
+		})
+	})
+	// A call longer than the idle timeout keeps its connection.
+	busy := rawConn(t, srv.Addr())
+	resp := roundTripRaw(t, busy, echoRequest(t, 1, "Echo.Slow", nil))
+	if resp.Type != kernel.FrameResponse || resp.Code != kernel.OK {
+		t.Fatalf("the slow call ended as %v %v %q", resp.Type, resp.Code, resp.Message)
+	}
+	resp.Release()
+	// Then, idle, it gets a GoAway naming its last call, and is closed.
+	start := time.Now()
+	f, err := readFrame(t, busy, 5*time.Second)
+	if err != nil {
+		t.Fatalf("no GoAway before the close: %v", err)
+	}
+	if f.Type != kernel.FrameGoAway || f.CallID != 1 {
+		t.Fatalf("got %v (call id %d); want a GoAway naming call 1", f.Type, f.CallID)
+	}
+	f.Release()
+	if _, err := readFrame(t, busy, 5*time.Second); err == nil {
+		t.Fatal("the idle connection was not closed after its GoAway")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("closed %s after going idle; want within two idle timeouts plus the close grace", took)
+	}
+	// A client on the same server just dials again.
+	cli := newClient(t, cfg)
+	var out echopb.Echo
+	for i := range 3 {
+		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &out); err != nil {
+			t.Fatalf("call %d around idle closes: %v", i, err)
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+}
+
+// An answer the transport refuses (larger than max_frame_size) reaches
+// the caller at once as ResourceExhausted, instead of leaving it to wait
+// for its deadline; the connection carries on.
+func TestAnswerOverTheFrameLimitReachesTheCallerAsResourceExhausted(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Transport.Options["max_frame_size"] = "64KiB"
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Grow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return &echopb.Echo{Payload: make([]byte, 100<<10)}, nil
+		})
+		kernrpc.Handle(s, "Echo.LongError", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, kernel.Errorf(kernel.NotFound, "no such name %q", strings.Repeat("\x00binary", 20<<10))
+		})
+	})
+	cli := newClient(t, cfg)
+	for _, method := range []string{"Echo.Grow", "Echo.LongError"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		var out echopb.Echo
+		err := cli.Call(ctx, method, &echopb.Echo{}, &out)
+		cancel()
+		took := time.Since(start)
+		if took > 2*time.Second {
+			t.Fatalf("%s: the caller waited %s for an answer the server could not send", method, took)
+		}
+		switch method {
+		case "Echo.Grow":
+			if kernel.CodeOf(err) != kernel.ResourceExhausted || !strings.Contains(err.Error(), "max_frame_size") {
+				t.Fatalf("%s: %v; want ResourceExhausted naming max_frame_size", method, err)
+			}
+		case "Echo.LongError":
+			// The handler's code survives; its message is cut to fit.
+			if kernel.CodeOf(err) != kernel.NotFound || len(err.Error()) > 20<<10 {
+				t.Fatalf("%s: code %v, %d-byte message; want NotFound with the message cut", method, kernel.CodeOf(err), len(err.Error()))
+			}
+		}
+	}
+	var out echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: []byte("after")}, &out); err != nil || string(out.Payload) != "after" {
+		t.Fatalf("the connection after the refused answers: %v", err)
+	}
+}
