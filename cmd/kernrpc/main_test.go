@@ -10,7 +10,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// serve and call run servers and clients in this process: none of their
+// goroutines may outlive the test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes to it.
 type syncBuffer struct {

@@ -9,11 +9,18 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/kernel"
 )
+
+// The example runs a server and clients in this process: none of their
+// goroutines may outlive the test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The example must run from its embedded config and from the file beside
 // it, showing one call passing and one rejected.

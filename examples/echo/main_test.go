@@ -5,7 +5,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+// The example runs a server and clients in this process: none of their
+// goroutines may outlive the test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The example must run from its embedded config and from the file beside it.
 func TestExampleRuns(t *testing.T) {

@@ -6,8 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kernrpc/kernrpc/kernel"
 )
+
+// The example runs servers, clients and the governance filters' timers in
+// this process: none of their goroutines may outlive the test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The example's story must stay true: each filter does what it prints.
 func TestEveryFilterDoesItsPart(t *testing.T) {

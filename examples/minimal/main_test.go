@@ -7,7 +7,15 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+// The example runs a server and a client in this process: none of their
+// goroutines may outlive the test.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // A program importing only the engine finds every default plugin.
 func TestTheEngineAloneRunsOnTheDefaults(t *testing.T) {
