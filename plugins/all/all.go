@@ -23,6 +23,7 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/filter/timeout"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/tokenbucket"
 	_ "github.com/kernrpc/kernrpc/plugins/registry/memory"
+	_ "github.com/kernrpc/kernrpc/plugins/transport/faulty"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/tcplv"
 )
