@@ -16,7 +16,7 @@ import (
 //
 //	0   [8]byte  magic "KRPCSHM1"
 //	8   uint32   type
-//	12  uint32   protocol version (1)
+//	12  uint32   protocol version (2)
 //
 // then, in the host's byte order:
 //
@@ -28,8 +28,8 @@ import (
 //
 // The server checks the client's credentials (SO_PEERCRED) before it makes
 // a segment, the client the server's before it maps one. After ready the
-// socket carries nothing: either side closing it (or dying) is the other's
-// signal that the peer is gone.
+// socket carries only one-byte wake-ups (wake_linux.go): either side
+// closing it (or dying) is the other's signal that the peer is gone.
 const (
 	msgHello   = 1
 	msgWelcome = 2

@@ -22,7 +22,8 @@ var (
 
 // conn is one attached client, seen from either side: it writes one ring
 // of the segment and reads the other. Its one goroutine watches the socket,
-// which carries nothing after the handshake: when it ends, the peer is gone.
+// which carries only wake-ups after the handshake: when it ends, the peer
+// is gone.
 type conn struct {
 	t      *transport
 	sock   *net.UnixConn
@@ -39,9 +40,11 @@ type conn struct {
 	// payload ever points into unmapped memory.
 	refs atomic.Int64
 
-	readMu    sync.Mutex // held by ReadFrame: one reader at a time
-	readWait  waitStats
-	interrupt func() // wakes a sleeping ReadFrame when its ctx ends; built once
+	readMu   sync.Mutex // held by ReadFrame: one reader at a time
+	readWait waitStats
+	readBell bell // wakes the sleeping reader
+	space    gate // wakes the writers waiting for room
+	wake     peerWaker
 
 	streamMu sync.Mutex // one chunked frame at a time
 	header   []byte     // streamMu: a chunked frame's header
@@ -63,17 +66,13 @@ func newConn(t *transport, sock *net.UnixConn, seg *segment, server bool, local,
 	if server {
 		outDir, inDir = serverToClient, clientToServer
 	}
-	c := &conn{t: t, sock: sock, seg: seg, local: local, remote: remote, done: make(chan struct{})}
+	c := &conn{t: t, sock: sock, seg: seg, local: local, remote: remote, done: make(chan struct{}),
+		readBell: make(bell, 1), wake: newPeerWaker(sock)}
 	c.out = newProducer(seg.ring(outDir))
 	c.in = newConsumer(seg.ring(inDir), t.maxFrame)
+	c.in.wake = &c.wake
 	c.pool = newBufferPool(seg.mem)
 	c.refs.Store(1)
-	c.interrupt = func() {
-		if c.acquire() {
-			wakeAll(c.in.r.reader)
-			c.releaseRef()
-		}
-	}
 	c.watching.Add(1)
 	go c.watch()
 	return c
@@ -115,8 +114,8 @@ func (c *conn) die(level slog.Level, err error) error {
 		return c.Err()
 	}
 	close(c.done)
-	wakeAll(c.in.r.reader)
-	wakeAll(c.out.r.writer)
+	c.readBell.ring()
+	c.space.open()
 	c.sock.Close()
 	c.t.log.Log(context.Background(), level, "shm-ring: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	c.releaseRef()
@@ -188,7 +187,7 @@ func (c *conn) sendEnd(deadline time.Time) error {
 		case err != nil:
 			return c.protocolError(err)
 		case ok:
-			wakeIfSleeping(p.r.reader)
+			c.wake.ifSleeping(p.r.reader, wakeReader)
 			return nil
 		case !time.Now().Before(deadline):
 			return c.ringFull(wordLen)
@@ -197,19 +196,25 @@ func (c *conn) sendEnd(deadline time.Time) error {
 	}
 }
 
-// watch waits on the socket, which carries nothing after the handshake:
-// its end means the peer closed or its process died. Frames it published
-// before are still delivered to a reader that is waiting; with nobody
-// reading and nothing unread, the connection dies at once.
+// watch waits on the socket, which carries only wake-ups after the
+// handshake; it passes them on to this side's sleepers. Its end means the
+// peer closed or its process died. Frames it published before are still
+// delivered to a reader that is waiting; with nobody reading and nothing
+// unread, the connection dies at once.
 func (c *conn) watch() {
 	defer c.watching.Done()
-	var b [1]byte
-	n, _ := c.sock.Read(b[:])
+	// Two bytes, so that a longer message (truncated to them) is told
+	// from a wake-up.
+	var b [2]byte
+	n, err := c.sock.Read(b[:])
+	for err == nil && n == 1 && c.wakeUp(b[0]) {
+		n, err = c.sock.Read(b[:])
+	}
 	if c.Err() != nil || c.closing.Load() {
 		return // we closed it
 	}
 	if n > 0 {
-		c.protocolError(fmt.Errorf("%w: the peer wrote on the liveness socket, which carries nothing after the handshake", kernel.ErrMalformedFrame))
+		c.protocolError(fmt.Errorf("%w: the peer sent something other than a one-byte wake-up on the liveness socket (first byte %d)", kernel.ErrMalformedFrame, b[0]))
 		return
 	}
 	c.peerGone.Store(true)
@@ -217,8 +222,8 @@ func (c *conn) watch() {
 		return
 	}
 	defer c.releaseRef()
-	wakeAll(c.in.r.reader)
-	wakeAll(c.out.r.writer)
+	c.readBell.ring()
+	c.space.open()
 	if c.readMu.TryLock() {
 		if c.in.r.head.Load() == c.in.rd {
 			c.peerLeft("it closed the connection or its process exited")
@@ -296,7 +301,7 @@ func (c *conn) giveBack(off uint64) {
 	}
 	p.mu.Unlock()
 	if freed {
-		wakeAll(p.r.writer)
+		c.space.open()
 	}
 	if found {
 		c.releaseRef()
@@ -389,7 +394,7 @@ func (c *conn) commit(pos uint64, used int, kind uint8) {
 	moved := p.publish()
 	p.mu.Unlock()
 	if moved {
-		wakeIfSleeping(p.r.reader)
+		c.wake.ifSleeping(p.r.reader, wakeReader)
 	}
 }
 
@@ -512,8 +517,8 @@ func (c *conn) ringFull(n int) error {
 }
 
 // waitSpace waits until the reader released more than tail, an island
-// was let go, the connection died, or deadline passed: polling
-// first, then asleep on the writer futex word.
+// was let go, the connection died, or deadline passed: polling first,
+// then parked, its sleep declared in the writer sleep word.
 func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
 	p := &c.out
 	progress := func() bool {
@@ -534,12 +539,13 @@ func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
 	// Several writers may sleep on the word: none clears it on waking, or
 	// it could clear another's declaration. The reader clears it when it
 	// wakes them all; a stale one costs the reader one needless wake-up.
+	woken := c.space.wait()
 	w := p.r.writer
 	w.Store(sleeping)
 	if d := time.Until(deadline); d > 0 && !progress() {
 		// A reader asleep may hold frames it could list: wake it to do so.
-		wakeIfSleeping(p.r.reader)
-		futexSleep(w, sleeping, d)
+		c.wake.ifSleeping(p.r.reader, wakeReader)
+		sleepOn(woken, d)
 	}
 }
 
@@ -682,8 +688,8 @@ func (c *conn) assemble(rec record) (*kernel.Frame, error) {
 
 // waitData waits for the writer to publish, the connection to die or ctx
 // to end: polling while the peer usually answers within the spin budget,
-// then asleep on the reader futex word, which the writer wakes only after
-// seeing it set.
+// then parked, its sleep declared in the reader sleep word, which the
+// writer wakes only after seeing it set.
 func (c *conn) waitData(ctx context.Context) error {
 	in := &c.in
 	arrived := func() bool {
@@ -704,16 +710,7 @@ func (c *conn) waitData(ctx context.Context) error {
 			}
 		}
 	}
-	var d time.Duration
-	if ctx.Done() != nil {
-		if dl, ok := ctx.Deadline(); ok {
-			if d = time.Until(dl); d <= 0 {
-				return ctx.Err()
-			}
-		}
-		stop := context.AfterFunc(ctx, c.interrupt)
-		defer stop()
-	}
+	c.readBell.clear()
 	w := in.r.reader
 	w.Store(sleeping)
 	// A writer waiting for space while this side holds frames: list them,
@@ -722,8 +719,11 @@ func (c *conn) waitData(ctx context.Context) error {
 		w.CompareAndSwap(sleeping, awake)
 		return nil
 	}
-	if !arrived() && ctx.Err() == nil {
-		futexSleep(w, sleeping, d)
+	if !arrived() {
+		select {
+		case <-c.readBell:
+		case <-ctx.Done():
+		}
 	}
 	w.CompareAndSwap(sleeping, awake)
 	c.readWait.observe(time.Since(start))

@@ -365,7 +365,7 @@ func TestReadFrameHonoursItsContextAndResumes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { _, err := s.ReadFrame(ctx); got <- err }()
-	time.Sleep(20 * time.Millisecond) // let it fall asleep on the futex
+	time.Sleep(20 * time.Millisecond) // let it fall asleep
 	cancel()
 	select {
 	case err := <-got:

@@ -21,7 +21,7 @@
 //	                       frame written is refused alone, with
 //	                       ResourceExhausted
 //	spin            50µs   longest a waiting side polls the ring before it
-//	                       sleeps on a futex; at most 1ms, 0 never polls
+//	                       sleeps; at most 1ms, 0 never polls
 //	wait_timeout    5s     how long a writer waits for room in a full ring
 //	                       before its frame fails with ResourceExhausted; also
 //	                       bounds the attach handshake
@@ -35,12 +35,12 @@
 // in a memfd (no name in /dev/shm or anywhere; sealed, so the client cannot
 // shrink it under the server), and passes the descriptor over the socket
 // (SCM_RIGHTS). The client checks the server's uid, the segment's size and
-// seals, maps it and says ready. From then on the socket carries nothing:
-// it is the liveness channel. When either process exits or is killed, the
-// system closes its end and the other side learns at once, fails what is
-// pending, and unmaps the segment, which the system then frees: nothing is
-// left behind, whatever killed whom. A socket file left by a killed server
-// is replaced by the next Listen on that path.
+// seals, maps it and says ready. From then on the socket carries only
+// wake-ups, and it is the liveness channel: when either process exits or
+// is killed, the system closes its end and the other side learns at once,
+// fails what is pending, and unmaps the segment, which the system then
+// frees: nothing is left behind, whatever killed whom. A socket file left
+// by a killed server is replaced by the next Listen on that path.
 //
 // # Rings
 //
@@ -65,7 +65,7 @@
 // and out by the reader as soon as it lands, so a frame of any size up to
 // max_frame_size passes through a ring of any size.
 //
-// A full ring makes the writer wait (polling, then asleep on a futex) for
+// A full ring makes the writer wait (polling, then asleep) for
 // wait_timeout, then fail with status ResourceExhausted: a frame is never
 // dropped. The connection stays usable. A frame the reader still lends
 // out (a handler reading its request in place) does not hold the writer
@@ -76,13 +76,17 @@
 //
 // A side that finds nothing to read polls for up to spin, yielding its
 // core between polls to any thread queued for it (on two cores, that is
-// often the peer it waits for), then declares on a futex word in the
-// segment that it sleeps and sleeps there. A writer
-// makes the wake-up system call only when it finds that declaration, so a
-// busy pair of processes exchanges calls without any system call. The
-// polling adapts: when the peer usually takes longer than spin to answer,
-// a waiting side only glances at the ring before it sleeps, and goes back
-// to polling when answers come quickly again.
+// often the peer it waits for), then declares in a word of the segment
+// that it sleeps, and its goroutine parks. A writer sends a one-byte
+// wake-up over the socket only when it finds that declaration, so a busy
+// pair of processes exchanges calls without any system call. The
+// goroutine watching the socket, parked in the netpoller, passes the
+// wake-up on: a connection waiting for its peer, however long, holds no
+// OS thread, and costs one descriptor (the socket) and one goroutine
+// besides its reader. The polling adapts: when the peer usually takes
+// longer than spin to answer, a waiting side only glances at the ring
+// before it sleeps, and goes back to polling when answers come quickly
+// again.
 //
 // # Trust
 //

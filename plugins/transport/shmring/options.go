@@ -15,7 +15,7 @@ const Name = "shm-ring"
 // Factory builds shm-ring transports from config; init registers it. On
 // systems other than Linux, New fails with an error saying so.
 var Factory = kernel.NewFactory[kernel.Transport](Name,
-	"same-host calls through a shared-memory ring pair per client (Linux): zero-copy, futex wake-ups, Unix socket for attach and liveness",
+	"same-host calls through a shared-memory ring pair per client (Linux): zero-copy, Unix socket for attach, wake-ups and liveness",
 	DefaultOptions, New)
 
 func init() { kernel.RegisterTransport(Factory) }
@@ -30,7 +30,7 @@ type Options struct {
 	// MaxFrameSize bounds the length field of frames read and written.
 	MaxFrameSize kernel.Size `json:"max_frame_size"`
 	// Spin is the longest a side waiting for the peer polls the ring
-	// before it sleeps on the futex; 0 never polls.
+	// before it sleeps; 0 never polls.
 	Spin kernel.Duration `json:"spin"`
 	// WaitTimeout bounds how long a writer waits for ring space before its
 	// frame fails with ResourceExhausted, and how long an attach handshake

@@ -49,6 +49,8 @@ func runHelper(role string) {
 		err = helperListen()
 	case "echo":
 		err = helperEcho(addr)
+	case "idle":
+		err = helperIdle(addr)
 	default:
 		err = fmt.Errorf("unknown helper role %q", role)
 	}
@@ -245,7 +247,12 @@ func executableByAll(t testing.TB) string {
 // returns the rest of it.
 func (h *helper) expect(t testing.TB, prefix string) string {
 	t.Helper()
-	timer := time.NewTimer(20 * time.Second)
+	return h.expectWithin(t, prefix, 20*time.Second)
+}
+
+func (h *helper) expectWithin(t testing.TB, prefix string, d time.Duration) string {
+	t.Helper()
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {

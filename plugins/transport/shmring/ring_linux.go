@@ -415,6 +415,7 @@ type consumer struct {
 	r        ringView
 	size     uint64
 	maxFrame int
+	wake     *peerWaker // the connection's: wakes the peer's writers when the tail moves
 
 	// The reader's, under conn.readMu.
 	rd     uint64 // the next record
@@ -552,7 +553,7 @@ func (c *consumer) consumed(end uint64) {
 	}
 	c.advanceLocked(end)
 	c.mu.Unlock()
-	wakeIfSleeping(c.r.writer)
+	c.wake.ifSleeping(c.r.writer, wakeWriters)
 }
 
 // release lets the writer reuse the record seq once every record before
@@ -572,7 +573,7 @@ func (c *consumer) release(seq uint64) {
 	moved := c.passLocked()
 	c.mu.Unlock()
 	if moved {
-		wakeIfSleeping(c.r.writer)
+		c.wake.ifSleeping(c.r.writer, wakeWriters)
 	}
 }
 
@@ -599,7 +600,7 @@ func (c *consumer) islandize() bool {
 	moved := c.passLocked()
 	c.mu.Unlock()
 	if moved {
-		wakeIfSleeping(c.r.writer)
+		c.wake.ifSleeping(c.r.writer, wakeWriters)
 	}
 	return moved
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -26,8 +25,8 @@ import (
 //
 //	0    head   bytes the writer has published, ever (uint64)
 //	64   tail   bytes the reader has released, ever (uint64)
-//	128  reader futex word: 1 while the reader sleeps or is about to
-//	192  writer futex word: 1 while a writer waits for space
+//	128  reader sleep word: 1 while the reader sleeps or is about to
+//	192  writer sleep word: 1 while a writer waits for space
 //	256  held count: entries in use in the table below (uint32)
 //	320  held table: 64 entries of {start, end uint64}, the positions of a
 //	     record whose frame is still lent out although the tail passed it;
@@ -44,7 +43,7 @@ const (
 	maxHeld       = 64
 
 	segmentMagic   = "KRPCSHM1"
-	segmentVersion = 1
+	segmentVersion = 2 // version 1 woke its peer with futexes, on which a version 2 peer never waits
 	memfdName      = "kernrpc-shm-ring"
 )
 
@@ -156,55 +155,8 @@ func (s *segment) ring(dir int) ringView {
 // position's offset in data is position % len(data).
 type ringView struct {
 	head, tail     *atomic.Uint64
-	reader, writer *atomic.Uint32 // futex words
+	reader, writer *atomic.Uint32 // sleep words (wake_linux.go)
 	nheld          *atomic.Uint32
 	held           *[maxHeld][2]atomic.Uint64 // {start, end}
 	data           []byte
 }
-
-// Futex words: a side about to sleep stores sleeping, checks once more for
-// what it waits for, then sleeps while the word still says sleeping. The
-// other side, having published, wakes it only if the word says so, and
-// swaps it back to awake first, so that each sleep costs one wake-up and
-// a busy peer costs none.
-const (
-	awake    = 0
-	sleeping = 1
-)
-
-// Futex operations on a shared mapping (no FUTEX_PRIVATE_FLAG: the word
-// is keyed by the file and offset, so the peer process wakes us).
-const (
-	futexWait = 0
-	futexWake = 1
-)
-
-// futexSleep sleeps while *word == val, at most d (d <= 0: no bound). It
-// returns on a wake-up, a timeout, a signal, or at once if *word != val.
-func futexSleep(word *atomic.Uint32, val uint32, d time.Duration) {
-	var ts *unix.Timespec
-	if d > 0 {
-		t := unix.NsecToTimespec(int64(d))
-		ts = &t
-	}
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWait, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
-}
-
-// wakeIfSleeping wakes the side sleeping on word, if it said it sleeps.
-func wakeIfSleeping(word *atomic.Uint32) {
-	if word.Load() == sleeping && word.CompareAndSwap(sleeping, awake) {
-		wakeAll(word)
-	}
-}
-
-// wakeAll wakes everyone sleeping on word, whatever it says: used when
-// this side's own state changes (closed, context done). Waking never
-// blocks, so it skips the scheduler's bookkeeping for blocking calls.
-func wakeAll(word *atomic.Uint32) {
-	word.Store(awake)
-	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWake, 1<<31-1, 0, 0, 0)
-}
-
-// yield lets another thread that waits for this core run: while one side
-// polls, the peer it waits for may be queued behind it on the same core.
-func yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -9,7 +9,7 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// New fails: shared-memory rings need memfd, futexes and SO_PEERCRED.
+// New fails: shared-memory rings need memfd and SO_PEERCRED.
 func New(o *Options) (kernel.Transport, error) {
-	return nil, errors.New("shm-ring needs Linux (memfd, futex, SO_PEERCRED); this is " + runtime.GOOS + ": use tcp-lv")
+	return nil, errors.New("shm-ring needs Linux (memfd, SO_PEERCRED); this is " + runtime.GOOS + ": use tcp-lv")
 }
