@@ -1,6 +1,7 @@
 package shmring
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -156,3 +157,106 @@ func sleepOn(ch <-chan struct{}, d time.Duration) {
 // yield lets another thread that waits for this core run: while one side
 // polls, the peer it waits for may be queued behind it on the same core.
 func yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// waitSpace waits until the reader released more than tail, an island
+// was let go, the connection died, or deadline passed: polling first,
+// then parked, its sleep declared in the writer sleep word.
+func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
+	p := &c.out
+	progress := func() bool {
+		return p.r.tail.Load() != tail || p.freed.Load() != epoch || c.Err() != nil || c.peerGone.Load()
+	}
+	start := time.Now()
+	for i := 1; c.t.spin > 0; i++ {
+		if progress() {
+			return
+		}
+		if i%spinCheck == 0 {
+			if time.Since(start) >= c.t.spin {
+				break
+			}
+			yield()
+		}
+	}
+	// Several writers may sleep on the word: none clears it on waking, or
+	// it could clear another's declaration. The reader clears it when it
+	// wakes them all; a stale one costs the reader one needless wake-up.
+	woken := c.space.wait()
+	w := p.r.writer
+	w.Store(sleeping)
+	if d := time.Until(deadline); d > 0 && !progress() {
+		// A reader asleep may hold frames it could list: wake it to do so.
+		c.wake.ifSleeping(p.r.reader, wakeReader)
+		sleepOn(woken, d)
+	}
+}
+
+// spinCheck is how many polls pass between clock reads while spinning.
+const spinCheck = 64
+
+// waitData waits for the writer to publish, the connection to die or ctx
+// to end: polling while the peer usually answers within the spin budget,
+// then parked, its sleep declared in the reader sleep word, which the
+// writer wakes only after seeing it set.
+func (c *conn) waitData(ctx context.Context) error {
+	in := &c.in
+	arrived := func() bool {
+		return in.r.head.Load() != in.rd || c.peerGone.Load() || c.death.Load() != nil
+	}
+	start := time.Now()
+	if spin := c.readWait.budget(c.t.spin); spin > 0 {
+		for i := 1; ; i++ {
+			if arrived() {
+				c.readWait.observe(time.Since(start))
+				return nil
+			}
+			if i%spinCheck == 0 {
+				if time.Since(start) >= spin {
+					break
+				}
+				yield()
+			}
+		}
+	}
+	c.readBell.clear()
+	w := in.r.reader
+	w.Store(sleeping)
+	// A writer waiting for space while this side holds frames: list them,
+	// so that the writer can skip them (it woke us, if we slept, to do so).
+	if in.r.writer.Load() == sleeping && in.islandize() {
+		w.CompareAndSwap(sleeping, awake)
+		return nil
+	}
+	if !arrived() {
+		select {
+		case <-c.readBell:
+		case <-ctx.Done():
+		}
+	}
+	w.CompareAndSwap(sleeping, awake)
+	c.readWait.observe(time.Since(start))
+	return ctx.Err()
+}
+
+// waitStats keeps a moving average of how long the reader waited for data.
+// While waits are short the reader polls for the whole spin budget; once
+// they are much longer (an idle connection, a slow peer) it polls only
+// briefly, so that waiting does not burn a core. The average counts the
+// time to wake up from a sleep too, which a busy machine makes long: the
+// bar is set well above the budget, so that a few slow wake-ups do not
+// stop the polling that avoids them.
+// Only the reader, under readMu, uses it.
+type waitStats struct{ avg time.Duration }
+
+// idleWaits is how many spin budgets the average wait must exceed for the
+// reader to poll only briefly.
+const idleWaits = 16
+
+func (w *waitStats) budget(spin time.Duration) time.Duration {
+	if w.avg > idleWaits*spin {
+		return spin / 8
+	}
+	return spin
+}
+
+func (w *waitStats) observe(d time.Duration) { w.avg += (d - w.avg) / 8 }
