@@ -78,8 +78,8 @@ func report(w io.Writer, before, warm, end, after figures, bad []string) {
 	for _, r := range []struct {
 		name string
 		f    figures
-	}{{"before start", before}, {"start (after warm-up)", warm}, {"end", end}, {"after shutdown", after}} {
-		fmt.Fprintf(w, "%-24s %10d %12s %6d\n", r.name, r.f.goroutines, mib(r.f.heap), r.f.fds)
+	}{{"before start", before}, {"start (max of first 3)", warm}, {"end (min of last 3)", end}, {"after shutdown", after}} {
+		fmt.Fprintf(w, "%-26s %10d %12s %6d\n", r.name, r.f.goroutines, mib(r.f.heap), r.f.fds)
 	}
 	if len(bad) == 0 {
 		fmt.Fprintln(w, "\nPASS: no figure grew beyond its margin")

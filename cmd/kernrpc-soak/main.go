@@ -32,8 +32,10 @@ closed and a new one opened in its place.
 
 Every -interval it pauses the calls, runs a GC and prints goroutines, heap
 in use, open file descriptors (/proc/self/fd) and the calls so far. The
-first sample after -warmup is the start; the last, after the traffic, is
-the end. It exits 1 if, from start to end, goroutines grew by more than
+start is the highest of the first 3 samples after -warmup, the end the
+lowest of the last 3 (the last taken after the traffic stopped), so that
+memory that comes and goes is not taken for a leak. It exits 1 if, from
+start to end, goroutines grew by more than
 -goroutine-margin, open files by more than -fd-margin, or the heap by more
 than -heap-tolerance of the start plus -heap-slack; if after shutting
 everything down more goroutines or files are left than before it started
@@ -121,7 +123,7 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 		return err
 	}
 	start := time.Now()
-	warm, end, err := drive(ctx, t, o, start, stdout)
+	steady, err := drive(ctx, t, o, start, stdout)
 	if err != nil {
 		t.stop()
 		return err
@@ -133,6 +135,7 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	warm, end := startAndEnd(steady)
 	bad := o.limits.verdict(before, warm, end, after, &t.counts)
 	report(stdout, before, warm, end, after, bad)
 	if len(bad) > 0 {
@@ -142,8 +145,9 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 }
 
 // drive runs the callers and the churner until the duration ends,
-// sampling every interval, and returns the start and end figures.
-func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout io.Writer) (warm, end figures, err error) {
+// sampling every interval, and returns the samples from the warm-up on,
+// the last one taken after the traffic stopped.
+func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout io.Writer) ([]figures, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -153,7 +157,7 @@ func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout 
 	wg.Go(func() { t.churn(ctx, o.churn, rand.New(rand.NewPCG(o.seed, 1<<32))) })
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
-	haveWarm := false
+	var steady []figures
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -164,24 +168,45 @@ func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout 
 		if err != nil {
 			cancel()
 			wg.Wait()
-			return warm, end, err
+			return nil, err
 		}
 		progress(stdout, f, o.duration, &t.counts)
-		if !haveWarm && f.at >= o.warmup {
-			warm, haveWarm = f, true
-			fmt.Fprintf(stdout, "warm-up over: start figures %s\n", f)
+		if f.at >= o.warmup {
+			if len(steady) == 0 {
+				fmt.Fprintf(stdout, "warm-up over at %s\n", f.at.Round(time.Second))
+			}
+			steady = append(steady, f)
 		}
 	}
 	wg.Wait()
-	end, err = t.quiesced(time.Since(start))
+	end, err := t.quiesced(time.Since(start))
 	if err != nil {
-		return warm, end, err
+		return nil, err
 	}
 	progress(stdout, end, o.duration, &t.counts)
-	if !haveWarm { // a run shorter than one interval after the warm-up
-		warm = end
+	return append(steady, end), nil
+}
+
+// window is how many samples the start and the end figures are taken
+// from: the heap after GC with no call in flight still swings by tens of
+// MiB between samples (pooled buffers of 256 KiB payloads), so the start
+// is the highest of the first samples after the warm-up and the end the
+// lowest of the last ones. Memory that leaks raises the floor above the
+// early peaks; memory that comes and goes does not.
+const window = 3
+
+// startAndEnd returns each figure's maximum over the first window
+// samples and its minimum over the last window.
+func startAndEnd(steady []figures) (start, end figures) {
+	first, last := steady[:min(window, len(steady))], steady[max(0, len(steady)-window):]
+	start, end = first[0], last[len(last)-1]
+	for _, f := range first {
+		start.goroutines, start.heap, start.fds = max(start.goroutines, f.goroutines), max(start.heap, f.heap), max(start.fds, f.fds)
 	}
-	return warm, end, nil
+	for _, f := range last {
+		end.goroutines, end.heap, end.fds = min(end.goroutines, f.goroutines), min(end.heap, f.heap), min(end.fds, f.fds)
+	}
+	return start, end
 }
 
 // quiesced samples with no call in flight: callers wait while it holds

@@ -19,7 +19,7 @@ func TestShortSoakPassesAndPrintsTheFigures(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"before start", "start (after warm-up)", "end", "after shutdown", "goroutines", "heap", "fds", "PASS", "[     1s/3s]"} {
+	for _, want := range []string{"before start", "start (max of first 3)", "end (min of last 3)", "after shutdown", "goroutines", "heap", "fds", "PASS", "[     1s/3s]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -59,5 +59,21 @@ func TestFlags(t *testing.T) {
 		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
 		}
+	}
+}
+
+func TestStartIsTheEarlyPeakAndEndTheLateFloor(t *testing.T) {
+	mb := uint64(1 << 20)
+	steady := []figures{{goroutines: 50, heap: 30 * mb, fds: 20}, {goroutines: 55, heap: 80 * mb, fds: 22}, {goroutines: 52, heap: 40 * mb, fds: 21},
+		{goroutines: 60, heap: 90 * mb, fds: 30}, {goroutines: 58, heap: 25 * mb, fds: 26}, {goroutines: 57, heap: 70 * mb, fds: 28}}
+	start, end := startAndEnd(steady)
+	if start.goroutines != 55 || start.heap != 80*mb || start.fds != 22 {
+		t.Errorf("start %v, want the highest of the first 3: goroutines 55, heap 80 MiB, fds 22", start)
+	}
+	if end.goroutines != 57 || end.heap != 25*mb || end.fds != 26 {
+		t.Errorf("end %v, want the lowest of the last 3: goroutines 57, heap 25 MiB, fds 26", end)
+	}
+	if s, e := startAndEnd(steady[:1]); s != steady[0] || e != steady[0] {
+		t.Errorf("one sample: %v, %v", s, e)
 	}
 }
