@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type options struct {
 	callers                           int
 	seed                              uint64
 	limits                            limits
+	heapProfile                       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -75,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.limits.goroutines, "goroutine-margin", 16, "goroutines the end may have beyond the start")
 	fs.IntVar(&o.limits.fds, "fd-margin", 8, "open files the end may have beyond the start")
 	fs.Float64Var(&o.limits.heapRatio, "heap-tolerance", 0.5, "heap growth allowed, as a fraction of the start's heap")
+	fs.StringVar(&o.heapProfile, "heapprofile", "", "write a heap profile here once the traffic stops, before shutdown (to see what a growing heap holds)")
 	slack := fs.Int("heap-slack", 8, "heap growth allowed beyond -heap-tolerance, in MiB (buffer pools hold a few large buffers)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -125,6 +128,10 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 	start := time.Now()
 	steady, err := drive(ctx, t, o, start, stdout)
 	if err != nil {
+		t.stop()
+		return err
+	}
+	if err := writeHeapProfile(o.heapProfile); err != nil {
 		t.stop()
 		return err
 	}
@@ -207,6 +214,21 @@ func startAndEnd(steady []figures) (start, end figures) {
 		end.goroutines, end.heap, end.fds = min(end.goroutines, f.goroutines), min(end.heap, f.heap), min(end.fds, f.fds)
 	}
 	return start, end
+}
+
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // quiesced samples with no call in flight: callers wait while it holds

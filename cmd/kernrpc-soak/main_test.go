@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +17,8 @@ func TestMain(m *testing.M) {
 // TestShortSoakPassesAndPrintsTheFigures runs the real traffic for 3 s.
 func TestShortSoakPassesAndPrintsTheFigures(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(t.Context(), []string{"-duration", "3s", "-interval", "1s", "-warmup", "1s", "-callers", "4", "-seed", "7"}, &out, &errOut)
+	profile := filepath.Join(t.TempDir(), "heap.pprof")
+	code := run(t.Context(), []string{"-duration", "3s", "-interval", "1s", "-warmup", "1s", "-callers", "4", "-seed", "7", "-heapprofile", profile}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -23,6 +26,9 @@ func TestShortSoakPassesAndPrintsTheFigures(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
+		t.Errorf("-heapprofile wrote no profile: %v", err)
 	}
 	if strings.Contains(out.String(), " 0 ok,") {
 		t.Errorf("some progress line counts no successful call:\n%s", out.String())
