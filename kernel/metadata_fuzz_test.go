@@ -140,3 +140,31 @@ func FuzzReadFrameLength(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeMetadataLimits decodes the same fields sections under small
+// FrameLimits: what is accepted keeps to them (so that the writer's Check
+// passes what the reader took), and what is refused for its metadata says
+// so and is malformed too.
+func FuzzDecodeMetadataLimits(f *testing.F) {
+	for i, s := range metadataSeeds() {
+		f.Add(s, uint8(i), uint16(i*64))
+	}
+	f.Fuzz(func(t *testing.T, fields []byte, maxEntries uint8, maxBytes uint16) {
+		lim := kernel.FrameLimits{MaxMetadataEntries: int(maxEntries), MaxMetadataBytes: int(maxBytes)}
+		var got kernel.Frame
+		err := lim.Decode(requestWithFields(fields, nil), &got, nil)
+		if errors.Is(err, kernel.ErrMetadataTooLarge) && !errors.Is(err, kernel.ErrMalformedFrame) {
+			t.Fatalf("refused for its metadata but not malformed: %v", err)
+		}
+		if err != nil {
+			if !errors.Is(err, kernel.ErrMalformedFrame) {
+				t.Fatalf("error %v does not wrap ErrMalformedFrame", err)
+			}
+			return
+		}
+		if err := lim.Check(&got); err != nil {
+			t.Fatalf("decoded under %+v, then refused by Check: %v", lim, err)
+		}
+		checkMetadataFitsFields(t, got.Metadata, fields)
+	})
+}

@@ -13,6 +13,7 @@ type target struct {
 var targets = []target{
 	{"FuzzDecodeFrame", "./kernel"},
 	{"FuzzDecodeMetadata", "./kernel"},
+	{"FuzzDecodeMetadataLimits", "./kernel"},
 	{"FuzzReadFrameLength", "./kernel"},
 	{"FuzzReadFrame", "./plugins/transport/tcplv"},
 	{"FuzzSharedMemory", "./plugins/transport/shmring"},
