@@ -96,6 +96,7 @@ func TestIdleClientsCostNoThread(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helper %d: %v", i, err)
 		}
+		t.Logf("helper %d: its clients, each with a reader waiting: %d OS threads", i, threads)
 		if threads >= maxIdleThreads {
 			t.Errorf("helper %d: its idle clients, each with a reader waiting, hold %d OS threads, want fewer than %d", i, threads, maxIdleThreads)
 		}
