@@ -322,23 +322,26 @@ func (s *Server) closeConns(ctx context.Context) {
 		conns = append(conns, sc)
 	}
 	s.mu.Unlock()
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
+	// One grace for them all, as a deadline: a timer's channel fires once,
+	// and the connections after the first would wait for it forever.
+	graceEnd := time.Now().Add(closeGrace)
 	for _, sc := range conns {
-		s.closeConn(ctx, sc, grace.C)
+		s.closeConn(ctx, sc, graceEnd)
 	}
 }
 
 // closeConn ends one connection of a drained server or an idle one: where
 // the transport can half-close, it does, and waits until the client
-// closes its side, grace fires or ctx ends.
-func (s *Server) closeConn(ctx context.Context, sc *serverConn, grace <-chan time.Time) {
+// closes its side, graceEnd passes or ctx ends.
+func (s *Server) closeConn(ctx context.Context, sc *serverConn, graceEnd time.Time) {
 	if hc, ok := sc.conn.(kernel.HalfCloser); ok && hc.CloseWrite() == nil {
+		grace := time.NewTimer(time.Until(graceEnd))
 		select {
 		case <-sc.conn.Done():
-		case <-grace:
+		case <-grace.C:
 		case <-ctx.Done():
 		}
+		grace.Stop()
 	}
 	_ = sc.conn.Close()
 }

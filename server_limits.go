@@ -95,9 +95,7 @@ func (sc *serverConn) idleTick() {
 	}
 	sc.srv.log.Debug("closing an idle connection", "peer", sc.conn.RemoteAddr(), "idle_timeout", sc.srv.cfg.Server.IdleTimeout)
 	sc.goAway()
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
-	sc.srv.closeConn(sc.srv.baseCtx, sc, grace.C)
+	sc.srv.closeConn(sc.srv.baseCtx, sc, time.Now().Add(closeGrace))
 }
 
 // admitConnLocked reports whether the server may hold one more connection; a
