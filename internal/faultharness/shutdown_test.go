@@ -12,10 +12,10 @@ import (
 )
 
 // Found by the harness: a server drained with no deadline (the README's
-// defer srv.Shutdown(ctx)) whose client keeps two idle connections open
-// never finishes. closeConns shares one grace timer among all the
-// connections; its channel fires once, so the second connection waits for
-// a client that, reading nothing, never notices the half-close.
+// defer srv.Shutdown(ctx)) whose client kept two idle connections open
+// never finished while closeConns shared one grace timer among all the
+// connections: its channel fires once, so the second connection waited
+// for a client that, reading nothing, never notices the half-close.
 func TestShutdownWithoutDeadlineEndsWhileIdleClientsKeepTheirConns(t *testing.T) {
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "harness"
