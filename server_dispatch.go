@@ -80,16 +80,24 @@ func cutMessage(msg string, n int) string {
 // the transport refused, so that the replacement always fits.
 const maxRefusalMessage = 1 << 10
 
-// answerRefused handles a failed write of c's answer. Refused alone (a
-// *Status: too large for the frame limit, too much metadata), the answer
-// becomes that status, which the caller receives at once instead of
-// waiting for its deadline. If even that cannot be sent, the connection
-// is closed, so that the client learns at once.
+// answerRefused handles a failed write of c's answer. Refused alone for
+// its size (a *Status wrapping ErrFrameTooLarge or ErrMetadataTooLarge),
+// the answer becomes that status, which the caller receives at once
+// instead of waiting for its deadline. Refused for another reason, or if
+// even the status cannot be sent, the connection is closed, so that the
+// client learns at once.
 func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) {
 	s := sc.srv
 	var st *kernel.Status
 	if !errors.As(err, &st) || sc.conn.Err() != nil {
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+		return
+	}
+	if !errors.Is(err, kernel.ErrFrameTooLarge) && !errors.Is(err, kernel.ErrMetadataTooLarge) {
+		// Refused for want of room (a client that does not read its
+		// answers, say): a second answer would wait as long in vain.
+		s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+		_ = sc.conn.Close()
 		return
 	}
 	s.log.Warn("response refused by the transport; answering with the reason instead", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
