@@ -70,6 +70,7 @@ func newConn(t *transport, sock *net.UnixConn, seg *segment, server bool, local,
 		readBell: make(bell, 1), wake: newPeerWaker(sock)}
 	c.out = newProducer(seg.ring(outDir))
 	c.in = newConsumer(seg.ring(inDir), t.maxFrame)
+	c.in.limits = t.limits
 	c.in.wake = &c.wake
 	c.pool = newBufferPool(seg.mem)
 	c.refs.Store(1)
@@ -339,8 +340,14 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 		c.Recycle(payload)
 		// Refused alone, with nothing of it sent: a *Status, so that the
 		// kernel fails only this call and keeps the connection.
-		return fmt.Errorf("%w: %w", &kernel.Status{Code: kernel.ResourceExhausted,
-			Message: fmt.Sprintf("shm-ring: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame)}, kernel.ErrFrameTooLarge)
+		return kernel.RefusedFrame(kernel.ResourceExhausted,
+			fmt.Sprintf("shm-ring: %v frame of %d bytes exceeds max_frame_size %d", f.Type, n, c.t.maxFrame), kernel.ErrFrameTooLarge)
+	}
+	if len(f.Metadata) > 0 {
+		if err := c.t.limits.Check(f); err != nil {
+			c.Recycle(payload)
+			return err
+		}
 	}
 	if !c.acquire() {
 		return c.Err()

@@ -25,6 +25,11 @@
 //	wait_timeout    5s     how long a writer waits for room in a full ring
 //	                       before its frame fails with ResourceExhausted; also
 //	                       bounds the attach handshake
+//	max_metadata_entries  256  metadata pairs one frame may carry; a frame
+//	                       written with more is refused alone, with
+//	                       ResourceExhausted; one read with more closes the
+//	                       connection
+//	max_metadata_bytes  64KiB  the same for the keys and values together
 //	allow_uids      []     user ids, besides this process's own, allowed to
 //	                       attach (server) or to serve (client)
 //

@@ -36,6 +36,10 @@ type Options struct {
 	// frame fails with ResourceExhausted, and how long an attach handshake
 	// may take.
 	WaitTimeout kernel.Duration `json:"wait_timeout"`
+	// MaxMetadataEntries and MaxMetadataBytes bound the metadata of one
+	// frame, read or written.
+	MaxMetadataEntries int         `json:"max_metadata_entries"`
+	MaxMetadataBytes   kernel.Size `json:"max_metadata_bytes"`
 	// AllowUIDs are the user ids, besides this process's own, whose
 	// processes may attach (server side) or be attached to (client side).
 	AllowUIDs []uint32 `json:"allow_uids"`
@@ -51,6 +55,9 @@ func DefaultOptions() *Options {
 		MaxFrameSize: kernel.DefaultMaxFrameSize,
 		Spin:         kernel.Duration(50 * time.Microsecond),
 		WaitTimeout:  kernel.Duration(5 * time.Second),
+
+		MaxMetadataEntries: kernel.DefaultMaxMetadataEntries,
+		MaxMetadataBytes:   kernel.DefaultMaxMetadataBytes,
 	}
 }
 
@@ -83,6 +90,12 @@ func (o *Options) validate() error {
 	}
 	if o.WaitTimeout <= 0 {
 		return optionError("wait_timeout", "must be positive, got %s", o.WaitTimeout)
+	}
+	if o.MaxMetadataEntries < 1 {
+		return optionError("max_metadata_entries", "must be at least 1, got %d", o.MaxMetadataEntries)
+	}
+	if o.MaxMetadataBytes < 1 {
+		return optionError("max_metadata_bytes", "must be at least 1 byte, got %d", int64(o.MaxMetadataBytes))
 	}
 	return nil
 }

@@ -415,7 +415,8 @@ type consumer struct {
 	r        ringView
 	size     uint64
 	maxFrame int
-	wake     *peerWaker // the connection's: wakes the peer's writers when the tail moves
+	limits   kernel.FrameLimits // on the metadata of frames read
+	wake     *peerWaker         // the connection's: wakes the peer's writers when the tail moves
 
 	// The reader's, under conn.readMu.
 	rd     uint64 // the next record
@@ -523,7 +524,7 @@ func (c *consumer) decode(b []byte, f *kernel.Frame) error {
 		return fmt.Errorf("%w: fields length runs past the frame end", kernel.ErrMalformedFrame)
 	}
 	c.fields = append(c.fields[:0], body[:hl]...)
-	if err := kernel.DecodeFrame(c.fields, f, &c.in); err != nil {
+	if err := c.limits.Decode(c.fields, f, &c.in); err != nil {
 		return err
 	}
 	f.Payload = body[hl:len(body):len(body)]

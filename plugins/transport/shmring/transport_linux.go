@@ -30,6 +30,7 @@ type transport struct {
 	maxFrame    int
 	spin        time.Duration
 	waitTimeout time.Duration
+	limits      kernel.FrameLimits
 	allowUIDs   []uint32 // this process's own uid first
 	log         *slog.Logger
 }
@@ -48,6 +49,7 @@ func New(o *Options) (kernel.Transport, error) {
 		maxFrame:    int(o.MaxFrameSize),
 		spin:        o.Spin.D(),
 		waitTimeout: o.WaitTimeout.D(),
+		limits:      kernel.FrameLimits{MaxMetadataEntries: o.MaxMetadataEntries, MaxMetadataBytes: int(o.MaxMetadataBytes)},
 		allowUIDs:   append([]uint32{uint32(os.Getuid())}, o.AllowUIDs...),
 		log:         o.Logger,
 	}
