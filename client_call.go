@@ -48,13 +48,25 @@ const (
 
 type callStateKey struct{}
 
-// Value finds the call for the chains' ends, and otherwise asks the
-// caller's context.
-func (cs *callState) Value(key any) any {
+// chainContext is the context filters get: the caller's, through which
+// the chain's ends find cs. It is a value of its own, not cs, which is
+// pooled: a context a filter derives from it (a timeout's) may run its
+// timer, and ask its parent for Done, after the call has returned and cs
+// serves another call.
+func (cs *callState) chainContext() context.Context {
+	return &chainCtx{Context: cs.Context, cs: cs}
+}
+
+type chainCtx struct {
+	context.Context
+	cs *callState
+}
+
+func (c *chainCtx) Value(key any) any {
 	if key == (callStateKey{}) {
-		return cs
+		return c.cs
 	}
-	return cs.Context.Value(key)
+	return c.Context.Value(key)
 }
 
 func (cs *callState) release() {
@@ -150,10 +162,10 @@ func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel
 		if len(info.Metadata) > 0 {
 			info.Metadata = info.Metadata.Clone() // filters may add to it
 		}
-		out, err = c.callChains.forMethod(method)(cs, info, req)
+		out, err = c.callChains.forMethod(method)(cs.chainContext(), info, req)
 	case c.attemptChains != nil:
 		cs.shared = true
-		out, err = c.attemptLoop(cs, cs, info, req)
+		out, err = c.attemptLoop(cs.chainContext(), cs, info, req)
 	default:
 		out, err = c.attemptLoop(ctx, cs, info, req)
 	}

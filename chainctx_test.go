@@ -1,0 +1,47 @@
+package kernrpc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// sloppyTimeout derives a deadline from the call's context and cancels it
+// only well after the call, as a careless filter might: its timer runs
+// after the call has returned.
+type sloppyTimeout struct{}
+
+func (sloppyTimeout) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	return next(tctx, info, req)
+}
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-sloppy-timeout", New: func(any) (kernel.Filter, error) { return sloppyTimeout{}, nil }})
+}
+
+// A context a filter derived from the call's may outlive the call: its
+// timer fires, and asks its parent for Done, while the engine has already
+// reused its call state for later calls. That must neither crash nor
+// race (the engine once handed filters its pooled call state itself).
+func TestContextsFiltersDeriveMayOutliveTheCall(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-sloppy-timeout", Side: "client"}}
+	startServer(t, cfg, nil)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background()) // a parent that can be cancelled, so children register with it
+	defer cancel()
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		var out echopb.Echo
+		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "x"}, &out); err != nil {
+			t.Fatalf("call %d: %v", n, err)
+		}
+	}
+	time.Sleep(150 * time.Millisecond) // the last timers fire
+}
