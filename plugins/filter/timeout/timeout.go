@@ -131,9 +131,18 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 	tctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	resp, err := next(tctx, info, req)
-	if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) && kernel.CodeOf(err) == kernel.DeadlineExceeded {
+	// By the clock, not tctx.Err(): the server's copy of the deadline can
+	// answer before tctx's timer has run, though the deadline has passed.
+	if err != nil && ctx.Err() == nil && kernel.CodeOf(err) == kernel.DeadlineExceeded && (errors.Is(tctx.Err(), context.DeadlineExceeded) || past(tctx)) {
 		return nil, &kernel.Status{Code: kernel.DeadlineExceeded, Message: "timeout: " + info.Method + " ran past the deadline of " +
 			d.String() + " the timeout filter gave it (the caller set none): " + kernel.StatusOf(err).Message}
 	}
 	return resp, err
+}
+
+// past reports whether ctx's deadline has passed, whether or not its timer
+// has run yet.
+func past(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
