@@ -251,8 +251,8 @@ func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 		return nil
 	}
 	if len(sc.calls) >= sc.srv.cfg.Server.MaxConcurrentCalls {
-		sc.refuseOverLimitLocked(f.CallID)
 		sc.mu.Unlock()
+		sc.refuseOverLimit(f.CallID)
 		return nil
 	}
 	sc.calls[f.CallID] = c

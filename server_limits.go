@@ -45,9 +45,10 @@ func (w *callIDWindow) admit(id uint64) bool {
 	return true
 }
 
-// refuseOverLimitLocked answers a request over max_concurrent_calls at once,
-// unprocessed, so that the client may send it elsewhere; sc.mu is held.
-func (sc *serverConn) refuseOverLimitLocked(id uint64) {
+// refuseOverLimit answers a request over max_concurrent_calls at once,
+// unprocessed, so that the client may send it elsewhere. Not under sc.mu:
+// a transport without a queue (shm-ring) may wait for room to write.
+func (sc *serverConn) refuseOverLimit(id uint64) {
 	max := sc.srv.cfg.Server.MaxConcurrentCalls
 	sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
 		Message: "the connection already has " + strconv.Itoa(max) + " calls in flight, the server's server.max_concurrent_calls; the call was not processed"})
