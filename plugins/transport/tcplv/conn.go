@@ -60,13 +60,11 @@ type conn struct {
 	// The frame clock (see read.go) cuts off a peer that starts a frame and
 	// does not finish it, or, accepted, sends none at all.
 	frameTimer    *time.Timer
-	clockOn       bool          // the reader started the clock (reader only)
-	clockFirst    atomic.Bool   // the clock runs for the first frame
-	clockSeq      atomic.Uint64 // framesIn when the clock started
-	clockDeadline atomic.Int64  // when it runs out, in Unix nanoseconds
-	framesIn      atomic.Uint64 // whole frames read
-	lastPing      time.Time     // when the peer's last Ping came (reader only)
-	pingStrike    int           // Pings too close together, with nothing between (reader only)
+	clockOn       bool         // the reader started the clock (reader only)
+	clockFirst    atomic.Bool  // the clock runs for the first frame
+	clockDeadline atomic.Int64 // when it runs out, in Unix nanoseconds; 0 while it is stopped
+	lastPing      time.Time    // when the peer's last Ping came (reader only)
+	pingStrike    int          // Pings too close together, with nothing between (reader only)
 
 	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
 	reading    atomic.Bool   // a ReadFrame is waiting
@@ -368,12 +366,14 @@ func (c *conn) enqueue(f *kernel.Frame, own []byte) error {
 // would have taken it past max_write_queue and was left out.
 func (c *conn) appendLocked(f *kernel.Frame, own []byte) (_ []byte, queued int) {
 	q := &c.q
-	n := kernel.FrameHeaderLen(f) + len(f.Payload)
+	start := len(q.arena)
+	q.arena = kernel.AppendFrameHeader(q.arena, f)
+	n := len(q.arena) - start + len(f.Payload)
 	if q.bytes+n > c.t.maxWriteQueue {
+		q.arena = q.arena[:start]
 		return own, -(q.bytes + n)
 	}
 	q.bytes += n
-	q.arena = kernel.AppendFrameHeader(q.arena, f)
 	if len(f.Payload) < copyLimit {
 		q.arena = append(q.arena, f.Payload...)
 	} else {

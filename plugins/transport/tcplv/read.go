@@ -65,7 +65,6 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			}
 			continue
 		}
-		c.framesIn.Add(1)
 		if c.clockOn {
 			c.stopFrameClock()
 		}
@@ -236,22 +235,26 @@ func (c *conn) frameBegun() {
 // startFrameClock gives the frame being read d to arrive whole (reader only).
 func (c *conn) startFrameClock(d time.Duration) {
 	c.clockOn = true
-	c.clockSeq.Store(c.framesIn.Load())
 	c.clockDeadline.Store(time.Now().Add(d).UnixNano())
 	c.frameTimer.Reset(d)
 }
 
+// stopFrameClock ends the clock when a frame has arrived whole (reader
+// only). A deadline of 0 tells a callback already under way that it is
+// stale.
 func (c *conn) stopFrameClock() {
 	c.clockOn = false
 	c.clockFirst.Store(false)
+	c.clockDeadline.Store(0)
 	c.frameTimer.Stop()
 }
 
-// frameExpired runs on the frame clock's timer. It acts only if no frame
-// arrived since the clock started and the deadline really passed: a
-// callback of an earlier clock may run late.
+// frameExpired runs on the frame clock's timer. It acts only if the clock
+// still runs and its deadline really passed: a callback of an earlier
+// clock may run late.
 func (c *conn) frameExpired() {
-	if c.Err() != nil || c.framesIn.Load() != c.clockSeq.Load() || time.Now().UnixNano() < c.clockDeadline.Load() {
+	dl := c.clockDeadline.Load()
+	if c.Err() != nil || dl == 0 || time.Now().UnixNano() < dl {
 		return
 	}
 	if c.clockFirst.Load() {
@@ -259,9 +262,11 @@ func (c *conn) frameExpired() {
 		return
 	}
 	if !c.reading.Load() {
-		// Nobody reads: the rest may be sitting unread in the socket.
-		c.clockDeadline.Store(time.Now().Add(c.t.frameTimeout).UnixNano())
-		c.frameTimer.Reset(c.t.frameTimeout)
+		// Nobody reads: the rest may be sitting unread in the socket. The
+		// swap loses to a reader that stopped the clock meanwhile.
+		if c.clockDeadline.CompareAndSwap(dl, time.Now().Add(c.t.frameTimeout).UnixNano()) {
+			c.frameTimer.Reset(c.t.frameTimeout)
+		}
 		return
 	}
 	c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: a frame it started did not arrive whole within frame_timeout %s", c.remote, kernel.ErrClosed, c.t.frameTimeout))
