@@ -244,7 +244,9 @@ func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 		sc.mu.Unlock()
 		return nil
 	}
-	if _, dup := sc.calls[f.CallID]; dup || !sc.ids.admit(f.CallID) {
+	// The window holds every id in flight (it is far wider than
+	// max_concurrent_calls), so it alone tells a duplicate.
+	if !sc.ids.admit(f.CallID) {
 		sc.mu.Unlock()
 		// Its first copy gets (or got) the call's one answer.
 		sc.noteReplay(f.CallID)
@@ -264,7 +266,6 @@ func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 		sc.lastAccepted = max(sc.lastAccepted, f.CallID)
 	}
 	sc.mu.Unlock()
-	sc.idle.activity.Add(1)
 	sc.srv.inflight.Add(1)
 	return c
 }

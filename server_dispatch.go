@@ -96,17 +96,22 @@ func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error,
 	if !errors.Is(err, kernel.ErrFrameTooLarge) && !errors.Is(err, kernel.ErrMetadataTooLarge) {
 		// Refused for want of room (a client that does not read its
 		// answers, say): a second answer would wait as long in vain.
-		s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
-		_ = sc.conn.Close()
+		sc.closeUnanswered(c, err)
 		return
 	}
 	s.log.Warn("response refused by the transport; answering with the reason instead", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
 	msg := cutMessage("the server could not send the answer to "+c.info.Method+": "+st.Message, maxRefusalMessage)
 	c.out = kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id, Code: st.Code, Message: msg}
 	if err := write(&c.out); err != nil {
-		s.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
-		_ = sc.conn.Close()
+		sc.closeUnanswered(c, err)
 	}
+}
+
+// closeUnanswered closes a connection on which c's answer cannot be sent,
+// so that the client learns at once instead of waiting for it in vain.
+func (sc *serverConn) closeUnanswered(c *callCtx, err error) {
+	sc.srv.log.Warn("response not sent; closing the connection so that the client learns at once", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
+	_ = sc.conn.Close()
 }
 
 // run decodes the request with the codec it names and passes it through

@@ -2,7 +2,6 @@ package kernrpc
 
 import (
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -66,11 +65,11 @@ func (sc *serverConn) noteReplay(id uint64) {
 // idleWatch closes the connection once it has carried no call for a whole
 // idle_timeout period (so after one to two periods of silence): it sends
 // a GoAway, refuses what races it (the client resends those), and closes.
-// It costs the call path one atomic add (activity) and no clock read.
+// It costs the call path nothing: the latest call id seen tells whether
+// calls came since the last tick.
 type idleWatch struct {
-	timer    *time.Timer
-	activity atomic.Uint64 // calls begun
-	seen     uint64        // activity at the last tick (the timer's goroutine only)
+	timer *time.Timer
+	seen  uint64 // the latest call id at the last tick (the timer's goroutine only)
 }
 
 func (sc *serverConn) startIdleWatch() {
@@ -78,8 +77,8 @@ func (sc *serverConn) startIdleWatch() {
 }
 
 func (sc *serverConn) idleTick() {
-	now := sc.idle.activity.Load()
 	sc.mu.Lock()
+	now := sc.ids.latest
 	busy := len(sc.calls) > 0 || now != sc.idle.seen
 	closed := sc.closed || sc.goingAway
 	if !busy && !closed {
