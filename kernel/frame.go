@@ -137,7 +137,7 @@ func (l FrameLimits) Check(f *Frame) error {
 		return nil
 	}
 	if len(f.Metadata) > l.entries() {
-		return refusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(len(f.Metadata))+
+		return RefusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(len(f.Metadata))+
 			" entries exceeds max_metadata_entries "+strconv.Itoa(l.entries()), ErrMetadataTooLarge)
 	}
 	n := 0
@@ -145,7 +145,7 @@ func (l FrameLimits) Check(f *Frame) error {
 		n += len(k) + len(v)
 	}
 	if n > l.bytes() {
-		return refusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(n)+
+		return RefusedFrame(ResourceExhausted, "metadata of "+strconv.Itoa(n)+
 			" bytes exceeds max_metadata_bytes "+strconv.Itoa(l.bytes()), ErrMetadataTooLarge)
 	}
 	return nil
@@ -415,9 +415,7 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 // frame it refuses alone, sending nothing of it: a *Status with code and
 // msg, so that the engine fails only that call (or, for an answer, sends
 // the status instead), which also wraps cause (ErrFrameTooLarge, say).
-func RefusedFrame(code Code, msg string, cause error) error { return refusedFrame(code, msg, cause) }
-
-func refusedFrame(code Code, msg string, cause error) error {
+func RefusedFrame(code Code, msg string, cause error) error {
 	return &refusal{st: &Status{Code: code, Message: msg}, cause: cause}
 }
 
