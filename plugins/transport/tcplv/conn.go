@@ -63,6 +63,7 @@ type conn struct {
 	clockOn       bool         // the reader started the clock (reader only)
 	clockFirst    atomic.Bool  // the clock runs for the first frame
 	clockDeadline atomic.Int64 // when it runs out, in Unix nanoseconds; 0 while it is stopped
+	clockArmed    atomic.Bool  // frameTimer is running
 	lastPing      time.Time    // when the peer's last Ping came (reader only)
 	pingStrike    int          // Pings too close together, with nothing between (reader only)
 
@@ -133,6 +134,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)
 	if accepted {
 		c.clockOn = true
+		c.clockArmed.Store(true)
 		c.clockFirst.Store(true)
 		c.clockDeadline.Store(time.Now().Add(t.firstFrameTimeout).UnixNano())
 	} else {

@@ -232,44 +232,69 @@ func (c *conn) frameBegun() {
 	}
 }
 
-// startFrameClock gives the frame being read d to arrive whole (reader only).
+// startFrameClock gives the frame being read d to arrive whole (reader
+// only). It stores a deadline; the timer is touched only when it is not
+// already running, since resetting a timer on every frame can wake the
+// runtime's netpoller each time: 64 KiB calls at one caller cost some
+// 18 µs more CPU per side that way.
 func (c *conn) startFrameClock(d time.Duration) {
 	c.clockOn = true
 	c.clockDeadline.Store(time.Now().Add(d).UnixNano())
-	c.frameTimer.Reset(d)
+	if c.clockArmed.CompareAndSwap(false, true) {
+		c.frameTimer.Reset(d)
+	}
 }
 
 // stopFrameClock ends the clock when a frame has arrived whole (reader
-// only). A deadline of 0 tells a callback already under way that it is
-// stale.
+// only). The timer runs on; finding no deadline, it disarms itself, and
+// a clock started before it fires finds it armed for an earlier time.
 func (c *conn) stopFrameClock() {
 	c.clockOn = false
-	c.clockFirst.Store(false)
 	c.clockDeadline.Store(0)
-	c.frameTimer.Stop()
+	if c.clockFirst.Load() {
+		// The timer was set for first_frame_timeout, which may be later
+		// than the next frame's deadline: stop it, so the next clock sets
+		// it afresh. (A callback already under way disarms it itself.)
+		c.clockFirst.Store(false)
+		if c.frameTimer.Stop() {
+			c.clockArmed.Store(false)
+		}
+	}
 }
 
-// frameExpired runs on the frame clock's timer. It acts only if the clock
-// still runs and its deadline really passed: a callback of an earlier
-// clock may run late.
+// frameExpired runs on the frame clock's timer: it sleeps again until the
+// deadline when one is set and not yet passed, disarms when none is set,
+// and cuts the connection off when the deadline passed.
 func (c *conn) frameExpired() {
-	dl := c.clockDeadline.Load()
-	if c.Err() != nil || dl == 0 || time.Now().UnixNano() < dl {
-		return
-	}
-	if c.clockFirst.Load() {
-		c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
-		return
-	}
-	if !c.reading.Load() {
-		// Nobody reads: the rest may be sitting unread in the socket. The
-		// swap loses to a reader that stopped the clock meanwhile.
-		if c.clockDeadline.CompareAndSwap(dl, time.Now().Add(c.t.frameTimeout).UnixNano()) {
-			c.frameTimer.Reset(c.t.frameTimeout)
+	for c.Err() == nil {
+		dl := c.clockDeadline.Load()
+		now := time.Now().UnixNano()
+		switch {
+		case dl == 0:
+			c.clockArmed.Store(false)
+			// A clock started meanwhile found the timer armed: arm it.
+			if c.clockDeadline.Load() != 0 && c.clockArmed.CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		case now < dl:
+			c.frameTimer.Reset(time.Duration(dl - now))
+			return
+		case c.clockFirst.Load():
+			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
+			return
+		case !c.reading.Load():
+			// Nobody reads: the rest may be sitting unread in the socket.
+			// The swap loses to a reader that stopped the clock meanwhile.
+			if c.clockDeadline.CompareAndSwap(dl, now+int64(c.t.frameTimeout)) {
+				c.frameTimer.Reset(c.t.frameTimeout)
+				return
+			}
+		default:
+			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: a frame it started did not arrive whole within frame_timeout %s", c.remote, kernel.ErrClosed, c.t.frameTimeout))
+			return
 		}
-		return
 	}
-	c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: a frame it started did not arrive whole within frame_timeout %s", c.remote, kernel.ErrClosed, c.t.frameTimeout))
 }
 
 func (c *conn) answered() {
