@@ -31,8 +31,10 @@ type transport struct {
 	spin        time.Duration
 	waitTimeout time.Duration
 	limits      kernel.FrameLimits
-	allowUIDs   []uint32 // this process's own uid first
-	log         *slog.Logger
+	// writerRecheck bounds each park of a writer waiting for room.
+	writerRecheck time.Duration
+	allowUIDs     []uint32 // this process's own uid first
+	log           *slog.Logger
 }
 
 // New builds an shm-ring transport from o (nil means DefaultOptions),
@@ -45,13 +47,14 @@ func New(o *Options) (kernel.Transport, error) {
 		return nil, err
 	}
 	t := &transport{
-		ringSize:    int(o.RingSize),
-		maxFrame:    int(o.MaxFrameSize),
-		spin:        o.Spin.D(),
-		waitTimeout: o.WaitTimeout.D(),
-		limits:      kernel.FrameLimits{MaxMetadataEntries: o.MaxMetadataEntries, MaxMetadataBytes: int(o.MaxMetadataBytes)},
-		allowUIDs:   append([]uint32{uint32(os.Getuid())}, o.AllowUIDs...),
-		log:         o.Logger,
+		ringSize:      int(o.RingSize),
+		maxFrame:      int(o.MaxFrameSize),
+		spin:          o.Spin.D(),
+		waitTimeout:   o.WaitTimeout.D(),
+		limits:        kernel.FrameLimits{MaxMetadataEntries: o.MaxMetadataEntries, MaxMetadataBytes: int(o.MaxMetadataBytes)},
+		writerRecheck: writerRecheck,
+		allowUIDs:     append([]uint32{uint32(os.Getuid())}, o.AllowUIDs...),
+		log:           o.Logger,
 	}
 	if t.log == nil {
 		t.log = slog.Default()

@@ -142,16 +142,18 @@ var timers = sync.Pool{New: func() any {
 	return t
 }}
 
-// sleepOn parks until ch closes or d passes.
-func sleepOn(ch <-chan struct{}, d time.Duration) {
+// sleepOn parks until ch closes or d passes, and reports whether ch closed.
+func sleepOn(ch <-chan struct{}, d time.Duration) (woken bool) {
 	t := timers.Get().(*time.Timer)
 	t.Reset(d)
 	select {
 	case <-ch:
+		woken = true
 	case <-t.C:
 	}
 	t.Stop()
 	timers.Put(t)
+	return woken
 }
 
 // yield lets another thread that waits for this core run: while one side
@@ -184,12 +186,21 @@ func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
 	woken := c.space.wait()
 	w := p.r.writer
 	w.Store(sleeping)
-	if d := time.Until(deadline); d > 0 && !progress() {
-		// A reader asleep may hold frames it could list: wake it to do so.
+	// Parked in slices of c.t.writerRecheck, each after waking a reader that
+	// says it sleeps (it may hold frames it could list): a wake-up lost
+	// either way then costs a slice, not the whole wait_timeout. Only a
+	// writer facing a full ring pays for the slices.
+	for d := time.Until(deadline); d > 0 && !progress(); d = time.Until(deadline) {
 		c.wake.ifSleeping(p.r.reader, wakeReader)
-		sleepOn(woken, d)
+		if sleepOn(woken, min(d, c.t.writerRecheck)) {
+			return
+		}
 	}
 }
+
+// writerRecheck is how long a writer waiting for room parks before it
+// looks at the ring again (transport.writerRecheck; tests lengthen it).
+const writerRecheck = 10 * time.Millisecond
 
 // spinCheck is how many polls pass between clock reads while spinning.
 const spinCheck = 64

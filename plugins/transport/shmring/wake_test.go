@@ -157,7 +157,9 @@ func TestAWriterSendsAWakeUpOnlyToAPeerThatSleeps(t *testing.T) {
 func TestAWriterWaitingForRoomWakesOnTheWakeUpByte(t *testing.T) {
 	o := testOptions()
 	o.WaitTimeout = kernel.Duration(20 * time.Second)
-	r := newRawConn(t, newTransport(t, o))
+	tr := newTransport(t, o)
+	tr.writerRecheck = time.Hour // only the wake-up may move it
+	r := newRawConn(t, tr)
 	defer r.close()
 	out := r.seg.ring(serverToClient)
 	payload := pattern(8000, 1)
@@ -233,5 +235,36 @@ func TestOnlyWakeUpsMayArriveOnTheSocket(t *testing.T) {
 				t.Fatalf("ReadFrame after %q on the socket: %v", tc.msg, err)
 			}
 		})
+	}
+}
+
+// A wake-up that never comes (lost, or never sent) costs a writer waiting
+// for room one recheck, not its whole wait_timeout.
+func TestAWriterFindsRoomWithoutAWakeUpAtTheNextRecheck(t *testing.T) {
+	o := testOptions()
+	o.WaitTimeout = kernel.Duration(20 * time.Second)
+	r := newRawConn(t, newTransport(t, o))
+	defer r.close()
+	out := r.seg.ring(serverToClient)
+	payload := pattern(8000, 1)
+	go func() {
+		// More than the ring holds: the peer reads nothing, so a write
+		// waits; the test closes the connection to end the rest.
+		for i := uint64(0); i < 64; i++ {
+			if r.c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: i, Payload: append(r.c.Buffer(len(payload)), payload...)}) != nil {
+				return
+			}
+		}
+	}()
+	waitWord(t, out.writer, sleeping, "the writer sleep word")
+	waitParked(t, "shmring.sleepOn")
+	head := out.head.Load()
+	out.tail.Store(head) // room, and no wake-up
+	deadline := time.Now().Add(5 * time.Second)
+	for out.head.Load() == head {
+		if time.Now().After(deadline) {
+			t.Fatal("a writer given room without a wake-up did not find it within 5s; it must look again every writerRecheck")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
