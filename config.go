@@ -83,6 +83,18 @@ type ServerConfig struct {
 	// IdleTimeout is how long a connection may carry no call before the
 	// server sends it a GoAway and closes it. Default 15m.
 	IdleTimeout kernel.Duration `json:"idle_timeout"`
+	// DrainPeriod is how long a server that begins a graceful shutdown
+	// keeps serving after it has reported not serving and left the
+	// registry, so that clients stop picking it before it sends its
+	// GoAways. Part of the shutdown timeout. Default 0; with a registry
+	// across machines, about the time it takes to tell its watchers (1-2s
+	// for etcd or Consul).
+	DrainPeriod kernel.Duration `json:"drain_period"`
+	// LoadReportInterval is how often, at most, the server publishes its
+	// in-flight calls and recent QPS into its registration, where the
+	// registry supports it (kernel.LoadReporter); an unchanged load is not
+	// written again. Default 5s; negative turns load reports off.
+	LoadReportInterval kernel.Duration `json:"load_report_interval"`
 }
 
 // ClientConfig tunes the client side.
@@ -137,6 +149,9 @@ func (c *Config) applyDefaults() {
 	if c.Server.IdleTimeout == 0 {
 		c.Server.IdleTimeout = kernel.Duration(15 * time.Minute)
 	}
+	if c.Server.LoadReportInterval == 0 {
+		c.Server.LoadReportInterval = kernel.Duration(5 * time.Second)
+	}
 	if c.Client.PoolSize == 0 {
 		c.Client.PoolSize = 1
 	}
@@ -170,6 +185,9 @@ func (c *Config) validate() error {
 	}
 	if c.Server.IdleTimeout < 0 {
 		return c.errorf("server.idle_timeout", "must be positive, got %s (0 means the default, 15m)", c.Server.IdleTimeout)
+	}
+	if c.Server.DrainPeriod < 0 {
+		return c.errorf("server.drain_period", "must not be negative, got %s", c.Server.DrainPeriod)
 	}
 	for i, f := range c.Filters {
 		if f.Name == "" {

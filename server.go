@@ -41,6 +41,12 @@ type Server struct {
 	acceptDone chan struct{}
 	shutdown   sync.Once
 
+	health    health
+	regMu     sync.Mutex    // orders registering and deregistering the instance
+	completed atomic.Int64  // calls ended, for load reports
+	loadDone  chan struct{} // closed when the load reporter has stopped; nil without one
+	stopLoad  context.CancelFunc
+
 	refusedConns  atomic.Int64 // over max_connections, since start
 	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
 
@@ -79,6 +85,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.others.Store(&map[string]codecEntry{})
 	s.filters = ps.callFilters
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	s.registerHealth()
 	return s, nil
 }
 
@@ -165,14 +172,17 @@ func (s *Server) Start(ctx context.Context) error {
 	s.listener, s.instance = ln, inst
 	s.mu.Unlock()
 	go s.acceptLoop(ln)
-	if s.cfg.Service != "" {
-		if err := s.registry.Register(ctx, inst, s.cfg.Server.RegisterTTL.D()); err != nil {
-			_ = ln.Close()
-			<-s.acceptDone
-			return &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name,
-				Err: fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err)}
-		}
+	s.mu.Lock()
+	for svc := range s.health.status {
+		s.health.status[svc] = HealthServing
 	}
+	s.mu.Unlock()
+	if err := s.advertise(ctx, true); err != nil {
+		_ = ln.Close()
+		<-s.acceptDone
+		return err
+	}
+	s.startLoadReports()
 	s.log.Info("serving", "address", addr, "transport", s.cfg.Transport.Name, "codec", s.codec.Name(), "registry", s.cfg.Registry.Name)
 	return nil
 }
@@ -245,12 +255,13 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 	}
 }
 
-// Shutdown stops the server gracefully: it stops accepting, sends every
-// connected client a GoAway (new calls go elsewhere; calls that still
-// arrive are refused as retryable), waits for in-flight calls until ctx is
-// done, then closes the connections (cancelling what still runs),
-// deregisters the instance and closes the plugins. It is safe to call more
-// than once; later calls wait for the first.
+// Shutdown stops the server gracefully: its health turns NOT_SERVING and
+// it deregisters the instance, serves on for server.drain_period (while
+// clients learn it left), then stops accepting, sends every connected
+// client a GoAway (new calls go elsewhere; calls that still arrive are
+// refused as retryable), waits for in-flight calls until ctx is done, then
+// closes the connections (cancelling what still runs) and the plugins. It
+// is safe to call more than once; later calls wait for the first.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdown.Do(func() { err = s.doShutdown(ctx) })
@@ -261,54 +272,82 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) doShutdown(ctx context.Context) error {
 	defer close(s.stopped)
 	s.mu.Lock()
-	s.draining.Store(true)
-	ln, started := s.listener, s.started
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
+	started := s.started && s.listener != nil
 	s.mu.Unlock()
-	if !started || ln == nil {
+	if !started {
+		s.draining.Store(true)
 		s.cancelBase()
 		s.plugins.close(s.log)
 		s.closeOtherCodecs()
 		return nil
 	}
+	var errs []error
+	// Out of the registry first, and still serving for the drain period:
+	// clients that have not heard yet keep getting answers meanwhile.
+	s.setAllNotServing()
+	s.stopLoadReports()
+	dctx, cancel := context.WithTimeout(context.Background(), deregisterTimeout)
+	if err := s.advertise(dctx, false); err != nil {
+		errs = append(errs, err)
+	}
+	cancel()
+	s.waitDrainPeriod(ctx)
+
+	s.mu.Lock()
+	s.draining.Store(true)
+	ln := s.listener
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
 	_ = ln.Close()
 	<-s.acceptDone
 	for _, sc := range conns {
 		sc.goAway()
 	}
 	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
-	var drainErr error
-	for s.inflight.Load() > 0 {
-		select {
-		case <-s.idle:
-		case <-ctx.Done():
-			drainErr = fmt.Errorf("kernrpc: shutdown: deadline passed with calls still in flight (%d); they were cancelled: %w", s.inflight.Load(), ctx.Err())
-		}
-		if drainErr != nil {
-			break
-		}
+	if err := s.waitInFlight(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	s.cancelBase()
 	s.closeConns(ctx)
-	var errs []error
-	if drainErr != nil {
-		errs = append(errs, drainErr)
-	}
-	if s.cfg.Service != "" {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.registry.Deregister(dctx, s.instance); err != nil {
-			errs = append(errs, &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name,
-				Err: fmt.Errorf("deregister %s: %w", s.instance.ID, err)})
-		}
-		cancel()
-	}
 	s.plugins.close(s.log)
 	s.closeOtherCodecs()
 	s.log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// deregisterTimeout bounds taking the instance out of the registry at
+// shutdown, whatever the shutdown's own deadline.
+const deregisterTimeout = 5 * time.Second
+
+// waitDrainPeriod waits the configured drain period (or until ctx ends):
+// the time clients take to hear from the registry that the instance left.
+func (s *Server) waitDrainPeriod(ctx context.Context) {
+	d := s.cfg.Server.DrainPeriod.D()
+	if d <= 0 {
+		return
+	}
+	s.log.Info("shutting down: deregistered; serving for the drain period", "drain_period", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// waitInFlight waits until no call is in flight or ctx ends.
+func (s *Server) waitInFlight(ctx context.Context) error {
+	for s.inflight.Load() > 0 {
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			return fmt.Errorf("kernrpc: shutdown: deadline passed with calls still in flight (%d); they were cancelled: %w", s.inflight.Load(), ctx.Err())
+		}
+	}
+	return nil
 }
 
 // closeConns ends the connections of a drained server. Where the transport
@@ -351,6 +390,7 @@ func (s *Server) closeConn(ctx context.Context, sc *serverConn, graceEnd time.Ti
 const closeGrace = time.Second
 
 func (s *Server) callEnded() {
+	s.completed.Add(1)
 	if s.inflight.Add(-1) == 0 && s.draining.Load() {
 		select {
 		case s.idle <- struct{}{}:

@@ -585,8 +585,11 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 		shutdownDone <- srv.Shutdown(ctx)
 	}()
 	time.Sleep(50 * time.Millisecond)
-	// A new call now is refused as retryable (or cannot connect), never lost.
-	err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+	// A new call now finds no instance (the server left the registry
+	// first), is refused as retryable or cannot connect: never lost.
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	err := cli.Call(cctx, "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+	ccancel()
 	if kernel.CodeOf(err) != kernel.Unavailable {
 		t.Errorf("call during shutdown: %v, want Unavailable", err)
 	}

@@ -3,6 +3,7 @@
 //
 //	kernrpc serve -config kernrpc.yaml     serve the built-in echo service
 //	kernrpc call -config kernrpc.yaml -text hi
+//	kernrpc health -config kernrpc.yaml    ask every instance for its health
 //	kernrpc plugins [-v]                   list every registered plugin
 package main
 
@@ -31,6 +32,7 @@ const usage = `kernrpc: serve and call kernrpc services composed from plugin nam
 Usage:
   kernrpc serve   -config FILE          serve the built-in echo service (method Echo.Echo)
   kernrpc call    -config FILE [flags]  call a service once and print the answer
+  kernrpc health  -config FILE [flags]  ask every instance for its health; exit 1 unless all serve
   kernrpc plugins [-v]                  list every registered plugin by kind and name
   kernrpc help                          show this text
 
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stdout, stderr)
 	case "call":
 		err = call(ctx, args[1:], stdout, stderr)
+	case "health":
+		err = health(ctx, args[1:], stdout, stderr)
 	case "plugins":
 		err = plugins(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

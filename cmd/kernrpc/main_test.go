@@ -102,7 +102,7 @@ func TestBadInvocations(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	for _, cmd := range []string{"serve", "call", "plugins"} {
+	for _, cmd := range []string{"serve", "call", "health", "plugins"} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), []string{cmd, "-h"}, &out, &errOut); code != 0 {
 			t.Errorf("%s -h: exit %d", cmd, code)
@@ -159,5 +159,43 @@ func TestServeThenCall(t *testing.T) {
 				t.Fatal("serve did not stop")
 			}
 		})
+	}
+}
+
+// kernrpc health asks a running server, prints a table, and exits 1 when
+// the answer is not SERVING or the server cannot be reached.
+func TestHealthCommand(t *testing.T) {
+	cfg := writeConfig(t, "service: echo\naddress: 127.0.0.1:0\ncodec: flatbuffers\nregistry: {name: memory, options: {namespace: cmd-health}}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
+	defer func() { cancel(); <-done }()
+	addrRE := regexp.MustCompile(`serving echo on (\S+) `)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("serve did not start: %s %s", out.String(), errOut.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-addr", addr}, 0, "SERVING"},
+		{[]string{"-addr", addr, "-service", "-"}, 0, "SERVING"},
+		{[]string{"-addr", addr, "-service", "nosuch"}, 1, "NotFound"},
+		{[]string{"-addr", "127.0.0.1:1", "-timeout", "500ms"}, 1, "ERROR"},
+		{nil, 1, "pass -addr"},
+	} {
+		var hOut, hErr bytes.Buffer
+		code := run(context.Background(), append([]string{"health", "-config", cfg}, tc.args...), &hOut, &hErr)
+		if code != tc.code || !strings.Contains(hOut.String()+hErr.String(), tc.want) {
+			t.Errorf("health %v: exit %d, printed %q %q; want exit %d and %q", tc.args, code, hOut.String(), hErr.String(), tc.code, tc.want)
+		}
 	}
 }

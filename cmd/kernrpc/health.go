@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// errUnhealthy makes health exit 1 once its table is printed.
+var errUnhealthy = errors.New("unhealthy")
+
+// health asks every instance of the service (or the one at -addr) for its
+// health, prints a table, and fails unless all of them are serving, the
+// way grpc_health_probe does, so that scripts and probes can use it.
+func health(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("health", "health -config FILE [-addr HOST:PORT] [-service NAME]", stderr)
+	configPath := fs.String("config", "", "config file naming the transport, codec and registry")
+	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
+	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
+	timeout := fs.Duration("timeout", 5*time.Second, "give up on an instance after this long")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	about := cfg.Service
+	switch *service {
+	case "-":
+		about = ""
+	case "":
+	default:
+		about = *service
+	}
+	insts, err := instancesToAsk(ctx, cfg, *addr)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tADDRESS\tTIME\tSTATUS")
+	healthy := true
+	for _, inst := range insts {
+		start := time.Now()
+		st, err := askHealth(ctx, cfg, inst.Address, about, *timeout)
+		status := string(st)
+		if err != nil {
+			status = "ERROR: " + err.Error()
+		}
+		healthy = healthy && err == nil && st == kernrpc.HealthServing
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", inst.ID, inst.Address, time.Since(start).Round(time.Microsecond), status)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !healthy {
+		return fmt.Errorf("%w: not every instance of %q is serving", errUnhealthy, cfg.Service)
+	}
+	return nil
+}
+
+// instancesToAsk is the -addr given, or what the config's registry lists.
+func instancesToAsk(ctx context.Context, cfg *kernrpc.Config, addr string) ([]kernel.Instance, error) {
+	if addr != "" {
+		return []kernel.Instance{{Service: cfg.Service, ID: addr, Address: addr}}, nil
+	}
+	if cfg.Registry.Name == "memory" && !listsStatic(cfg.Registry.Options, cfg.Service) {
+		return nil, fmt.Errorf("no instance to ask: %s names registry \"memory\", which lives inside one process; pass -addr HOST:PORT", cfg.Source)
+	}
+	reg, err := kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	insts, err := reg.Resolve(ctx, cfg.Service)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q through registry %q: %w", cfg.Service, cfg.Registry.Name, err)
+	}
+	if len(insts) == 0 {
+		return nil, fmt.Errorf("registry %q lists no instance of %q (a server that is not serving leaves it); pass -addr HOST:PORT to ask one directly", cfg.Registry.Name, cfg.Service)
+	}
+	return insts, nil
+}
+
+// askHealth asks the server at addr, on a client of its own.
+func askHealth(ctx context.Context, cfg *kernrpc.Config, addr, service string, timeout time.Duration) (kernrpc.HealthStatus, error) {
+	one := *cfg
+	one.Filters = nil
+	// protobuf, which every server has built in, whatever the config's
+	// codec: the health messages are protobuf well-known types.
+	one.Codec = kernrpc.PluginConfig{Name: kernrpc.DefaultCodec}
+	one.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
+		"namespace": "kernrpc-health", "static": map[string]any{cfg.Service: []any{addr}}}}
+	cli, err := kernrpc.NewClient(&one, cfg.Service)
+	if err != nil {
+		return kernrpc.HealthUnknown, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cli.CheckHealth(ctx, service)
+}

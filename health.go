@@ -1,0 +1,155 @@
+package kernrpc
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// HealthCheckMethod is the health service every server serves, the way
+// grpc.health.v1 works: the request names a service (a
+// wrapperspb.StringValue; empty means the whole server), the answer is its
+// HealthStatus as a wrapperspb.StringValue. A service the server does not
+// serve is answered with NotFound. Any codec that encodes protobuf messages
+// (protobuf, json, msgpack) can call it; Client.CheckHealth does.
+const HealthCheckMethod = "kernrpc.Health.Check"
+
+// HealthStatus is what the health service says of a service.
+type HealthStatus string
+
+// The health statuses, named as grpc.health.v1 names them.
+const (
+	HealthUnknown    HealthStatus = "UNKNOWN"
+	HealthServing    HealthStatus = "SERVING"
+	HealthNotServing HealthStatus = "NOT_SERVING"
+)
+
+func (h HealthStatus) valid() bool {
+	return h == HealthUnknown || h == HealthServing || h == HealthNotServing
+}
+
+// health holds a server's statuses: "" (the whole server) and its service
+// start as HealthServing at Start.
+type health struct {
+	status map[string]HealthStatus // guarded by Server.mu
+	// stopping is set once a shutdown has begun: nothing serves again.
+	stopping bool
+	// advertised is whether the instance is in the registry now; only
+	// Start, SetServingStatus and Shutdown change it, under Server.regMu.
+	advertised bool
+}
+
+func (s *Server) registerHealth() {
+	s.health.status = map[string]HealthStatus{"": HealthNotServing}
+	if s.cfg.Service != "" {
+		s.health.status[s.cfg.Service] = HealthNotServing
+	}
+	Handle(s, HealthCheckMethod, s.checkHealth)
+}
+
+func (s *Server) checkHealth(_ context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+	s.mu.Lock()
+	st, ok := s.health.status[req.GetValue()]
+	s.mu.Unlock()
+	if !ok {
+		return nil, kernel.Errorf(kernel.NotFound, "health: service %q is not served here (this server reports on %q)", req.GetValue(), s.healthServices())
+	}
+	return wrapperspb.String(string(st)), nil
+}
+
+func (s *Server) healthServices() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.health.status))
+}
+
+// ServingStatus is what the health service answers for service ("" is the
+// whole server), and whether the server reports on it at all.
+func (s *Server) ServingStatus(service string) (HealthStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.health.status[service]
+	return st, ok
+}
+
+// SetServingStatus sets what the health service answers for service (""
+// is the whole server; another name adds a service to report on). When
+// the server's own service or the whole server stops serving, the
+// instance is deregistered, so that clients stop picking it; when both
+// serve again it is registered again. The error is the registry's.
+func (s *Server) SetServingStatus(ctx context.Context, service string, st HealthStatus) error {
+	if !st.valid() {
+		return fmt.Errorf("kernrpc: SetServingStatus %q: unknown status %q (want %s, %s or %s)", service, st, HealthServing, HealthNotServing, HealthUnknown)
+	}
+	s.mu.Lock()
+	if s.health.stopping && st == HealthServing {
+		s.mu.Unlock()
+		return fmt.Errorf("kernrpc: SetServingStatus %q: the server is shutting down", service)
+	}
+	s.health.status[service] = st
+	advertise := s.started && s.listener != nil && s.servingLocked()
+	s.mu.Unlock()
+	return s.advertise(ctx, advertise)
+}
+
+// servingLocked is whether the instance should be in the registry.
+func (s *Server) servingLocked() bool {
+	return s.health.status[""] == HealthServing && (s.cfg.Service == "" || s.health.status[s.cfg.Service] == HealthServing)
+}
+
+// advertise puts the instance in the registry or takes it out, if it is
+// not there already.
+func (s *Server) advertise(ctx context.Context, on bool) error {
+	if s.cfg.Service == "" {
+		return nil
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if s.health.advertised == on {
+		return nil
+	}
+	inst := s.Instance()
+	var err error
+	if on {
+		if err = s.registry.Register(ctx, inst, s.cfg.Server.RegisterTTL.D()); err != nil {
+			err = fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err)
+		}
+	} else if err = s.registry.Deregister(ctx, inst); err != nil {
+		err = fmt.Errorf("deregister %s: %w", inst.ID, err)
+	}
+	if err != nil {
+		return &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name, Err: err}
+	}
+	s.health.advertised = on
+	return nil
+}
+
+// setAllNotServing is the first step of a shutdown.
+func (s *Server) setAllNotServing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health.stopping = true
+	for svc := range s.health.status {
+		s.health.status[svc] = HealthNotServing
+	}
+}
+
+// CheckHealth asks the instance the balancer picks for service's health
+// ("" asks about the whole server). An instance that does not report on
+// service answers with a NotFound status.
+func (c *Client) CheckHealth(ctx context.Context, service string) (HealthStatus, error) {
+	var resp wrapperspb.StringValue
+	if err := c.Call(ctx, HealthCheckMethod, wrapperspb.String(service), &resp); err != nil {
+		return HealthUnknown, err
+	}
+	st := HealthStatus(resp.GetValue())
+	if !st.valid() {
+		return HealthUnknown, fmt.Errorf("kernrpc: health: the server answered with an unknown status %q", resp.GetValue())
+	}
+	return st, nil
+}

@@ -1,0 +1,92 @@
+package kernrpc
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// startLoadReports publishes the server's load into its registration every
+// load_report_interval, where the registry takes load reports. A load equal
+// to the last one written is not written again, so an idle instance costs
+// the registry nothing.
+func (s *Server) startLoadReports() {
+	lr, ok := s.registry.(kernel.LoadReporter)
+	every := s.cfg.Server.LoadReportInterval.D()
+	if !ok || every <= 0 || s.cfg.Service == "" {
+		return
+	}
+	s.loadDone = make(chan struct{})
+	ctx, stop := context.WithCancel(s.baseCtx)
+	s.stopLoad = stop
+	go func() {
+		defer close(s.loadDone)
+		s.reportLoads(ctx, lr, every)
+	}()
+}
+
+// stopLoadReports stops the reporter and waits for it: a report must not
+// land after the instance has been deregistered.
+func (s *Server) stopLoadReports() {
+	if s.loadDone == nil {
+		return
+	}
+	s.stopLoad()
+	<-s.loadDone
+}
+
+func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last kernel.Load
+	lastCount, lastAt := s.completed.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			count := s.completed.Load()
+			load := kernel.Load{
+				InFlight: s.inflight.Load(),
+				QPS:      float64(count-lastCount) / now.Sub(lastAt).Seconds(),
+				Updated:  now,
+			}
+			lastCount, lastAt = count, now
+			if sameLoad(load, last) {
+				continue
+			}
+			if err := s.reportLoad(ctx, lr, load); err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("load report failed; trying again at the next interval", "registry", s.cfg.Registry.Name, "err", err)
+				}
+				continue
+			}
+			last = load
+		}
+	}
+}
+
+// reportLoad writes load, unless the instance is out of the registry (its
+// health says it is not serving): a report must not register it again.
+func (s *Server) reportLoad(ctx context.Context, lr kernel.LoadReporter, load kernel.Load) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if !s.health.advertised {
+		return nil
+	}
+	return lr.ReportLoad(ctx, s.Instance(), load)
+}
+
+// sameLoad is whether a new load is not worth a registry write: the same
+// in-flight count and a QPS within 5% of the one reported.
+func sameLoad(a, b kernel.Load) bool {
+	if a.InFlight != b.InFlight {
+		return false
+	}
+	if a.QPS == b.QPS {
+		return true
+	}
+	return math.Abs(a.QPS-b.QPS) <= 0.05*math.Max(a.QPS, b.QPS)
+}
