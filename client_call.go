@@ -322,7 +322,7 @@ func (cs *callState) copyInfo(ai, info *kernel.CallInfo) {
 		defer cs.mu.Unlock()
 	}
 	*ai = *info
-	ai.ResponseMetadata = nil
+	ai.ResponseMetadata, ai.ResponseSize = nil, 0
 }
 
 // noteAttempt tells the info an attempt started from what became of it.
@@ -335,6 +335,7 @@ func (cs *callState) noteAttempt(info, ai *kernel.CallInfo) {
 		}
 	}
 	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = ai.Instance, ai.Peer, ai.Attempt, ai.ResponseMetadata
+	info.RequestSize, info.ResponseSize = ai.RequestSize, ai.ResponseSize
 }
 
 func (c *Client) putAttempt(at *attempt) {

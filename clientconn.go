@@ -179,6 +179,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	if err != nil {
 		return kernel.Errorf(kernel.Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
 	}
+	info.RequestSize = len(payload)
 	f := &at.req
 	*f = kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
 	if dl, ok := ctx.Deadline(); ok {
@@ -373,6 +374,7 @@ func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, at
 		return kernel.Errorf(kernel.Internal, "server answered %s in codec %q, but the request was sent in %q", info.Method, name, codec.Name())
 	}
 	data := f.Payload
+	info.ResponseSize = len(data)
 	if codecAliases(codec) {
 		// The value will point into these bytes after we return: give it a
 		// copy the transport will never reuse.

@@ -135,6 +135,7 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 		}
 	}
 	c.info.Method, c.info.Side, c.info.Codec = f.Method, kernel.ServerSide, codec.Name()
+	c.info.RequestSize = len(f.Payload)
 	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
 	if c.refused {
 		return nil, codec, nil, &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}

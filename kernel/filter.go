@@ -81,6 +81,12 @@ type CallInfo struct {
 	// Attempt numbers the attempts of one client call from 1, in the
 	// attempt stage (and for a call filter once next returns); 0 before.
 	Attempt int
+	// RequestSize and ResponseSize are the encoded sizes of the messages
+	// in bytes, once known: on the client both once next returns (of the
+	// last attempt; ResponseSize only with an answer); on the server
+	// RequestSize from the start. The server encodes the response after
+	// its filters return, so its filters see ResponseSize 0.
+	RequestSize, ResponseSize int
 }
 
 // SetRequestMetadata sets one request metadata entry, allocating the map on
