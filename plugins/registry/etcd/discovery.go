@@ -1,0 +1,320 @@
+package etcd
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// serviceCache is what a registry knows of one service: the instances, as
+// of revision rev, kept current by one watch on the service's prefix, and
+// the Watch channels to tell of every change.
+type serviceCache struct {
+	r       *Registry
+	service string
+	prefix  string // <prefix><service>/
+
+	ready chan struct{} // closed once the first read is done; err says how
+	err   error
+
+	mu     sync.Mutex
+	byID   map[string]kernel.Instance
+	set    []kernel.Instance // sorted by ID; never changed once published
+	rev    int64             // the revision set is current at
+	subs   map[*subscriber]struct{}
+	closed bool // the registry closed: no more subscribers
+}
+
+// subscriber is one Watch channel: capacity one, so a slow reader holds at
+// most one set, and it is replaced by the latest.
+type subscriber struct {
+	ch     chan []kernel.Instance
+	closed bool
+}
+
+// Resolve returns service's instances from the local cache. The first
+// Resolve (or Watch) of a service reads it from etcd once, within
+// dial_timeout; after that Resolve never waits on etcd, and while etcd is
+// unreachable it answers with the last set it saw.
+func (r *Registry) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
+	if err := r.usable(ctx, "resolve "+service); err != nil {
+		return nil, err
+	}
+	c, err := r.cache(ctx, service, "resolve")
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cloneSet(c.set), nil
+}
+
+// Watch sends service's instances now and after every change (a
+// registration, a deregistration, an expiry, a new value), until ctx is
+// done or the registry closes; then it closes the channel. A slow receiver
+// gets only the latest set.
+func (r *Registry) Watch(ctx context.Context, service string) (<-chan []kernel.Instance, error) {
+	if err := r.usable(ctx, "watch "+service); err != nil {
+		return nil, err
+	}
+	c, err := r.cache(ctx, service, "watch")
+	if err != nil {
+		return nil, err
+	}
+	s := &subscriber{ch: make(chan []kernel.Instance, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s: watch %s: %w", Name, service, kernel.ErrClosed)
+	}
+	c.subs[s] = struct{}{}
+	s.ch <- cloneSet(c.set)
+	c.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.endLocked(s)
+	})
+	return s.ch, nil
+}
+
+// cache returns service's cache, reading the service and starting its
+// watch if this is the first call that asks for it. A first read that
+// fails leaves no cache behind, so that the next call tries again.
+func (r *Registry) cache(ctx context.Context, service, op string) (*serviceCache, error) {
+	if err := checkService(op, service); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%s: %s %s: %w", Name, op, service, kernel.ErrClosed)
+	}
+	c := r.services[service]
+	if c == nil {
+		c = &serviceCache{
+			r: r, service: service, prefix: r.opts.Prefix + service + "/",
+			ready: make(chan struct{}), byID: make(map[string]kernel.Instance), subs: make(map[*subscriber]struct{}),
+		}
+		r.services[service] = c
+		r.caches.Add(1)
+		go c.run()
+	}
+	r.mu.Unlock()
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %s %s: %w", Name, op, service, context.Cause(ctx))
+	}
+	if c.err != nil {
+		return nil, c.err // it names the service's prefix and what etcd did
+	}
+	return c, nil
+}
+
+// run reads the service, then follows it until the registry closes.
+func (c *serviceCache) run() {
+	defer c.r.caches.Done()
+	err := c.readAll()
+	if err != nil {
+		c.err = err
+		c.r.mu.Lock()
+		if c.r.services[c.service] == c {
+			delete(c.r.services, c.service)
+		}
+		c.r.mu.Unlock()
+	}
+	close(c.ready)
+	if err != nil {
+		return
+	}
+	c.follow()
+}
+
+// readAll replaces the cache with what etcd holds under the service's
+// prefix now.
+func (c *serviceCache) readAll() error {
+	var resp *clientv3.GetResponse
+	err := c.r.request(c.r.ctx, "read service "+c.service+" (keys "+c.prefix+"*)", func(ctx context.Context, cli *clientv3.Client) error {
+		var err error
+		resp, err = cli.Get(ctx, c.prefix, clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.r.stats.fullReads.Add(1)
+	byID := make(map[string]kernel.Instance, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		in, err := decodeInstance(c.service, c.prefix, kv.Key, kv.Value)
+		if err != nil {
+			c.r.log.Warn("etcd: skipping a value that is not a kernrpc instance", "service", c.service, "err", err)
+			continue
+		}
+		byID[in.ID] = in
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byID, c.rev = byID, resp.Header.Revision
+	c.publishLocked()
+	return nil
+}
+
+// follow watches the service's prefix from the revision after the cache's,
+// applying every change. When the watch breaks it resumes from the last
+// revision applied; when that revision was compacted away it reads the
+// service whole, once, and watches on from there.
+func (c *serviceCache) follow() {
+	r := c.r
+	cli, err := r.client()
+	if err != nil {
+		return // closed
+	}
+	wait := 100 * time.Millisecond
+	for r.ctx.Err() == nil {
+		c.mu.Lock()
+		from := c.rev + 1
+		c.mu.Unlock()
+		compacted, err := c.watchFrom(cli, from)
+		if r.ctx.Err() != nil {
+			return
+		}
+		if compacted {
+			r.log.Info("etcd: watch revision compacted; reading the service again", "service", c.service, "revision", from)
+			for r.ctx.Err() == nil {
+				if err := c.readAll(); err == nil {
+					break
+				} else {
+					r.log.Warn("etcd: reading the service again failed; retrying", "service", c.service, "err", err, "in", wait)
+				}
+				if !sleep(r.ctx, wait) {
+					return
+				}
+				wait = min(2*wait, time.Second)
+			}
+			continue
+		}
+		r.stats.watchResumes.Add(1)
+		r.log.Debug("etcd: watch ended; resuming from the last revision", "service", c.service, "revision", from, "err", err)
+		if !sleep(r.ctx, wait) {
+			return
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// watchFrom runs one watch from revision from until it ends, applying its
+// events; it reports whether it ended because from was compacted.
+func (c *serviceCache) watchFrom(cli *clientv3.Client, from int64) (compacted bool, err error) {
+	// WithRequireLeader: a member cut off from its cluster ends the watch
+	// instead of leaving it silently stale; the next one finds a leader.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(c.r.ctx))
+	defer cancel()
+	for resp := range cli.Watch(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			return true, resp.Err()
+		}
+		if err := resp.Err(); err != nil {
+			return false, err
+		}
+		c.apply(resp)
+	}
+	return false, nil
+}
+
+// apply brings the cache to the revision of resp and tells the
+// subscribers, if anything changed.
+func (c *serviceCache) apply(resp clientv3.WatchResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := false
+	for _, ev := range resp.Events {
+		if ev.Kv.ModRevision <= c.rev {
+			continue // already in a full read
+		}
+		id := string(ev.Kv.Key[len(c.prefix):])
+		switch ev.Type {
+		case mvccpb.DELETE:
+			if _, ok := c.byID[id]; ok {
+				delete(c.byID, id)
+				changed = true
+			}
+		case mvccpb.PUT:
+			in, err := decodeInstance(c.service, c.prefix, ev.Kv.Key, ev.Kv.Value)
+			if err != nil {
+				c.r.log.Warn("etcd: skipping a value that is not a kernrpc instance", "service", c.service, "err", err)
+				if _, ok := c.byID[id]; ok {
+					delete(c.byID, id)
+					changed = true
+				}
+				continue
+			}
+			c.byID[id] = in
+			changed = true
+		}
+	}
+	c.rev = max(c.rev, resp.Header.Revision)
+	if changed {
+		c.publishLocked()
+	}
+}
+
+// publishLocked rebuilds the set from byID and sends it to every
+// subscriber, replacing a set one has not read yet. It never blocks: the
+// cache's goroutine and Watch are the only senders, and both hold c.mu.
+func (c *serviceCache) publishLocked() {
+	set := make([]kernel.Instance, 0, len(c.byID))
+	for _, in := range c.byID {
+		set = append(set, in)
+	}
+	slices.SortFunc(set, func(a, b kernel.Instance) int { return cmp.Compare(a.ID, b.ID) })
+	c.set = set
+	for s := range c.subs {
+		select {
+		case <-s.ch:
+		default:
+		}
+		s.ch <- cloneSet(set)
+	}
+}
+
+func (c *serviceCache) endLocked(s *subscriber) {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	delete(c.subs, s)
+	close(s.ch)
+}
+
+// closeSubscribers closes every Watch channel, at the registry's Close.
+func (c *serviceCache) closeSubscribers() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for s := range c.subs {
+		c.endLocked(s)
+	}
+}
+
+// sleep waits d or until ctx is done, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,300 @@
+// Package etcd is a service registry on an etcd v3 cluster: servers in any
+// process register instances under one lease per registry, clients resolve
+// and watch them through a local cache, and leaders are elected on etcd's
+// concurrency recipes. docs/registry-etcd.md tells the whole design.
+//
+// Config name: "etcd". Options, with defaults:
+//
+//	registry:
+//	  name: etcd
+//	  options:
+//	    endpoints: ["127.0.0.1:2379"]     # etcd members, host:port or URL
+//	    dial_timeout: 5s                  # bounds connecting and each request a call waits on
+//	    ttl: 10s                          # lease of a Register given ttl 0, and of election sessions
+//	    prefix: /kernrpc/services/        # keys are <prefix><service>/<instance-id>
+//	    election_prefix: /kernrpc/elections/  # elections are under <election_prefix><election>/
+//	    username: ""                      # with password: etcd authentication
+//	    password: ""
+//	    tls:                              # absent (the default): plain TCP
+//	      ca_file: ""                     # PEM roots; the system's when empty
+//	      cert_file: ""                   # client certificate, with key_file
+//	      key_file: ""
+//	      server_name: ""                 # name to verify in the server's certificate
+//	      insecure_skip_verify: false     # tests only
+//	    load_report_interval: 5s          # least time between two load writes of one instance
+//
+// Keys and values. An instance is the key <prefix><service>/<instance-id>
+// holding the JSON {"address", "metadata", "load": {"in_flight", "qps",
+// "updated"}}; "transport" and "codec" are metadata keys, as
+// kernel.Instance has them. A prefix not ending in "/" gets one. A service
+// name must not contain "/".
+//
+// Leases. All of one registry's instances are attached to ONE lease, kept
+// alive by the etcd client's single KeepAlive stream: a steady state costs
+// no write at all, only the client's keepalive messages (every TTL/3). The
+// lease's TTL is the largest ttl any Register of this registry asked for
+// (ttl 0 stands for the ttl option), rounded up to whole seconds, as etcd
+// counts them; a Register asking for more than the current lease moves
+// every instance to a new, longer lease. So an instance registered with a
+// shorter ttl beside a longer one lingers up to the longer one when its
+// process dies.
+//
+// Re-registration happens only when the lease is really lost: its
+// KeepAlive channel closes, which the client does when etcd answers that
+// the lease expired or when no keepalive was answered for a whole TTL.
+// Then the registry grants one new lease and puts every instance again, in
+// one transaction per 64 instances, once; until etcd answers it retries,
+// without writing, at most once a second plus dial_timeout.
+//
+// Discovery. The first Resolve or Watch of a service reads its keys once
+// and starts one watch on its prefix, which feeds a local cache: later
+// Resolves answer from memory and never wait on etcd. The watch resumes
+// from its last revision after a disconnect; when that revision has been
+// compacted away, the service is read whole once more. A service once
+// resolved is watched until Close.
+//
+// Load reports (kernel.LoadReporter) rewrite the instance's value under the
+// same lease, at most once per load_report_interval per instance: a report
+// sooner than that is coalesced, and the latest one is written when the
+// interval ends.
+//
+// Elections (kernel.Elector) run on concurrency.Election, each Campaign on
+// a session (a lease of the ttl option) of its own: a leader whose process
+// dies is replaced once its session's lease expires, within ttl.
+//
+// A dead etcd is not a hang: New does not dial; the first call that needs
+// etcd fails after dial_timeout, naming the endpoints.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Name is the registry's config name.
+const Name = "etcd"
+
+// Factory builds etcd registries; it is registered from init.
+var Factory = kernel.NewFactory(Name,
+	"service registry on etcd v3: one lease per registry, watched local cache, leader election",
+	DefaultOptions,
+	func(o *Options) (kernel.Registry, error) { return New(*o) })
+
+func init() { kernel.RegisterRegistry(Factory) }
+
+var (
+	_ kernel.Registry             = (*Registry)(nil)
+	_ kernel.LoadReporter         = (*Registry)(nil)
+	_ kernel.Elector              = (*Registry)(nil)
+	_ kernel.RegistryCapabilities = (*Registry)(nil)
+	_ kernel.LeaseAbandoner       = (*Registry)(nil)
+)
+
+// Registry is one client of an etcd cluster. It owns the lease its
+// instances live under (and the goroutine that watches it), the watches of
+// the services it resolved, and its election sessions; Close ends them all.
+type Registry struct {
+	opts  Options
+	cfg   clientv3.Config
+	log   *slog.Logger
+	stats stats
+
+	// ctx lives until Close; background requests and watches run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	clientMu sync.Mutex
+	cli      *clientv3.Client // dialled by the first call that needs etcd
+
+	keeper *leaseKeeper
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	closed    bool
+	abandoned bool
+	services  map[string]*serviceCache
+	sessions  map[*concurrency.Session]struct{}
+	caches    sync.WaitGroup // the services' watch goroutines
+}
+
+// New builds a registry from opts. It does not dial: a registry of an
+// unreachable cluster builds, and its first call fails within dial_timeout.
+func New(opts Options) (*Registry, error) {
+	opts, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := opts.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	// Reconnect at most a second apart, so that a restarted etcd is found
+	// again well within a lease's TTL (gRPC's default backs off to 2 min).
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: opts.DialTimeout.D(),
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Registry{
+		opts:     opts,
+		cfg:      cfg,
+		log:      slog.Default().With("registry", Name),
+		ctx:      ctx,
+		cancel:   cancel,
+		services: make(map[string]*serviceCache),
+		sessions: make(map[*concurrency.Session]struct{}),
+	}
+	r.keeper = newLeaseKeeper(r)
+	return r, nil
+}
+
+// HonoursTTL reports that instances expire when their lease is not renewed.
+func (r *Registry) HonoursTTL() bool { return true }
+
+// client returns the etcd client, dialling it on first use. Without
+// credentials clientv3.New does not wait for the cluster; with them it
+// authenticates, within dial_timeout.
+func (r *Registry) client() (*clientv3.Client, error) {
+	r.clientMu.Lock()
+	defer r.clientMu.Unlock()
+	if r.ctx.Err() != nil {
+		return nil, errClosed
+	}
+	if r.cli != nil {
+		return r.cli, nil
+	}
+	cli, err := clientv3.New(r.cfg)
+	if err != nil {
+		return nil, r.unreachable(err)
+	}
+	r.cli = cli
+	return cli, nil
+}
+
+// unreachable explains err, a request that ran out of dial_timeout.
+func (r *Registry) unreachable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from etcd at %s within dial_timeout %s (is etcd running there?): %w",
+			strings.Join(r.opts.Endpoints, ","), r.opts.DialTimeout, err)
+	}
+	return fmt.Errorf("etcd at %s: %w", strings.Join(r.opts.Endpoints, ","), err)
+}
+
+// request runs one etcd request f under ctx, bounded by dial_timeout, and
+// words its error: the caller's own ctx ending, or etcd not answering.
+func (r *Registry) request(ctx context.Context, what string, f func(context.Context, *clientv3.Client) error) error {
+	cli, err := r.client()
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", Name, what, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.opts.DialTimeout.D())
+	defer cancel()
+	err = f(rctx, cli)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %s: %w", Name, what, context.Cause(ctx))
+	case r.ctx.Err() != nil:
+		return fmt.Errorf("%s: %s: %w", Name, what, kernel.ErrClosed)
+	case rctx.Err() != nil:
+		return fmt.Errorf("%s: %s: %w", Name, what, r.unreachable(context.DeadlineExceeded))
+	}
+	return fmt.Errorf("%s: %s: %w", Name, what, err)
+}
+
+// usable is nil while the registry may still be used.
+func (r *Registry) usable(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %s: %w", Name, what, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return fmt.Errorf("%s: %s: %w", Name, what, kernel.ErrClosed)
+	}
+	return nil
+}
+
+// Close revokes this registry's lease, which removes every instance it
+// registered in one step, revokes its election sessions (their leaderships
+// end), ends its watches (closing their channels) and its connection. After
+// AbandonLeases it revokes nothing: the process is playing dead. It is
+// idempotent.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	abandoned := r.abandoned
+	sessions := r.sessions
+	r.sessions = nil
+	services := r.services
+	r.services = nil
+	r.mu.Unlock()
+
+	var errs []error
+	for s := range sessions {
+		if abandoned {
+			s.Orphan()
+		} else if err := s.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("%s: close: revoke election session: %w", Name, err))
+		}
+	}
+	if err := r.keeper.close(!abandoned); err != nil {
+		errs = append(errs, err)
+	}
+	r.cancel()
+	r.caches.Wait()
+	for _, c := range services {
+		c.closeSubscribers()
+	}
+	r.clientMu.Lock()
+	cli := r.cli
+	r.cli = nil
+	r.clientMu.Unlock()
+	if cli != nil {
+		cli.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// AbandonLeases stops renewing this registry's lease and its election
+// sessions without revoking them, as if its process had died: its
+// instances disappear, and its leaderships pass to others, within their
+// ttl. Register and ReportLoad fail from then on. It is for tests
+// (kernel.LeaseAbandoner).
+func (r *Registry) AbandonLeases() {
+	r.mu.Lock()
+	r.abandoned = true
+	sessions := make([]*concurrency.Session, 0, len(r.sessions))
+	for s := range r.sessions {
+		sessions = append(sessions, s)
+	}
+	r.mu.Unlock()
+	r.keeper.abandon()
+	for _, s := range sessions {
+		s.Orphan()
+	}
+}
+
+func (r *Registry) isAbandoned() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.abandoned
+}

@@ -1,0 +1,71 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// ReportLoad sets the load of inst (matched by Service and ID), which this
+// registry must have registered, and writes its value again under the same
+// lease, at most once per load_report_interval: a report sooner than that
+// after the last write is coalesced, and the latest load is written when
+// the interval ends. A zero load.Updated is set to now. While the lease is
+// lost nothing is written; the re-registration carries the latest load.
+func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load kernel.Load) error {
+	what := fmt.Sprintf("report load of %s/%s", inst.Service, inst.ID)
+	if err := r.usable(ctx, what); err != nil {
+		return err
+	}
+	if load.Updated.IsZero() {
+		load.Updated = time.Now()
+	}
+	return r.keeper.reportLoad(ctx, what, instanceKey{inst.Service, inst.ID}, load)
+}
+
+func (k *leaseKeeper) reportLoad(ctx context.Context, what string, key instanceKey, load kernel.Load) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return k.stoppedError(what)
+	}
+	o := k.owned[key]
+	if o == nil {
+		return fmt.Errorf("%s: %s: this registry has not registered it (register it through the same registry first)", Name, what)
+	}
+	o.inst.Load = load
+	if o.flush != nil {
+		o.pending = true // the timer writes the latest
+		return nil
+	}
+	if k.id == 0 {
+		return nil // lost: the re-registration writes it
+	}
+	interval := k.r.opts.LoadReportInterval.D()
+	if since := time.Since(o.lastWrite); since < interval {
+		o.pending = true
+		o.flush = time.AfterFunc(interval-since, func() { k.flushLoad(key, o) })
+		return nil
+	}
+	return k.putLocked(ctx, what, o)
+}
+
+// flushLoad writes the load reported during the interval that just ended.
+func (k *leaseKeeper) flushLoad(key instanceKey, o *ownedInstance) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.owned[key] != o || o.flush == nil {
+		return // deregistered, replaced or closed meanwhile
+	}
+	o.flush = nil
+	if !o.pending || k.id == 0 {
+		return
+	}
+	o.pending = false
+	what := fmt.Sprintf("report load of %s/%s", key.service, key.id)
+	if err := k.putLocked(k.r.ctx, what, o); err != nil {
+		k.r.log.Warn("etcd: writing a coalesced load report failed", "err", err)
+	}
+}
