@@ -19,7 +19,8 @@
 //	    deregister_critical_service_after: 1m  # the agent removes an instance critical this long
 //	    wait_time: 30s       # longest wait of one blocking query (Consul caps it at 10m)
 //	    timeout: 5s          # bound of every request that is not a blocking query, and of dialling
-//	    session_ttl: 10s     # election session TTL (Consul refuses less than its session_ttl_min, 10s)
+//	    session_ttl: 20s     # a dead leader is replaced within it; Consul gets half, which must be
+//	                         # at least the agent's session_ttl_min (10s by default)
 //	    load_report_interval: 5s  # at most one load write per instance per interval
 //	    tls:                 # with scheme https (or an https:// address)
 //	      ca_file: ""

@@ -65,9 +65,12 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	defer context.AfterFunc(r.life, cancel)()
 	defer cancel()
 
+	// Consul invalidates an unrenewed session only at twice its TTL, so it
+	// is asked for half of session_ttl: a dead leader's session then ends
+	// within session_ttl.
 	sctx, scancel := r.opContext(ctx)
 	session, _, err := r.client.Session().CreateNoChecks(&api.SessionEntry{
-		Name: "kernrpc election " + election, TTL: r.cfg.sessionTTL.String(),
+		Name: "kernrpc election " + election, TTL: (r.cfg.sessionTTL / 2).String(),
 		Behavior: api.SessionBehaviorRelease, LockDelay: lockDelay,
 	}, (&api.WriteOptions{}).WithContext(sctx))
 	scancel()
@@ -75,7 +78,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("consul: %s: %w", op, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w (is option \"session_ttl\", %s, within the agent's session_ttl_min and 24h?)", r.fail(op+": create session", err), r.cfg.sessionTTL)
+		return nil, fmt.Errorf("%w (option \"session_ttl\" is %s, and Consul is asked for half of it, which must lie within the agent's session_ttl_min, 10s by default, and 24h)", r.fail(op+": create session", err), r.cfg.sessionTTL)
 	}
 	l := &leadership{r: r, key: electionPrefix + election, session: session, lost: make(chan struct{})}
 	life, stop := context.WithCancel(r.heartbeat)
@@ -165,15 +168,17 @@ func (l *leadership) acquire(ctx context.Context, id string) error {
 	}
 }
 
-// renew keeps the session alive every session_ttl/3. The leader gives up
-// (Lost closes) when the agent says the session is gone, or when no renewal
-// succeeded for 2/3 of session_ttl: Consul may invalidate the session from
-// session_ttl on, and a leader must stop before another can take over.
+// renew keeps the session alive every session_ttl/4 (half its Consul TTL,
+// as the Consul client's RenewPeriodic does). The leader gives up (Lost
+// closes) when the agent says the session is gone, or when no renewal
+// succeeded for 2/3 of session_ttl: Consul invalidates the session
+// session_ttl after its last renewal, and a leader must stop before another
+// can take over.
 func (l *leadership) renew(ctx context.Context) {
 	r := l.r
 	ttl := r.cfg.sessionTTL
 	last := time.Now()
-	for sleep(ctx, ttl/3) {
+	for sleep(ctx, ttl/4) {
 		rctx, cancel := r.opContext(ctx)
 		entry, _, err := r.client.Session().Renew(l.session, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()

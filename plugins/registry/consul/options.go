@@ -40,7 +40,9 @@ type Options struct {
 	// (which take up to WaitTime, plus Consul's jitter of WaitTime/16, plus
 	// Timeout).
 	Timeout kernel.Duration `json:"timeout"`
-	// SessionTTL is the TTL of election sessions.
+	// SessionTTL bounds how long a dead leader keeps its leadership. Consul
+	// is asked for half of it (it invalidates a session at twice its TTL),
+	// which must be at least the agent's session_ttl_min (10s by default).
 	SessionTTL kernel.Duration `json:"session_ttl"`
 	// LoadReportInterval bounds load writes: at most one per instance per
 	// interval; reports in between are coalesced into the next write.
@@ -68,7 +70,7 @@ func DefaultOptions() *Options {
 		DeregisterCriticalServiceAfter: kernel.Duration(time.Minute),
 		WaitTime:                       kernel.Duration(30 * time.Second),
 		Timeout:                        kernel.Duration(5 * time.Second),
-		SessionTTL:                     kernel.Duration(10 * time.Second),
+		SessionTTL:                     kernel.Duration(20 * time.Second),
 		LoadReportInterval:             kernel.Duration(5 * time.Second),
 	}
 }

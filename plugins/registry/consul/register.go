@@ -22,6 +22,7 @@ type registration struct {
 	id string // Consul service ID
 
 	mu            sync.Mutex
+	written       bool // registered with the agent at least once: the keeper may pass its check
 	gone          bool // deregistered: write nothing more
 	inst          kernel.Instance
 	ttl           time.Duration
@@ -76,7 +77,9 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 	reg.inst, reg.ttl = inst, ttl
 	err := r.writeRegistration(ctx, reg)
 	reg.nextPass = time.Now().Add(ttl / 3)
-	if err != nil && !existed {
+	if err == nil {
+		reg.written = true
+	} else if !existed {
 		reg.gone = true
 	}
 	reg.mu.Unlock()
@@ -266,8 +269,8 @@ func (r *Registry) keepOnce(now time.Time) time.Time {
 func (r *Registry) keepOne(reg *registration, now time.Time) time.Time {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	if reg.gone {
-		return time.Time{}
+	if reg.gone || !reg.written {
+		return time.Time{} // Register wakes the keeper once it is
 	}
 	ctx := r.heartbeat
 	if !now.Before(reg.nextPass) {

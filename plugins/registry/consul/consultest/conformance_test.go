@@ -2,7 +2,6 @@ package consultest_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -112,4 +111,3 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-var _ = fmt.Sprint
