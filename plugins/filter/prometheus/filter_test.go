@@ -1,0 +1,275 @@
+package prometheus_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/filter/prometheus"
+)
+
+func build(t testing.TB, opts map[string]any) *prometheus.Filter {
+	t.Helper()
+	f, err := prometheus.Factory.Build(opts, "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.(*prometheus.Filter).Close() })
+	return f.(*prometheus.Filter)
+}
+
+// answer is a next that answers with err after sizing the call as the
+// engine does.
+func answer(reqSize, respSize int, err error) kernel.Invoker {
+	return func(_ context.Context, info *kernel.CallInfo, _ any) (any, error) {
+		info.Attempt = 1
+		info.RequestSize = reqSize
+		if err != nil {
+			return nil, err
+		}
+		info.ResponseSize = respSize
+		return "ok", nil
+	}
+}
+
+func TestCountsByMethodAndCode(t *testing.T) {
+	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
+	ctx := context.Background()
+	for i := 0; i < 7; i++ {
+		_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(10, 30, nil))
+	}
+	for i := 0; i < 3; i++ {
+		_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(10, 0, kernel.Errorf(kernel.NotFound, "no")))
+	}
+	_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(0, 0, context.DeadlineExceeded))
+	_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(0, 0, fmt.Errorf("wrapped: %w", kernel.Errorf(kernel.Aborted, "x"))))
+	_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(0, 0, &kernel.Status{Code: 99}))
+	for i := 0; i < 4; i++ {
+		_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "/pkg.Greeter/Hello", Side: kernel.ServerSide}, nil, answer(5, 0, nil))
+	}
+
+	_, fams := scrape(t, serve(t, f.Handler()))
+	say := labels{"service": "Echo", "method": "Say"}
+	for code, want := range map[string]float64{"OK": 7, "NotFound": 3, "DeadlineExceeded": 1, "Aborted": 1, "Unknown": 1} {
+		if got := value(t, fams, "kernrpc_client_calls_total", labels{"service": "Echo", "method": "Say", "code": code}); got != want {
+			t.Errorf("client calls with code %s: %g, want %g", code, got, want)
+		}
+	}
+	if n := len(fams["kernrpc_client_calls_total"].GetMetric()); n != 5 {
+		t.Errorf("%d client call series, want one per code seen (5)", n)
+	}
+	checkHistogram(t, fams, "kernrpc_client_call_duration_seconds", say, 13)
+	for name, want := range map[string]float64{
+		"kernrpc_client_request_bytes_total":  10 * 10,
+		"kernrpc_client_response_bytes_total": 7 * 30,
+		"kernrpc_client_attempts_total":       13,
+		"kernrpc_client_calls_in_flight":      0,
+	} {
+		if got := value(t, fams, name, say); got != want {
+			t.Errorf("%s = %g, want %g", name, got, want)
+		}
+	}
+	hello := labels{"service": "pkg.Greeter", "method": "Hello"}
+	if got := value(t, fams, "kernrpc_server_calls_total", labels{"service": "pkg.Greeter", "method": "Hello", "code": "OK"}); got != 4 {
+		t.Errorf("server calls %g, want 4", got)
+	}
+	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", hello, 4)
+	if got := value(t, fams, "kernrpc_server_request_bytes_total", hello); got != 20 {
+		t.Errorf("server request bytes %g, want 20", got)
+	}
+	if _, ok := fams["kernrpc_server_response_bytes_total"]; ok {
+		t.Error("a server response bytes family, though server filters never see the response's size")
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := fams[name]; ok {
+			t.Errorf("%s scraped with go_metrics and process_metrics off", name)
+		}
+	}
+}
+
+func TestInFlightWhileNextRuns(t *testing.T) {
+	f := build(t, nil)
+	url := serve(t, f.Handler())
+	entered, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Slow", Side: kernel.ServerSide}, nil,
+				func(context.Context, *kernel.CallInfo, any) (any, error) {
+					entered <- struct{}{}
+					<-release
+					return "ok", nil
+				})
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		<-entered
+	}
+	slow := labels{"service": "Echo", "method": "Slow"}
+	_, fams := scrape(t, url)
+	if got := value(t, fams, "kernrpc_server_calls_in_flight", slow); got != 3 {
+		t.Errorf("in flight while 3 calls wait: %g", got)
+	}
+	close(release)
+	wg.Wait()
+	_, fams = scrape(t, url)
+	if got := value(t, fams, "kernrpc_server_calls_in_flight", slow); got != 0 {
+		t.Errorf("in flight once they returned: %g", got)
+	}
+	if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": "Slow", "code": "OK"}); got != 3 {
+		t.Errorf("calls %g, want 3", got)
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "promhttp_metric_handler_requests_total"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("no %s by default", name)
+		}
+	}
+}
+
+// Callers naming ever new methods must not grow the series without end.
+func TestMaxMethods(t *testing.T) {
+	f := build(t, map[string]any{"max_methods": 2})
+	for i := 0; i < 5; i++ {
+		for j := 0; j < 2; j++ {
+			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: fmt.Sprintf("Svc.M%d", i), Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+		}
+	}
+	_, fams := scrape(t, serve(t, f.Handler()))
+	if got := len(fams["kernrpc_server_calls_total"].GetMetric()); got != 3 {
+		t.Errorf("%d series, want 3: two methods and _other", got)
+	}
+	for m, want := range map[string]float64{"M0": 2, "M1": 2, "_other": 6} {
+		if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": m}); got != want {
+			t.Errorf("method %s: %g calls, want %g", m, got, want)
+		}
+	}
+}
+
+func TestLabelsOfMethodNames(t *testing.T) {
+	f := build(t, nil)
+	for _, tc := range []struct{ full, service, method string }{
+		{"Echo.Say", "Echo", "Say"},
+		{"pkg.v1.Echo.Say", "pkg.v1.Echo", "Say"},
+		{"/pkg.Echo/Say", "pkg.Echo", "Say"},
+		{"/nosecond", "", "nosecond"},
+		{"plain", "", "plain"},
+		{"Bad.\xff\xfe", "Bad", "\uFFFD"},
+	} {
+		_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: tc.full, Side: kernel.ClientSide}, nil, answer(1, 1, nil))
+		_, fams := scrape(t, serve(t, f.Handler()))
+		if got := value(t, fams, "kernrpc_client_calls_total", labels{"service": tc.service, "method": tc.method, "code": "OK"}); got != 1 {
+			t.Errorf("%q: %g calls under service=%q method=%q, want 1", tc.full, got, tc.service, tc.method)
+		}
+	}
+}
+
+func TestOwnListener(t *testing.T) {
+	f := build(t, map[string]any{"address": "127.0.0.1:0"})
+	_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+	if f.Addr() == "" {
+		t.Fatal("no address with the address option set")
+	}
+	_, fams := scrape(t, "http://"+f.Addr()+"/metrics")
+	if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": "Say"}); got != 1 {
+		t.Errorf("%g calls on the own listener, want 1", got)
+	}
+	addr := f.Addr()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts after Close", addr)
+	}
+	if routes := f.AdminRoutes(); len(routes) != 1 || routes[0].Pattern != "GET /metrics" || routes[0].Handler == nil || routes[0].Doc == "" {
+		t.Errorf("admin routes %+v, want one GET /metrics with a handler and a doc", routes)
+	}
+	if build(t, nil).Addr() != "" {
+		t.Error("a listener of its own without the address option")
+	}
+}
+
+// With native_histograms, a scraper that negotiates the protobuf format
+// gets a sparse histogram beside the classic buckets.
+func TestNativeHistograms(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		f := build(t, map[string]any{"native_histograms": native})
+		for i := 0; i < 5; i++ {
+			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+		}
+		body := get(t, serve(t, f.Handler()), string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+		dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.NewFormat(expfmt.TypeProtoDelim))
+		found := false
+		for {
+			mf := &dto.MetricFamily{}
+			if err := dec.Decode(mf); err != nil {
+				break
+			}
+			if mf.GetName() != "kernrpc_server_call_duration_seconds" {
+				continue
+			}
+			found = true
+			h := mf.GetMetric()[0].GetHistogram()
+			sparse := len(h.GetPositiveSpan()) > 0 || h.GetZeroCount() > 0
+			if sparse != native {
+				t.Errorf("native_histograms %v: sparse buckets %v (schema %d, spans %v)", native, sparse, h.GetSchema(), h.GetPositiveSpan())
+			}
+			if len(h.GetBucket()) == 0 || h.GetSampleCount() != 5 {
+				t.Errorf("native_histograms %v: %d classic buckets and count %d, want buckets and 5", native, len(h.GetBucket()), h.GetSampleCount())
+			}
+		}
+		if !found {
+			t.Errorf("native_histograms %v: no duration family in the protobuf scrape", native)
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tc := range []struct {
+		name    string
+		opts    map[string]any
+		key     string
+		message string
+	}{
+		{"no buckets", map[string]any{"buckets": []any{}}, "buckets", "at least one"},
+		{"a bucket not positive", map[string]any{"buckets": []any{"0s", "1s"}}, "buckets", "positive"},
+		{"buckets not increasing", map[string]any{"buckets": []any{"1ms", "1ms"}}, "buckets", "increase"},
+		{"a bucket not a duration", map[string]any{"buckets": []any{"fast"}}, "buckets", "duration"},
+		{"max_methods zero", map[string]any{"max_methods": 0}, "max_methods", "at least 1"},
+		{"an unknown registry", map[string]any{"registry": "global"}, "registry", `"global"`},
+		{"an address in use", map[string]any{"address": taken.Addr().String()}, "address", "in use"},
+		{"an address that is none", map[string]any{"address": "nowhere"}, "address", "missing port"},
+		{"an unknown option", map[string]any{"adress": ":9464"}, "adress", "unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := prometheus.Factory.Build(tc.opts, "svc.yaml")
+			if err == nil {
+				f.(*prometheus.Filter).Close()
+				t.Fatalf("built with %v", tc.opts)
+			}
+			var pe *kernel.PluginError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), `"`+tc.key+`"`) || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("error %q (%T), want a PluginError naming option %q and saying %q", err, err, tc.key, tc.message)
+			}
+		})
+	}
+}
