@@ -396,6 +396,7 @@ func BenchmarkPick(b *testing.B) {
 			bal.Update(numbered(n))
 			ctx, info := context.Background(), keyed("user-12345")
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := bal.Pick(ctx, info); err != nil {

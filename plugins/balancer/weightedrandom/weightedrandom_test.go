@@ -234,6 +234,7 @@ func BenchmarkPick(b *testing.B) {
 			bal.Update(weighted("weight", weights...))
 			ctx := context.Background()
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := bal.Pick(ctx, info); err != nil {
