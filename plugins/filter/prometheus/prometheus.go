@@ -141,6 +141,7 @@ type Filter struct {
 	sides    [3]methodTable // indexed by kernel.Side
 	listener *listener
 	closed   sync.Once
+	epoch    time.Time // calls are timed as time.Since(epoch), a monotonic reading
 }
 
 var (
@@ -159,7 +160,7 @@ func New(o *Options) (kernel.Filter, error) {
 	if o.MaxMethods < 1 {
 		return nil, fmt.Errorf("option \"max_methods\": must be at least 1, got %d", o.MaxMethods)
 	}
-	f := &Filter{}
+	f := &Filter{epoch: time.Now()}
 	switch o.Registry {
 	case RegistryOwn:
 		r := prom.NewRegistry()

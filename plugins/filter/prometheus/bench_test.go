@@ -1,0 +1,75 @@
+package prometheus_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/filter/prometheus"
+)
+
+var okResp any = "ok"
+
+func okNext(_ context.Context, info *kernel.CallInfo, _ any) (any, error) {
+	info.Attempt, info.RequestSize, info.ResponseSize = 1, 16, 21
+	return okResp, nil
+}
+
+var failed = kernel.Errorf(kernel.Unavailable, "down")
+
+func failNext(_ context.Context, info *kernel.CallInfo, _ any) (any, error) {
+	info.Attempt, info.RequestSize = 1, 16
+	return nil, failed
+}
+
+// BenchmarkInvoke is one call through the filter with a trivial next,
+// against next alone ("without"), on each side, failing, with native
+// histograms, and from all cores at once (the parallel cases share one
+// method's series, the worst case for contention).
+func BenchmarkInvoke(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		options  map[string]any // nil: without the filter
+		side     kernel.Side
+		next     kernel.Invoker
+		parallel bool
+	}{
+		{"without", nil, kernel.ServerSide, okNext, false},
+		{"server", map[string]any{}, kernel.ServerSide, okNext, false},
+		{"client", map[string]any{}, kernel.ClientSide, okNext, false},
+		{"client-failing", map[string]any{}, kernel.ClientSide, failNext, false},
+		{"server-native", map[string]any{"native_histograms": true}, kernel.ServerSide, okNext, false},
+		{"without-parallel", nil, kernel.ServerSide, okNext, true},
+		{"server-parallel", map[string]any{}, kernel.ServerSide, okNext, true},
+	} {
+		next := bc.next
+		invoke := func(ctx context.Context, info *kernel.CallInfo) (any, error) { return next(ctx, info, nil) }
+		if bc.options != nil {
+			f, err := prometheus.Factory.Build(bc.options, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.(*prometheus.Filter).Close()
+			invoke = func(ctx context.Context, info *kernel.CallInfo) (any, error) { return f.Invoke(ctx, info, nil, next) }
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			if bc.parallel {
+				b.RunParallel(func(pb *testing.PB) {
+					info := &kernel.CallInfo{Method: "Echo.Who", Side: bc.side}
+					for pb.Next() {
+						info.Attempt = 0
+						_, _ = invoke(ctx, info)
+					}
+				})
+				return
+			}
+			info := &kernel.CallInfo{Method: "Echo.Who", Side: bc.side}
+			for b.Loop() {
+				info.Attempt = 0
+				_, _ = invoke(ctx, info)
+			}
+		})
+	}
+}
