@@ -1,0 +1,29 @@
+package etcdtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/plugins/registry/etcd"
+	"github.com/kernrpc/kernrpc/plugintest"
+)
+
+// TestConformance certifies the plugin against a real etcd.
+func TestConformance(t *testing.T) {
+	srv := Start(t)
+	t.Logf("embedded etcd %s at %s", Version(), srv.Endpoint())
+	plugintest.Registry(t, etcd.Factory, plugintest.RegistryConfig{
+		Options: map[string]any{
+			"endpoints":    []any{srv.Endpoint()},
+			"prefix":       testPrefix(t),
+			"dial_timeout": "2s",
+			"ttl":          "1s",
+		},
+		TTL: time.Second,
+		// etcd's lessor looks for expired leases every 500ms.
+		Tolerance: 2 * time.Second,
+		// A value stays well under etcd's default request limit (1.5 MiB)
+		// with its key and the rest of the JSON.
+		MaxMetadataValue: 1 << 20,
+	})
+}
