@@ -95,6 +95,10 @@ type ServerConfig struct {
 	// registry supports it (kernel.LoadReporter); an unchanged load is not
 	// written again. Default 5s; negative turns load reports off.
 	LoadReportInterval kernel.Duration `json:"load_report_interval"`
+	// AdminAddress, when set, serves the admin pages over HTTP there: an
+	// index, /healthz, and the routes plugins offer (kernel.AdminHandler),
+	// such as a metrics exporter's /metrics. Keep it off public networks.
+	AdminAddress string `json:"admin_address"`
 }
 
 // ClientConfig tunes the client side.

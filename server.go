@@ -46,6 +46,7 @@ type Server struct {
 	completed atomic.Int64  // calls ended, for load reports
 	loadDone  chan struct{} // closed when the load reporter has stopped; nil without one
 	stopLoad  context.CancelFunc
+	admin     *adminServer // nil without server.admin_address
 
 	refusedConns  atomic.Int64 // over max_connections, since start
 	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
@@ -168,6 +169,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if inst.ID == "" {
 		inst.ID = s.cfg.Service + "@" + addr
 	}
+	// Before the listener is recorded: a server whose admin pages cannot
+	// be served has not started, and Shutdown closes only its plugins.
+	if err := s.startAdmin(); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	s.mu.Lock()
 	s.listener, s.instance = ln, inst
 	s.mu.Unlock()
@@ -180,6 +187,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.advertise(ctx, true); err != nil {
 		_ = ln.Close()
 		<-s.acceptDone
+		s.stopAdmin(ctx)
 		return err
 	}
 	s.startLoadReports()
@@ -312,6 +320,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	}
 	s.cancelBase()
 	s.closeConns(ctx)
+	s.stopAdmin(ctx)
 	s.plugins.close(s.log)
 	s.closeOtherCodecs()
 	s.log.Info("stopped")
