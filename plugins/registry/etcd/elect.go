@@ -80,15 +80,19 @@ func (r *Registry) newSession(ctx context.Context, what string) (*concurrency.Se
 		return nil, fmt.Errorf("%s: %s: session: %w", Name, what, err)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || r.abandoned {
+	closed, abandoned := r.closed, r.abandoned
+	if !closed && !abandoned {
+		r.sessions[sess] = struct{}{}
+	}
+	r.mu.Unlock()
+	switch {
+	case abandoned:
 		sess.Orphan()
-		if !r.abandoned {
-			go sess.Close()
-		}
+		return nil, fmt.Errorf("%s: %w", what, errAbandoned)
+	case closed:
+		sess.Close() // revoke what was just granted
 		return nil, fmt.Errorf("%s: %s: %w", Name, what, kernel.ErrClosed)
 	}
-	r.sessions[sess] = struct{}{}
 	return sess, nil
 }
 
