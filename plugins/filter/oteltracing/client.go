@@ -1,0 +1,61 @@
+package oteltracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// clientCall makes a span for a client call, or passes the caller's trace
+// context on if the sampler declines.
+func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	parent := trace.SpanContextFromContext(ctx)
+	if parent.IsValid() {
+		if !f.sampleChild(parent) {
+			passOn(ctx, info)
+			return next(ctx, info, req)
+		}
+	} else if !f.sampleRoot() {
+		if f.sampler != sampleNever {
+			// Declined for the ratio: tell the services called not to
+			// start the trace either.
+			injectSpanContext(info, unsampledRoot())
+		}
+		return next(ctx, info, req)
+	}
+	ms := f.methods.get(info.Method)
+	ctx, span := f.tracer.Start(ctx, ms.name, ms.client...)
+	return f.clientSpan(ctx, span, info, req, next)
+}
+
+// clientAttempt makes a span for an attempt beneath the call's span, with
+// that span's provider, if it records.
+func (f *Filter) clientAttempt(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		passOn(ctx, info)
+		return next(ctx, info, req)
+	}
+	ms := f.methods.get(info.Method)
+	ctx, span := parent.TracerProvider().Tracer(instrumentationName).Start(ctx, ms.attemptName, ms.clientAttempt...)
+	return f.clientSpan(ctx, span, info, req, next)
+}
+
+// clientSpan sends the call under span and ends it.
+func (f *Filter) clientSpan(ctx context.Context, span trace.Span, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	// The provider's own sampler may have declined (a global provider's):
+	// its span context, unsampled, is still what goes on.
+	propagator.Inject(ctx, requestCarrier{info})
+	resp, err := next(ctx, info, req)
+	if span.IsRecording() {
+		endClient(span, info, err)
+	} else {
+		span.End()
+	}
+	return resp, err
+}
+
+var _ propagation.TextMapCarrier = requestCarrier{}
