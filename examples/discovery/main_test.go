@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(serveEnv); spec != "" {
+		if err := serveChild(spec, os.Stdout); err != nil {
+			os.Stderr.WriteString("discovery server: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The demo's promise: killing one of three servers moves its traffic to
+// the other two within the TTL, and no call fails.
+func TestKillingAServerMovesItsTraffic(t *testing.T) {
+	var out bytes.Buffer
+	rep, err := run(context.Background(), &out, options{duration: 7 * time.Second, killAfter: 2 * time.Second, callers: 4})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.failed != 0 {
+		t.Errorf("%d of %d calls failed (first: %v); every call had a retry left", rep.failed, rep.calls, rep.firstErr)
+	}
+	for _, n := range names {
+		if rep.before[n] == 0 {
+			t.Errorf("server %s answered no call before the kill: %v", n, rep.before)
+		}
+	}
+	if rep.after[rep.killed] != 0 {
+		t.Errorf("the killed server answered %d calls after etcd dropped it", rep.after[rep.killed])
+	}
+	for _, n := range names {
+		if n != rep.killed && rep.after[n] == 0 {
+			t.Errorf("server %s answered no call after the kill: %v", n, rep.after)
+		}
+	}
+	if rep.lastAnswer > rep.ttl {
+		t.Errorf("the killed server answered %s after the kill, want its traffic moved within the %s TTL", rep.lastAnswer, rep.ttl)
+	}
+	// The lease lapses within its TTL; etcd checks leases on its own tick.
+	if rep.gone == 0 || rep.gone > rep.ttl+time.Second {
+		t.Errorf("etcd dropped the killed server %s after the kill, want within the %s TTL", rep.gone, rep.ttl)
+	}
+	if !strings.Contains(out.String(), "calls/s") {
+		t.Errorf("no progress lines in the output:\n%s", out.String())
+	}
+}
