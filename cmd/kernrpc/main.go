@@ -1,5 +1,8 @@
-// Command kernrpc serves a kernrpc service composed from a config file and
-// lists the plugins compiled into it.
+// Command kernrpc serves a kernrpc service composed from a config file,
+// calls and health-checks services, and lists the plugins compiled into
+// it: every built-in plugin, including those with modules of their own
+// (etcd, consul, prometheus, otel-tracing). It is a module of its own for
+// that reason, so that the core module requires none of them.
 //
 //	kernrpc serve -config kernrpc.yaml     serve the built-in echo service
 //	kernrpc call -config kernrpc.yaml -text hi
@@ -25,6 +28,10 @@ import (
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/oteltracing"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/prometheus"
+	_ "github.com/kernrpc/kernrpc/plugins/registry/consul"
+	_ "github.com/kernrpc/kernrpc/plugins/registry/etcd"
 )
 
 const usage = `kernrpc: serve and call kernrpc services composed from plugin names.

@@ -53,7 +53,8 @@ func TestPluginsListsTheBuiltins(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"transport  tcp-lv", "codec      protobuf", "codec      json", "codec      msgpack", "codec      flatbuffers",
-		"registry   memory", "balancer   round-robin", `"max_frame_size"`, `"discard_unknown":false`, `"max_pooled_builder":"1MiB"`} {
+		"registry   memory", "registry   etcd", "registry   consul", "filter     prometheus", "filter     otel-tracing",
+		"balancer   round-robin", `"max_frame_size"`, `"discard_unknown":false`, `"max_pooled_builder":"1MiB"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plugins output lacks %q:\n%s", want, out.String())
 		}
