@@ -24,6 +24,7 @@ func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any,
 			// start the trace either.
 			injectSpanContext(info, unsampledRoot())
 		}
+		passBaggage(ctx, info)
 		return next(ctx, info, req)
 	}
 	ms := f.methods.get(info.Method)

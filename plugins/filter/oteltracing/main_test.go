@@ -1,6 +1,8 @@
 package oteltracing_test
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -17,6 +19,9 @@ import (
 var spans = tracetest.NewInMemoryExporter()
 
 func TestMain(m *testing.M) {
+	// The engine's lines about servers starting and stopping say nothing
+	// here.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(sdktrace.AlwaysSample())))
 	// The servers, clients and exporters the tests start must all be gone.
 	goleak.VerifyTestMain(m)

@@ -19,9 +19,10 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 		record = f.sampleRoot()
 	}
 	if !record {
+		ctx = withBaggage(ctx, info.Metadata)
 		switch {
 		case valid:
-			ctx = withRemote(withBaggage(ctx, info.Metadata), parent, raw, rawTracestate(info.Metadata, parent))
+			ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
 		case f.sampler != sampleNever:
 			// Declined for the ratio: the handler's calls say so.
 			ctx = trace.ContextWithSpanContext(ctx, unsampledRoot())
