@@ -32,6 +32,7 @@ type Client struct {
 	attemptChains *filterChains
 
 	pools       atomic.Pointer[map[string]*connPool]
+	instances   atomic.Int64 // in the registry's last report, for clientState
 	poolsMu     sync.Mutex                    // serialises copy-on-write updates of pools
 	updated     atomic.Pointer[chan struct{}] // closed at the registry's next report
 	closed      atomic.Bool
@@ -93,6 +94,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 			ps.close(c.log)
 		}
 	}()
+	ps.observePlugins(clientState{c})
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()
@@ -102,6 +104,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 		return nil, err
 	}
 	c.balancer.Update(insts)
+	c.instances.Store(int64(len(insts)))
 	wctx, stop := context.WithCancel(context.Background())
 	var updates <-chan []kernel.Instance
 	if updates, err = c.registry.Watch(wctx, service); err != nil {
@@ -125,6 +128,7 @@ func (c *Client) follow(updates <-chan []kernel.Instance) {
 	defer close(c.watchDone)
 	for insts := range updates {
 		c.balancer.Update(insts)
+		c.instances.Store(int64(len(insts)))
 		live := make(map[string]bool, len(insts))
 		for _, in := range insts {
 			live[in.Address] = true

@@ -141,6 +141,19 @@ func (p *connPool) retire() {
 	}
 }
 
+// open counts the pool's connections that are up.
+func (p *connPool) open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, cc := range p.conns {
+		if cc != nil && cc.usable() {
+			n++
+		}
+	}
+	return n
+}
+
 func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

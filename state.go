@@ -1,0 +1,62 @@
+package kernrpc
+
+import (
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// observePlugins gives every built plugin that reads the others' state
+// (kernel.PluginsObserver) the whole list, with the engine's own reporter.
+func (p *plugins) observePlugins(engine kernel.StateReporter) {
+	refs := make([]kernel.PluginRef, 0, len(p.built)+1)
+	for _, b := range p.built {
+		refs = append(refs, kernel.PluginRef{Kind: b.Kind, Name: b.Name, Plugin: b.Plugin})
+	}
+	refs = append(refs, kernel.PluginRef{Kind: kernel.KindEngine, Name: "kernrpc", Plugin: engine})
+	for _, b := range p.built {
+		if o, ok := b.Plugin.(kernel.PluginsObserver); ok {
+			o.ObservePlugins(refs)
+		}
+	}
+}
+
+// serverState is the server's own figures, read when a plugin asks.
+type serverState struct{ s *Server }
+
+var _ kernel.StateReporter = serverState{}
+
+func (st serverState) ReportState(emit func(kernel.Reading)) {
+	s := st.s
+	s.mu.Lock()
+	open := len(s.conns)
+	s.mu.Unlock()
+	transport := []kernel.Label{{Name: "transport", Value: s.cfg.Transport.Name}}
+	emit(kernel.Reading{Name: "server_connections_open", Help: "Connections the server holds now.",
+		Kind: kernel.Gauge, Labels: transport, Value: float64(open)})
+	emit(kernel.Reading{Name: "server_connections_refused_total", Help: "Connections closed on accept because the server held server.max_connections.",
+		Kind: kernel.Counter, Labels: transport, Value: float64(s.refusedConns.Load())})
+	serving := 0.0
+	if st, _ := s.ServingStatus(""); st == HealthServing {
+		serving = 1
+	}
+	emit(kernel.Reading{Name: "server_serving", Help: "1 while the server's health is SERVING, else 0.",
+		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: s.cfg.Service}}, Value: serving})
+}
+
+// clientState is the client's own figures.
+type clientState struct{ c *Client }
+
+var _ kernel.StateReporter = clientState{}
+
+func (st clientState) ReportState(emit func(kernel.Reading)) {
+	c := st.c
+	open := 0
+	for _, p := range *c.pools.Load() {
+		open += p.open()
+	}
+	labels := []kernel.Label{{Name: "service", Value: c.service}, {Name: "transport", Value: c.cfg.Transport.Name}}
+	emit(kernel.Reading{Name: "client_connections_open", Help: "Connections the client holds now, to all instances of the service.",
+		Kind: kernel.Gauge, Labels: labels, Value: float64(open)})
+	emit(kernel.Reading{Name: "client_instances", Help: "Instances of the service the registry reported last.",
+		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
+		Value: float64(c.instances.Load())})
+}
