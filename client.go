@@ -32,7 +32,7 @@ type Client struct {
 	attemptChains *filterChains
 
 	pools       atomic.Pointer[map[string]*connPool]
-	instances   atomic.Int64 // in the registry's last report, for clientState
+	instances   atomic.Int64                  // in the registry's last report, for clientState
 	poolsMu     sync.Mutex                    // serialises copy-on-write updates of pools
 	updated     atomic.Pointer[chan struct{}] // closed at the registry's next report
 	closed      atomic.Bool
