@@ -47,12 +47,12 @@ func BenchmarkFilter(b *testing.B) {
 	const unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 	appCtx, _ := parentCtx(false)
 	for _, bc := range []struct {
-		name     string
-		filter   kernel.Filter // nil: without
-		side     kernel.Side
-		ctx      context.Context
-		md       kernel.Metadata
-		nilMD    bool
+		name   string
+		filter kernel.Filter // nil: without
+		side   kernel.Side
+		ctx    context.Context
+		md     kernel.Metadata
+		nilMD  bool
 	}{
 		{name: "client/without", side: kernel.ClientSide},
 		{name: "client/never", filter: never, side: kernel.ClientSide},

@@ -96,6 +96,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 
@@ -137,6 +138,9 @@ type Options struct {
 	// TracerProvider, if set, is used instead of otel's global provider
 	// (exporter must then be none). Code only: config files cannot set it.
 	TracerProvider trace.TracerProvider `json:"-"`
+	// StdoutWriter is where the stdout exporter writes; nil: os.Stdout.
+	// Code only.
+	StdoutWriter io.Writer `json:"-"`
 }
 
 // DefaultOptions returns the options a config without an options block

@@ -89,7 +89,11 @@ func newExporter(o *Options) (sdktrace.SpanExporter, error) {
 		if o.Endpoint != "" {
 			return nil, fmt.Errorf("option \"endpoint\": is %q, but the stdout exporter writes to standard output", o.Endpoint)
 		}
-		exp, err := stdouttrace.New()
+		var opts []stdouttrace.Option
+		if o.StdoutWriter != nil {
+			opts = append(opts, stdouttrace.WithWriter(o.StdoutWriter))
+		}
+		exp, err := stdouttrace.New(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("option \"exporter\": stdout: %w", err)
 		}
