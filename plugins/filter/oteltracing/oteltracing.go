@@ -45,7 +45,8 @@
 // in its own pipeline; until the application sets one, nothing is recorded.
 // The provider's own sampler then applies too: a span is recorded when both
 // the filter's sampler and the provider's sample it. Code may instead pass
-// a provider in Options.TracerProvider (New). The other exporters make the
+// a provider in Options.TracerProvider (New), and Options.StdoutWriter
+// sends the stdout exporter's lines elsewhere. The other exporters make the
 // filter build a TracerProvider of its own, with a batching span processor
 // and a resource naming service_name, which Close flushes and shuts down;
 // the engine closes filters when the Server or Client closes.
@@ -94,7 +95,6 @@ package oteltracing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -310,5 +310,3 @@ func (f *Filter) traceIDSampled(id trace.TraceID) bool {
 		uint64(id[12])<<24 | uint64(id[13])<<16 | uint64(id[14])<<8 | uint64(id[15])
 	return x>>1 < f.bound
 }
-
-var errNilInfo = errors.New(Name + ": nil CallInfo")
