@@ -145,10 +145,12 @@ func TestCancelledAndRefusedCallsMeasureNothing(t *testing.T) {
 		measure(t, b, s, "b", 20*time.Millisecond)
 		for {
 			p := pick(t, b, s)
-			b.Done(p, errors.New("connection reset"))
-			if p.ID == "a" {
-				break
+			if p.ID != "a" {
+				b.Done(p, context.Canceled)
+				continue
 			}
+			b.Done(p, errors.New("connection reset"))
+			break
 		}
 		if got := share(t, b, s, "a", 200, context.Canceled); got < 0.9 {
 			t.Errorf("a, measured fast by a failed call, got %.2f of the picks beside slow b; want nearly all", got)
@@ -383,6 +385,35 @@ func BenchmarkPickDone(b *testing.B) {
 					bal.Done(p, nil)
 				}
 			})
+		})
+	}
+}
+
+// With peak, one slow call after the first 64 makes an instance as slow as
+// that call; without, it enters with its small weight.
+func TestPeakOption(t *testing.T) {
+	for _, peak := range []bool{false, true} {
+		t.Run(fmt.Sprint("peak ", peak), func(t *testing.T) {
+			b, err := leastload.New(leastload.Options{Decay: kernel.Duration(10 * time.Second), Peak: peak})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := set("a", "b")
+			b.Update(s)
+			for range 80 { // while a is not measured, it compares by calls in flight
+				measure(t, b, s, "b", 5*time.Millisecond)
+			}
+			for range 80 {
+				measure(t, b, s, "a", 0)
+			}
+			measure(t, b, s, "a", 30*time.Millisecond) // one hiccup of a
+			got := share(t, b, s, "a", 200, context.Canceled)
+			if peak && got > 0 {
+				t.Errorf("peak: after a call of 30ms, a got %.2f of the picks beside b at 5ms; want none", got)
+			}
+			if !peak && got < 0.99 {
+				t.Errorf("no peak: after one call of 30ms among 80 fast ones, a got %.2f of the picks beside b at 5ms; want all", got)
+			}
 		})
 	}
 }
