@@ -8,7 +8,10 @@
 package all
 
 import (
+	_ "github.com/kernrpc/kernrpc/plugins/balancer/consistenthash"
+	_ "github.com/kernrpc/kernrpc/plugins/balancer/leastload"
 	_ "github.com/kernrpc/kernrpc/plugins/balancer/roundrobin"
+	_ "github.com/kernrpc/kernrpc/plugins/balancer/weightedrandom"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/json"
 	_ "github.com/kernrpc/kernrpc/plugins/codec/msgpack"

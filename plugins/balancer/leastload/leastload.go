@@ -87,7 +87,7 @@ func DefaultOptions() *Options {
 
 // Factory builds least-load balancers; it is registered from init.
 var Factory = kernel.NewFactory(Name,
-	"the less loaded of two random instances, by measured latency (peak EWMA) and calls in flight",
+	"the less loaded of two random instances, by measured latency and calls in flight",
 	DefaultOptions,
 	func(o *Options) (kernel.Balancer, error) { return New(*o) })
 
