@@ -269,11 +269,13 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		}
 		p, err := c.pool(inst.Address)
 		if err != nil {
+			c.pickDone(inst, err)
 			return nil, err
 		}
 		// An instance that refused a dial or said GoAway moments ago is
 		// passed over while the balancer offers others.
 		if skipped++; skipped <= maxSkippedPicks && p.avoided() {
+			c.pickDone(inst, errPassedOver)
 			continue
 		}
 		at := c.attempts.Get().(*attempt)
@@ -289,9 +291,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		} else {
 			resp, err = c.send(ctx, cs, at, p, ai, req)
 		}
-		if obs, ok := c.balancer.(kernel.PickObserver); ok {
-			obs.Done(inst, err)
-		}
+		c.pickDone(inst, err)
 		if ctx.Err() == nil {
 			// An attempt whose context ended (a hedge's loser) has no answer
 			// to report, and must not overwrite the winner's.
@@ -311,6 +311,19 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		}
 		tries++
 		c.log.Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
+	}
+}
+
+// errPassedOver ends, for the balancer, a pick the client did not use: the
+// instance refused a dial or sent a GoAway moments ago. It wraps
+// ErrInstanceRefused, so that load-aware balancers take no latency from it.
+var errPassedOver = fmt.Errorf("kernrpc: instance passed over (it refused a dial or sent a GoAway moments ago): %w", kernel.ErrInstanceRefused)
+
+// pickDone tells a balancer that watches its picks how one ended: every
+// pick Pick returned is ended exactly once.
+func (c *Client) pickDone(inst *kernel.Instance, err error) {
+	if obs, ok := c.balancer.(kernel.PickObserver); ok {
+		obs.Done(inst, err)
 	}
 }
 
@@ -381,7 +394,15 @@ func (c *Client) pick(ctx context.Context, cs *callState, info *kernel.CallInfo)
 			return inst, nil
 		}
 		if !errors.Is(err, kernel.ErrNoInstances) {
-			return nil, kernel.Errorf(kernel.Unavailable, "pick an instance of %q for %s with balancer %q: %v", c.service, info.Method, c.cfg.Balancer.Name, err)
+			// The balancer's own code stands (consistent-hash's
+			// InvalidArgument for a call without its key); other errors
+			// mean no instance could be had.
+			code := kernel.Unavailable
+			var st *kernel.Status
+			if errors.As(err, &st) {
+				code = st.Code
+			}
+			return nil, kernel.Errorf(code, "pick an instance of %q for %s with balancer %q: %v", c.service, info.Method, c.cfg.Balancer.Name, err)
 		}
 		if timeout == nil {
 			if _, ok := ctx.Deadline(); !ok {
