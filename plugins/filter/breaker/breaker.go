@@ -73,6 +73,23 @@
 // Breakers are created on first use and dropped once idle (their instance
 // left); transitions are logged through Options.Logger (slog.Default()).
 //
+// # Readings
+//
+// The filter is a kernel.StateReporter (state.go): an exporter such as
+// the prometheus filter reads, for every breaker it holds, labelled with
+// the breaker's key (method, host; the part the scope leaves out is
+// empty, the method is kernrpc's full name, "Echo.Who"):
+//
+//	breaker_state{method,host,state}     gauge, mode ratio: 1 for the state it is in (closed, open, half-open), 0 for the others
+//	breaker_opened_total{method,host}    counter, mode ratio: times it opened
+//	breaker_reject_probability{method,host} gauge, mode sre: the probability a call is rejected now
+//	breaker_rejected_total{method,host}  counter: attempts it refused (open, half-open with every probe out, throttled)
+//
+// A breaker stays open after open_duration until the next call makes it
+// half-open. Counts are kept where the event happens, off the closed
+// path; a breaker dropped as idle takes its counts with it (a counter
+// reset, which rate() handles).
+//
 // # Where the state lives
 //
 // Each client judges instances by its own calls: the state is in this

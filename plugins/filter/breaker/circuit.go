@@ -57,6 +57,8 @@ type circuit interface {
 	// state is the breaker's state, for tests and inspection: a throttle
 	// (mode sre) is always Closed.
 	state() State
+	// figures are what the circuit reports of itself (state.go).
+	figures(now func() int64) figures
 }
 
 // refusal is the error an open breaker refuses an instance with: the
@@ -105,6 +107,10 @@ type ratioCircuit struct {
 	successes int   // half-open: probes that succeeded
 	openErr   error // the rejection while open, built when it opened
 	busyErr   error // the rejection while half-open with every probe out
+
+	// Counted where they happen, off the closed path, for ReportState.
+	rejected atomic.Uint64 // calls refused while open or half-open
+	opened   atomic.Uint64 // transitions to Open
 }
 
 func newRatioCircuit(cfg *config, k key, log *slog.Logger) *ratioCircuit {
@@ -126,6 +132,7 @@ func (c *ratioCircuit) allow(now func() int64) (ticket, error) {
 		return ticket{gen: sg >> 2}, nil
 	case Open:
 		if now() < c.openUntil {
+			c.rejected.Add(1)
 			return ticket{}, c.openErr
 		}
 		c.set(HalfOpen)
@@ -137,6 +144,7 @@ func (c *ratioCircuit) allow(now func() int64) (ticket, error) {
 			c.busyErr = rejection(c.key, "breaker: circuit for "+describe(c.key)+" is half-open and its "+
 				strconv.Itoa(c.cfg.probes)+" probe calls are in flight")
 		}
+		c.rejected.Add(1)
 		return ticket{}, c.busyErr
 	}
 	c.probes++
@@ -193,6 +201,7 @@ func (c *ratioCircuit) record(now func() int64, t ticket, o outcome) {
 // trip opens the circuit at now, refusing with msg.
 func (c *ratioCircuit) trip(now int64, msg string, attrs ...any) {
 	c.set(Open)
+	c.opened.Add(1)
 	c.openUntil = now + c.cfg.open
 	c.openErr = rejection(c.key, msg)
 	c.win.reset()
@@ -218,6 +227,7 @@ type throttle struct {
 	mu        sync.Mutex
 	win       window // marked: accepted
 	rejectErr error  // built on the first local rejection
+	rejected  atomic.Uint64
 }
 
 func newThrottle(cfg *config, k key, rand func() float64) *throttle {
@@ -245,6 +255,7 @@ func (c *throttle) allow(now func() int64) (ticket, error) {
 	}
 	if p := rejectProbability(requests, accepts, c.cfg.k); p > 0 && c.rand() < p {
 		c.win.add(at, false) // a request rejected locally counts as a request not accepted
+		c.rejected.Add(1)
 		if c.rejectErr == nil {
 			c.rejectErr = rejection(c.key, "breaker: adaptive throttling (mode sre) rejected a call to "+describe(c.key)+
 				" locally: the backend accepted too few of the requests "+c.cfg.windowName()+" (rejecting with probability "+

@@ -20,6 +20,9 @@ type key struct {
 // others', so that one client learns what the others saw.
 type store interface {
 	lookup(k key) circuit
+	// each calls fn for every circuit the store holds, without marking
+	// it used: reading the state must not keep an idle circuit alive.
+	each(fn func(k key, c circuit))
 }
 
 // localStore is a copy-on-write map: a lookup is one atomic load and a
@@ -92,3 +95,9 @@ func (s *localStore) add(k key) circuit {
 
 // size is how many circuits the store holds.
 func (s *localStore) size() int { return len(*s.m.Load()) }
+
+func (s *localStore) each(fn func(k key, c circuit)) {
+	for k, e := range *s.m.Load() {
+		fn(k, e.c)
+	}
+}
