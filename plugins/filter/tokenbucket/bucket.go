@@ -14,9 +14,10 @@ import (
 // holds burst tokens, and it refills at one token per interval. Taking is
 // one compare-and-swap, with no lock and no allocation.
 type bucket struct {
-	tat      atomic.Int64 // ns on the filter's clock
-	interval int64        // ns per token
-	capacity int64        // burst * interval
+	tat      atomic.Int64  // ns on the filter's clock
+	interval int64         // ns per token
+	capacity int64         // burst * interval
+	rejected atomic.Uint64 // calls that got no token, for ReportState
 }
 
 func newBucket(interval int64, burst int) *bucket {

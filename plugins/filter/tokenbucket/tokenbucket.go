@@ -39,6 +39,19 @@
 // Scope method keeps one bucket per method, each with the rate and burst
 // above (configure the filter twice, with methods: lists, for different
 // rates); past 1024 methods, the others share one bucket.
+//
+// # Readings
+//
+// The filter is a kernel.StateReporter (state.go): an exporter such as
+// the prometheus filter reads, for each bucket, labelled bucket ("global"
+// for scope global, else the method's full name, "Echo.Who", and "_other"
+// for the shared bucket past 1024 methods):
+//
+//	token_bucket_tokens{bucket}          gauge: tokens it holds now, fractions included (0 while tokens are reserved ahead in mode backoff)
+//	token_bucket_rejected_total{bucket}  counter: calls it rejected
+//
+// A rejection costs one atomic add more; a call that gets its token
+// costs nothing more.
 package tokenbucket
 
 import (
@@ -189,6 +202,7 @@ func (f *Filter) Admit(ctx context.Context, info *kernel.CallInfo) error {
 	}
 	wait, ok := b.take(now, maxWait)
 	if !ok {
+		b.rejected.Add(1)
 		return f.reject(info, wait)
 	}
 	if wait == 0 {
