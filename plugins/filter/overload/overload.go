@@ -56,6 +56,18 @@
 // ends while it waits leaves the queue with its context's error.
 //
 // On the client side (not what it is for) it judges each call in Invoke.
+//
+// # Readings
+//
+// The filter is a kernel.StateReporter (state.go): an exporter such as
+// the prometheus filter reads
+//
+//	overload_limit               gauge: the concurrency limit learnt, calls admitted at once
+//	overload_calls_in_flight     gauge: calls admitted that have not ended
+//	overload_calls_queued        gauge: calls waiting for a slot (mode codel; 0 in mode gradient)
+//	overload_shed_total{reason}  counter: calls rejected, by reason: limit (gradient), queue-full or queue-delay (codel)
+//
+// A rejection costs one atomic add more; an admitted call nothing more.
 package overload
 
 import (
@@ -144,6 +156,8 @@ func New(o *Options) (kernel.Filter, error) {
 type Filter struct {
 	inflight atomic.Int64 // calls in Invoke
 	limit    atomic.Int64 // g.admits(), for Admit to read without the lock
+	// shed counts the calls rejected, by why, for ReportState.
+	shed [numShedReasons]atomic.Uint64
 
 	mu sync.Mutex
 	g  gradient
@@ -206,6 +220,7 @@ func (f *Filter) done(start, n int64) {
 func (f *Filter) Admit(ctx context.Context, info *kernel.CallInfo) error {
 	if f.cd == nil {
 		if n, l := f.inflight.Load(), f.limit.Load(); n >= l {
+			f.shed[shedLimit].Add(1)
 			return f.reject(info, strconv.FormatInt(n, 10)+" calls in flight, at the limit learned from their latency ("+strconv.FormatInt(l, 10)+")")
 		}
 		return nil
@@ -227,10 +242,12 @@ func (f *Filter) admitQueued(ctx context.Context, info *kernel.CallInfo) error {
 	}
 	if f.cd.dropping {
 		f.mu.Unlock()
+		f.shed[shedQueueDelay].Add(1)
 		return f.reject(info, "the queue delay has stayed above "+f.targetText+"; shedding calls that would wait")
 	}
 	if int64(len(f.queue)) >= l {
 		f.mu.Unlock()
+		f.shed[shedQueueFull].Add(1)
 		return f.reject(info, "its queue is full ("+strconv.FormatInt(l, 10)+" calls wait for the "+strconv.FormatInt(l, 10)+" in flight)")
 	}
 	w, _ := f.waiters.Get().(*waiter)
@@ -265,6 +282,7 @@ func (f *Filter) admitQueued(ctx context.Context, info *kernel.CallInfo) error {
 	}
 	f.waiters.Put(w)
 	if drop {
+		f.shed[shedQueueDelay].Add(1)
 		return f.reject(info, "it waited "+time.Duration(sojourn).Round(time.Microsecond).String()+
 			" for a slot, and the queue delay has stayed above "+f.targetText)
 	}
