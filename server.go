@@ -30,8 +30,8 @@ type Server struct {
 	started  bool
 	listener kernel.Listener
 	instance kernel.Instance
-	conns    map[*serverConn]struct{}
-	stopped  chan struct{} // closed when Shutdown has finished
+	conns    map[*serverConn]time.Time // when each was accepted
+	stopped  chan struct{}             // closed when Shutdown has finished
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -47,6 +47,7 @@ type Server struct {
 	loadDone  chan struct{} // closed when the load reporter has stopped; nil without one
 	stopLoad  context.CancelFunc
 	admin     *adminServer // nil without server.admin_address
+	console   *console     // the status console and its call figures; nil without server.admin_address
 
 	refusedConns  atomic.Int64 // over max_connections, since start
 	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
@@ -72,7 +73,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		cfg:        cfg,
 		log:        slog.Default().With("component", "kernrpc.server", "service", cfg.Service),
 		methods:    make(map[string]*methodDesc),
-		conns:      make(map[*serverConn]struct{}),
+		conns:      make(map[*serverConn]time.Time),
 		idle:       make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
 		acceptDone: make(chan struct{}),
@@ -257,7 +258,7 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 			_ = c.Close()
 			continue
 		}
-		s.conns[sc] = struct{}{}
+		s.conns[sc] = time.Now()
 		sc.startIdleWatch()
 		s.mu.Unlock()
 		go sc.readLoop()

@@ -39,6 +39,7 @@ func (s *Server) startAdmin() error {
 		{"GET /healthz", "200 while the server is serving, 503 otherwise (for HTTP probes)", "kernrpc"},
 	}
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	entries = s.mountConsole(mux, entries)
 	for _, b := range s.plugins.list() {
 		ah, ok := b.Plugin.(kernel.AdminHandler)
 		if !ok {

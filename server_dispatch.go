@@ -22,6 +22,9 @@ type codecEntry struct {
 // serve runs one unary call: decode, filters and handler, encode, reply.
 func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	defer sc.end(c)
+	if cn := sc.srv.console; cn != nil {
+		defer cn.record(sc, c, time.Now()) // after the answer is written
+	}
 	out := &c.out
 	out.Type, out.Flags, out.CallID = kernel.FrameResponse, kernel.FlagEndStream, c.id
 
