@@ -26,7 +26,7 @@ h2 small{font-weight:400;color:var(--muted)}
 .card .n{font-size:20px;font-weight:600;font-variant-numeric:tabular-nums}
 .card .l{color:var(--muted);font-size:12px}
 table{border-collapse:collapse;width:100%}
-th,td{text-align:left;padding:.28em .7em;border-bottom:1px solid var(--line);vertical-align:top}
+th,td{text-align:left;padding:.28em .7em;border-bottom:1px solid var(--line);vertical-align:baseline}
 th{background:var(--head);font-weight:600;font-size:12px;color:#344054;white-space:nowrap}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.svc td{background:#fafbfc;font-weight:600;color:var(--accent)}
@@ -56,8 +56,6 @@ pre{margin:0;white-space:pre-wrap;word-break:break-all}
 </div>
 <section><h2>Methods <small>QPS and error rate over the last 10 s; p50/p99 over about the last 10 s</small></h2>
 <table id="methods"><thead><tr><th>method</th><th class="num">calls</th><th class="num">QPS</th><th class="num">error rate</th><th class="num">p50</th><th class="num">p99</th><th>codes since start</th></tr></thead><tbody></tbody></table></section>
-<section><h2>Slowest calls <small>the 20 slowest of the last minute</small></h2>
-<table id="slowest"><thead><tr><th>ended</th><th>method</th><th class="num">duration</th><th>code</th><th>peer</th><th>trace id</th></tr></thead><tbody></tbody></table></section>
 <div class="grid">
 <section><h2>Breakers and limiters <small>readings of the plugins and the engine</small></h2>
 <table id="state"><thead><tr><th>reported by</th><th>reading</th><th>labels</th><th class="num">value</th></tr></thead><tbody></tbody></table></section>
@@ -66,6 +64,8 @@ pre{margin:0;white-space:pre-wrap;word-break:break-all}
 <h2 style="margin-top:1.2em">Registry instances <small id="inst-note"></small></h2>
 <table id="instances"><thead><tr><th>id</th><th>address</th><th>metadata</th><th class="num">load</th></tr></thead><tbody></tbody></table></section>
 </div>
+<section><h2>Slowest calls <small>the 20 slowest of the last minute</small></h2>
+<table id="slowest"><thead><tr><th>ended</th><th>method</th><th class="num">duration</th><th>code</th><th>peer</th><th>trace id</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Plugins <small>effective options: the config's over the plugin's defaults (set ones in bold)</small></h2>
 <table id="plugins"><thead><tr><th>kind</th><th>name</th><th>options</th><th>state</th></tr></thead><tbody></tbody></table></section>
 </main>
@@ -97,7 +97,7 @@ function ms(v) {
   return (v * 1000).toFixed(0) + " µs";
 }
 function fmt(v, d) { return Number(v).toLocaleString("en-US", {maximumFractionDigits: d === undefined ? 1 : d}); }
-function pct(v) { return v ? (100 * v).toFixed(v < 0.01 ? 2 : 1) + "%" : "0"; }
+function pct(v) { return v ? (100 * v).toFixed(v < 0.01 ? 2 : 1) + "%" : "0%"; }
 function age(s) {
   s = Math.floor(s);
   if (s < 60) return s + "s";
