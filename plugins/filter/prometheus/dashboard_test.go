@@ -83,7 +83,7 @@ func TestDashboardUsesScrapedMetrics(t *testing.T) {
 		titles = append(titles, p.Title)
 	}
 
-	_, cli, sf, cf := echoService(t, echoYAML)
+	_, cli, sf, cf := echoService(t, governedYAML)
 	burst(t, cli, 5)
 	_, fams := scrape(t, serve(t, sf.Handler()))
 	_, cfams := scrape(t, serve(t, cf.Handler()))

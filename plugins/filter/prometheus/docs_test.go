@@ -54,7 +54,7 @@ func TestDocsMetricsSection(t *testing.T) {
 	}
 	checkPromQL(t, queries)
 
-	_, cli, sf, cf := echoService(t, echoYAML)
+	_, cli, sf, cf := echoService(t, governedYAML)
 	burst(t, cli, 2)
 	_, fams := scrape(t, serve(t, sf.Handler()))
 	_, cfams := scrape(t, serve(t, cf.Handler()))

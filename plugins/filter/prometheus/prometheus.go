@@ -1,8 +1,10 @@
 // Package prometheus is a filter that measures every call in Prometheus
 // metrics, on the client and the server side, and serves them on /metrics:
 // calls by service, method and code, a latency histogram, calls in flight,
-// request and response bytes, and the Go runtime's and the process's own
-// metrics. docs/observability.md lists every metric with its labels.
+// request and response bytes, the state the other plugins and the engine
+// report (breakers, token buckets, overload, connections, instances), and
+// the Go runtime's and the process's own metrics. docs/observability.md
+// lists every metric with its labels.
 //
 // Config name: "prometheus". It is its own Go module (it brings in
 // github.com/prometheus/client_golang), so a program imports it itself:
@@ -43,6 +45,22 @@
 // both sides and whatever else the program registered there. Configure
 // address on one filter only then (for instance on a side: client entry):
 // two filters cannot listen on one address.
+//
+// # The plugins' state
+//
+// The filter is a kernel.PluginsObserver: the engine gives it every
+// plugin its Server or Client built, and at each scrape it reads those
+// that are kernel.StateReporters (the breaker's states, the token
+// bucket's tokens, the overload limit; the engine's own connections and
+// instances) and serves each reading as kernrpc_<reading name>, a gauge or
+// a counter (state.go). A plugin's readings get a side label, the side of
+// the Server or Client that built it; the engine's name their side
+// already. Series reported alike by two plugins (two Clients of one
+// service with registry: default, two filters of one kind in a config)
+// are added up, never collected twice; a reading that cannot be exposed
+// is left out and logged once, and a reporter that panics loses its
+// readings for that scrape, counted in kernrpc_state_report_panics_total.
+// docs/observability.md lists every family.
 //
 // # What one call costs
 //
@@ -142,6 +160,9 @@ type Filter struct {
 	listener *listener
 	closed   sync.Once
 	epoch    time.Time // calls are timed as time.Since(epoch), a monotonic reading
+
+	state       *stateSet // the plugins' readings, shared by the filters of one registry
+	stateClosed bool      // Close ran: ObservePlugins adds nothing; under state.mu
 }
 
 var (
@@ -174,6 +195,9 @@ func New(o *Options) (kernel.Filter, error) {
 		return nil, err
 	}
 	if err := f.registerRuntime(o); err != nil {
+		return nil, err
+	}
+	if f.state, err = registerState(f.reg); err != nil {
 		return nil, err
 	}
 	for i := range f.sides {
@@ -237,7 +261,7 @@ func (f *Filter) AdminRoutes() []kernel.AdminRoute {
 	return []kernel.AdminRoute{{
 		Pattern: "GET /metrics",
 		Handler: f.handler,
-		Doc:     "Prometheus metrics: calls, latency, in flight, bytes; Go runtime and process",
+		Doc:     "Prometheus metrics: calls, latency, in flight, bytes; the plugins' and the engine's state; Go runtime and process",
 	}}
 }
 
@@ -262,11 +286,13 @@ func (f *Filter) Addr() string {
 }
 
 // Close stops the filter's own listener, if it has one, waiting for its
-// goroutine. The metrics stay registered: a counter must not reset while
-// the process lives. It is idempotent.
+// goroutine, and stops reading the state of the plugins it observed
+// (their Server or Client is closing). The call metrics stay registered:
+// a counter must not reset while the process lives. It is idempotent.
 func (f *Filter) Close() error {
 	var err error
 	f.closed.Do(func() {
+		f.state.forget(f)
 		if f.listener != nil {
 			err = f.listener.close()
 		}
