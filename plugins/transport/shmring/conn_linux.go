@@ -177,7 +177,7 @@ func (c *conn) sendEnd(deadline time.Time) error {
 			return nil
 		}
 		pos, _, ok, err := p.reserve(wordLen, wordLen, slotWriting)
-		tail, epoch := p.tail, p.freed.Load()
+		seen := p.sawSpace()
 		if ok {
 			p.endSent = true
 			p.written(pos, wordLen, kindEnd)
@@ -193,7 +193,7 @@ func (c *conn) sendEnd(deadline time.Time) error {
 		case !time.Now().Before(deadline):
 			return c.ringFull(wordLen)
 		}
-		c.waitSpace(deadline, tail, epoch)
+		c.waitSpace(deadline, seen, true)
 	}
 }
 
@@ -294,7 +294,13 @@ func (c *conn) giveBack(off uint64) {
 	found := true
 	freed := false
 	if i := p.findLent(off); i >= 0 {
-		p.recycle(i)
+		// A recycled buffer at the end gives its space back without the
+		// tail moving: writers waiting for room are told, as for an
+		// island let go.
+		if p.recycle(i) && p.waiters > 0 {
+			p.freed.Add(1)
+			freed = true
+		}
 	} else if p.letGo(off) {
 		freed = p.waiters > 0
 	} else {
@@ -479,7 +485,7 @@ const maxKeptHeader = 64 << 10
 func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
 	p := &c.out
 	var deadline time.Time
-	waiting := false
+	waiting, waited := false, false
 	defer func() {
 		if waiting {
 			p.mu.Lock()
@@ -497,7 +503,7 @@ func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
 			return 0, 0, fmt.Errorf("shm-ring: connection %s: write side %w", c.remote, kernel.ErrClosed)
 		}
 		pos, n, ok, err := p.reserve(minN, maxN, slotWriting)
-		tail, epoch := p.tail, p.freed.Load()
+		seen := p.sawSpace()
 		if !ok && err == nil && !waiting {
 			p.waiters++
 			waiting = true
@@ -513,7 +519,10 @@ func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
 		case !time.Now().Before(deadline):
 			return 0, 0, c.ringFull(minN)
 		}
-		c.waitSpace(deadline, tail, epoch)
+		// Only the first wait polls: later ones follow a wake-up or a
+		// recheck, after which the writer has just looked.
+		c.waitSpace(deadline, seen, !waited)
+		waited = true
 	}
 }
 

@@ -132,6 +132,7 @@ type producer struct {
 	head      uint64 // published
 	cursor    uint64 // reserved up to here
 	tail      uint64 // the reader's last release, as validated
+	heldSeen  uint32 // the reader's held count, as loaded with the tail
 	slots     fifo[slot]
 	islands   []island // this side's
 	peer      []island // the reader's, as read with the tail
@@ -159,7 +160,10 @@ func (p *producer) loadTail() error {
 	}
 	p.tail = t
 	p.peer = p.peer[:0]
-	if p.r.nheld.Load() == 0 {
+	// Loaded before the table: a writer waiting for room watches the count
+	// (see conn.waitSpace), so an entry freed after this load is noticed.
+	p.heldSeen = p.r.nheld.Load()
+	if p.heldSeen == 0 {
 		return nil
 	}
 	for i := range p.r.held {
@@ -342,8 +346,8 @@ func (p *producer) written(pos uint64, used int, kind uint8) {
 }
 
 // recycle turns the lent slot at index i into padding, and gives back the
-// space of the filler at the end.
-func (p *producer) recycle(i int) {
+// space of the filler at the end; it reports whether it gave back any.
+func (p *producer) recycle(i int) (shrunk bool) {
 	p.slots.at(i).state = slotDead
 	for p.slots.n > 0 {
 		last := p.slots.at(p.slots.n - 1)
@@ -352,7 +356,9 @@ func (p *producer) recycle(i int) {
 		}
 		p.cursor = last.pos
 		p.slots.n--
+		shrunk = true
 	}
+	return shrunk
 }
 
 // publish publishes every slot up to the last written one that no slot
@@ -562,9 +568,14 @@ func (c *consumer) consumed(end uint64) {
 func (c *consumer) release(seq uint64) {
 	c.mu.Lock()
 	if seq < c.heldBase {
+		// Listed, and passed by the tail: freeing its entry gives the
+		// writer room without moving the tail, so it must be woken here
+		// too, or a writer that found the ring covered with held records
+		// sleeps until wait_timeout once they are all released.
 		c.unlist(c.passed[seq])
 		delete(c.passed, seq)
 		c.mu.Unlock()
+		c.wake.ifSleeping(c.r.writer, wakeWriters)
 		return
 	}
 	e := c.held.at(int(seq - c.heldBase))

@@ -160,16 +160,33 @@ func sleepOn(ch <-chan struct{}, d time.Duration) (woken bool) {
 // polls, the peer it waits for may be queued behind it on the same core.
 func yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// waitSpace waits until the reader released more than tail, an island
-// was let go, the connection died, or deadline passed: polling first,
-// then parked, its sleep declared in the writer sleep word.
-func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
+// spaceSeen is what a writer that found no room saw, under the
+// producer's lock: anything that can make room since changes one of
+// these, and whoever changes it wakes the writers after.
+type spaceSeen struct {
+	tail  uint64 // the reader's tail: moved by the reader (wake writers)
+	held  uint32 // the reader's held count: an entry freed by the reader (wake writers)
+	epoch uint64 // this side's space given back: an island let go, a buffer recycled (space.open)
+}
+
+// sawSpace is what the writer saw when its reservation failed; p.mu is held.
+func (p *producer) sawSpace() spaceSeen {
+	return spaceSeen{tail: p.tail, held: p.heldSeen, epoch: p.freed.Load()}
+}
+
+// waitSpace waits until what seen describes changed (room may have been
+// made), the connection died, a wake-up came, deadline passed, or one
+// recheck went by, so that the caller tries its reservation again: polling
+// first if spin says so, then parked, its sleep declared in the writer
+// sleep word.
+func (c *conn) waitSpace(deadline time.Time, seen spaceSeen, spin bool) {
 	p := &c.out
 	progress := func() bool {
-		return p.r.tail.Load() != tail || p.freed.Load() != epoch || c.Err() != nil || c.peerGone.Load()
+		return p.r.tail.Load() != seen.tail || p.r.nheld.Load() != seen.held || p.freed.Load() != seen.epoch ||
+			c.Err() != nil || c.peerGone.Load()
 	}
 	start := time.Now()
-	for i := 1; c.t.spin > 0; i++ {
+	for i := 1; spin && c.t.spin > 0; i++ {
 		if progress() {
 			return
 		}
@@ -184,18 +201,17 @@ func (c *conn) waitSpace(deadline time.Time, tail, epoch uint64) {
 	// it could clear another's declaration. The reader clears it when it
 	// wakes them all; a stale one costs the reader one needless wake-up.
 	woken := c.space.wait()
-	w := p.r.writer
-	w.Store(sleeping)
-	// Parked in slices of c.t.writerRecheck, each after waking a reader that
-	// says it sleeps (it may hold frames it could list): a wake-up lost
-	// either way then costs a slice, not the whole wait_timeout. Only a
-	// writer facing a full ring pays for the slices.
-	for d := time.Until(deadline); d > 0 && !progress(); d = time.Until(deadline) {
-		c.wake.ifSleeping(p.r.reader, wakeReader)
-		if sleepOn(woken, min(d, c.t.writerRecheck)) {
-			return
-		}
+	p.r.writer.Store(sleeping)
+	d := time.Until(deadline)
+	if d <= 0 || progress() {
+		return
 	}
+	// A reader asleep may hold frames it could list: wake it to do so.
+	c.wake.ifSleeping(p.r.reader, wakeReader)
+	// One slice of c.t.writerRecheck at most: a wake-up lost (a peer that
+	// does not send it) then costs a slice, not the whole wait_timeout,
+	// and only a writer facing a full ring pays for the slices.
+	sleepOn(woken, min(d, c.t.writerRecheck))
 }
 
 // writerRecheck is how long a writer waiting for room parks before it
