@@ -74,11 +74,11 @@ func (cn *console) serveView(w http.ResponseWriter, r *http.Request) {
 	var v any
 	switch r.PathValue("view") {
 	case "summary.json":
-		v = cn.summary(time.Now())
+		v = cn.summary(cn.clock())
 	case "plugins.json":
 		v = cn.plugins
 	case "methods.json":
-		v = cn.methods(time.Now())
+		v = cn.methods(cn.clock())
 	case "connections.json":
 		v = cn.connections(time.Now())
 	case "state.json":
@@ -86,7 +86,7 @@ func (cn *console) serveView(w http.ResponseWriter, r *http.Request) {
 	case "instances.json":
 		v = cn.instances(ctx)
 	case "slowest.json":
-		v = slowViews(cn.slow.list(time.Now()))
+		v = slowViews(cn.slow.list(cn.clock()))
 	default:
 		names := make([]string, len(consoleViews))
 		for i, cv := range consoleViews {
@@ -118,7 +118,7 @@ type statusView struct {
 }
 
 func (cn *console) all(ctx context.Context) statusView {
-	now := time.Now()
+	now := cn.clock()
 	return statusView{
 		Summary:     cn.summary(now),
 		Plugins:     cn.plugins,

@@ -9,12 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // for go:linkname
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // This file keeps the status console's figures of the calls a server
-// serves. Recording a call costs two clock reads, a map lookup by pointer
+// serves. Recording a call costs two monotonic clock reads, a map lookup by pointer
 // and a few atomic adds on the method's own counters: no lock shared by
 // all calls and no allocation. Only a call slower than the slowest calls
 // kept so far takes a lock, and that grows rare as the list fills.
@@ -289,15 +290,27 @@ func (s *slowest) list(now time.Time) []slowCall {
 	return out[:min(len(out), slowestKept)]
 }
 
+// nanotime is the runtime's monotonic clock, in nanoseconds: half the
+// cost of time.Now, which reads the wall clock too, and the call path
+// reads it twice per call. The runtime keeps it for packages that link to
+// it, as this one does.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
 // serverStats is every method's figures and the slowest calls. Its maps
 // are built at Start, once every method is registered, and only read
 // afterwards.
 type serverStats struct {
 	started time.Time
-	byDesc  map[*methodDesc]*methodStats
-	other   *methodStats // calls of methods not served here
-	sorted  []*methodStats
-	slow    slowest
+	// The clock calls are counted on: the wall clock at the start plus the
+	// monotonic time since, so that a call's second is worked out from
+	// one nanotime and readers agree with it.
+	startMono, startUnixNano int64
+	byDesc                   map[*methodDesc]*methodStats
+	other                    *methodStats // calls of methods not served here
+	sorted                   []*methodStats
+	slow                     slowest
 }
 
 // otherMethods names the figures of calls of methods the server does not
@@ -306,6 +319,7 @@ const otherMethods = "(not served here)"
 
 func (st *serverStats) init(methods map[string]*methodDesc, now time.Time) {
 	st.started, st.byDesc, st.other = now, make(map[*methodDesc]*methodStats, len(methods)), &methodStats{name: otherMethods}
+	st.startMono, st.startUnixNano = nanotime(), now.UnixNano()
 	for name, d := range methods {
 		m := &methodStats{name: name}
 		st.byDesc[d] = m
@@ -318,11 +332,18 @@ func (st *serverStats) init(methods map[string]*methodDesc, now time.Time) {
 	}
 }
 
-// record counts one served call that began at start. It runs on every
-// call, after the answer is written.
-func (st *serverStats) record(sc *serverConn, c *callCtx, start time.Time) {
-	end := time.Now()
-	d, now := end.Sub(start), end.Unix()
+// clock is the time now on the stats' clock.
+func (st *serverStats) clock() time.Time {
+	return time.Unix(0, st.startUnixNano+nanotime()-st.startMono)
+}
+
+// record counts one served call that began at start (a nanotime). It
+// runs on every call, after the answer is written.
+func (st *serverStats) record(sc *serverConn, c *callCtx, start int64) {
+	endMono := nanotime()
+	d := time.Duration(endMono - start)
+	endNano := st.startUnixNano + endMono - st.startMono
+	now := endNano / int64(time.Second)
 	m := st.byDesc[c.desc]
 	if m == nil {
 		m = st.other
@@ -330,7 +351,7 @@ func (st *serverStats) record(sc *serverConn, c *callCtx, start time.Time) {
 	code := c.out.Code
 	m.record(code, d, now)
 	if st.slow.worth(d, now) {
-		st.slow.add(slowCall{At: end, Method: c.info.Method, Duration: d, Code: code,
+		st.slow.add(slowCall{At: time.Unix(0, endNano), Method: c.info.Method, Duration: d, Code: code,
 			Peer: sc.conn.RemoteAddr(), TraceID: traceID(c.info.Metadata)}, now)
 	}
 }
