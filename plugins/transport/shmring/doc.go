@@ -82,7 +82,10 @@
 // A side that finds nothing to read polls for up to spin, yielding its
 // core between polls to any thread queued for it (on two cores, that is
 // often the peer it waits for), then declares in a word of the segment
-// that it sleeps, and its goroutine parks. A writer sends a one-byte
+// that it naps: a futex wait of at most 1ms, which the writer ends with
+// one FUTEX_WAKE (at most four readers of a process nap at once, since a
+// nap holds an OS thread). A nap the writer does not end becomes a sleep:
+// the word says so and the goroutine parks. A writer sends a one-byte
 // wake-up over the socket only when it finds that declaration, so a busy
 // pair of processes exchanges calls without any system call. The
 // goroutine watching the socket, parked in the netpoller, passes the

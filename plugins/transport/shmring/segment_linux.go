@@ -25,7 +25,7 @@ import (
 //
 //	0    head   bytes the writer has published, ever (uint64)
 //	64   tail   bytes the reader has released, ever (uint64)
-//	128  reader sleep word: 1 while the reader sleeps or is about to
+//	128  reader sleep word: 1 while the reader sleeps or is about to, 2 while it naps
 //	192  writer sleep word: 1 while a writer waits for space
 //	256  held count: entries in use in the table below (uint32)
 //	320  held table: 64 entries of {start, end uint64}, the positions of a

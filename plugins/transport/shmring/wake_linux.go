@@ -29,8 +29,52 @@ import (
 // that each sleep costs one wake-up and a busy peer costs none.
 const (
 	awake    = 0
-	sleeping = 1
+	sleeping = 1 // parked: woken by a byte on the socket
+	napping  = 2 // in a futex wait on the word, for at most napTime
 )
+
+// A reader that starts to sleep first naps: a futex wait on its sleep
+// word, which the writer ends with one FUTEX_WAKE and the kernel turns
+// straight into a running thread. Most sleeps are that short, and parking
+// a goroutine, to be woken through the socket and the netpoller, made a
+// 16-byte round trip over shm-ring 1.4x slower (PingPong/16B, 2.6 µs
+// against 3.75 µs), though fewer than one wait in a thousand slept. A nap
+// holds an OS thread, so only maxNappers readers of a process nap at once
+// and each for at most napTime; then the reader parks as before, holding
+// no thread however long it waits.
+const (
+	napTime    = time.Millisecond
+	maxNappers = 4
+)
+
+// Futex operations on a shared mapping (no FUTEX_PRIVATE_FLAG: the word is
+// keyed by the file and offset, so the peer process wakes us).
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// nappers counts the readers of this process in a futex wait.
+var nappers atomic.Int32
+
+// nap waits on word while it says napping, at most napTime, if a nap slot
+// is free, and reports whether it took one.
+func nap(word *atomic.Uint32) bool {
+	if nappers.Add(1) > maxNappers {
+		nappers.Add(-1)
+		return false
+	}
+	ts := unix.NsecToTimespec(int64(napTime))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, napping, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	nappers.Add(-1)
+	return true
+}
+
+// futexWake ends the nap of the side waiting on word. Waking never blocks,
+// so it skips the scheduler's bookkeeping for blocking calls.
+func futexWake(word *atomic.Uint32) {
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, 1<<31-1, 0, 0, 0)
+}
 
 // Wake-ups, each a one-byte message on the liveness socket.
 const (
@@ -70,8 +114,16 @@ func newPeerWaker(sock *net.UnixConn) peerWaker {
 // sleeps. It goes through the RawConn, not the bare descriptor, so that a
 // socket closed meanwhile is never written to under a reused number.
 func (w *peerWaker) ifSleeping(word *atomic.Uint32, msg byte) {
-	if word.Load() == sleeping && word.CompareAndSwap(sleeping, awake) {
-		w.raw.Write(w.send[msg])
+	for v := word.Load(); v != awake; v = word.Load() {
+		if !word.CompareAndSwap(v, awake) {
+			continue // it went from napping to sleeping meanwhile
+		}
+		if v == napping {
+			futexWake(word)
+		} else {
+			w.raw.Write(w.send[msg])
+		}
+		return
 	}
 }
 
@@ -247,22 +299,32 @@ func (c *conn) waitData(ctx context.Context) error {
 	}
 	c.readBell.clear()
 	w := in.r.reader
-	w.Store(sleeping)
+	w.Store(napping)
 	// A writer waiting for space while this side holds frames: list them,
 	// so that the writer can skip them (it woke us, if we slept, to do so).
 	if in.r.writer.Load() == sleeping && in.islandize() {
-		w.CompareAndSwap(sleeping, awake)
+		wakeSelf(w)
 		return nil
 	}
-	if !arrived() {
+	// Nap first (ctx is looked at after it, at most napTime late); a
+	// writer that saw napping swapped the word to awake and woke us, so
+	// only a word still napping goes on to park.
+	if !arrived() && ctx.Err() == nil && (!nap(w) || w.Load() == napping) && w.CompareAndSwap(napping, sleeping) && !arrived() {
 		select {
 		case <-c.readBell:
 		case <-ctx.Done():
 		}
 	}
-	w.CompareAndSwap(sleeping, awake)
+	wakeSelf(w)
 	c.readWait.observe(time.Since(start))
 	return ctx.Err()
+}
+
+// wakeSelf clears this side's own sleep word, however it slept.
+func wakeSelf(w *atomic.Uint32) {
+	if v := w.Load(); v != awake {
+		w.CompareAndSwap(v, awake)
+	}
 }
 
 // waitStats keeps a moving average of how long the reader waited for data.

@@ -268,3 +268,45 @@ func TestAWriterFindsRoomWithoutAWakeUpAtTheNextRecheck(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A reader about to sleep naps first, in a futex wait on its word: a
+// writer that finds it napping ends the nap with a FUTEX_WAKE and sends
+// nothing on the socket; a nap the writer does not end parks the reader
+// within napTime.
+func TestANappingReaderIsWokenByFutexNotTheSocket(t *testing.T) {
+	r := newRawConn(t, newTransport(t, testOptions()))
+	defer r.close()
+	out := r.seg.ring(serverToClient)
+	out.reader.Store(napping)
+	send(t, r.c, &kernel.Frame{Type: kernel.FrameResponse, CallID: 1}, []byte("answer"))
+	if b := peerReceived(t, r); len(b) != 0 {
+		t.Fatalf("peer napping: got %v on the socket, want nothing (a futex wake-up)", b)
+	}
+	if w := out.reader.Load(); w != awake {
+		t.Fatalf("the napping peer's word is %d after the frame, want it swapped to %d", w, awake)
+	}
+
+	// This side's reader: it naps, then parks, saying so in its word.
+	in := r.seg.ring(clientToServer)
+	got := make(chan *kernel.Frame, 1)
+	go func() {
+		f, _ := r.c.ReadFrame(timeout(t, 20*time.Second))
+		got <- f
+	}()
+	waitWord(t, in.reader, sleeping, "the reader sleep word after its nap")
+	waitParked(t, "shmring.(*conn).waitData")
+	rec := rawRecord(kindFrame, encodeFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2}))
+	copy(in.data, rec)
+	in.head.Store(uint64(len(rec)))
+	in.reader.CompareAndSwap(sleeping, awake)
+	peerWakeUp(t, r, wakeReader)
+	select {
+	case f := <-got:
+		if f == nil || f.CallID != 2 {
+			t.Fatalf("woken reader read %+v", f)
+		}
+		f.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wake-up byte did not wake the reader parked after its nap")
+	}
+}
