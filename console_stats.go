@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	_ "unsafe" // for go:linkname
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -290,27 +289,21 @@ func (s *slowest) list(now time.Time) []slowCall {
 	return out[:min(len(out), slowestKept)]
 }
 
-// nanotime is the runtime's monotonic clock, in nanoseconds: half the
-// cost of time.Now, which reads the wall clock too, and the call path
-// reads it twice per call. The runtime keeps it for packages that link to
-// it, as this one does.
-//
-//go:linkname nanotime runtime.nanotime
-func nanotime() int64
-
 // serverStats is every method's figures and the slowest calls. Its maps
 // are built at Start, once every method is registered, and only read
 // afterwards.
 type serverStats struct {
 	started time.Time
 	// The clock calls are counted on: the wall clock at the start plus the
-	// monotonic time since, so that a call's second is worked out from
-	// one nanotime and readers agree with it.
-	startMono, startUnixNano int64
-	byDesc                   map[*methodDesc]*methodStats
-	other                    *methodStats // calls of methods not served here
-	sorted                   []*methodStats
-	slow                     slowest
+	// monotonic time since epoch, so that a call's second is worked out
+	// from one monotonic reading (time.Since of a time with a monotonic
+	// reading costs one clock read, time.Now two) and readers agree.
+	epoch         time.Time
+	startUnixNano int64
+	byDesc        map[*methodDesc]*methodStats
+	other         *methodStats // calls of methods not served here
+	sorted        []*methodStats
+	slow          slowest
 }
 
 // otherMethods names the figures of calls of methods the server does not
@@ -319,7 +312,7 @@ const otherMethods = "(not served here)"
 
 func (st *serverStats) init(methods map[string]*methodDesc, now time.Time) {
 	st.started, st.byDesc, st.other = now, make(map[*methodDesc]*methodStats, len(methods)), &methodStats{name: otherMethods}
-	st.startMono, st.startUnixNano = nanotime(), now.UnixNano()
+	st.epoch, st.startUnixNano = now, now.UnixNano()
 	for name, d := range methods {
 		m := &methodStats{name: name}
 		st.byDesc[d] = m
@@ -332,17 +325,20 @@ func (st *serverStats) init(methods map[string]*methodDesc, now time.Time) {
 	}
 }
 
+// mono is the monotonic time since the stats began, in ns.
+func (st *serverStats) mono() int64 { return int64(time.Since(st.epoch)) }
+
 // clock is the time now on the stats' clock.
 func (st *serverStats) clock() time.Time {
-	return time.Unix(0, st.startUnixNano+nanotime()-st.startMono)
+	return time.Unix(0, st.startUnixNano+st.mono())
 }
 
-// record counts one served call that began at start (a nanotime). It
+// record counts one served call that began at start (a mono). It
 // runs on every call, after the answer is written.
 func (st *serverStats) record(sc *serverConn, c *callCtx, start int64) {
-	endMono := nanotime()
+	endMono := st.mono()
 	d := time.Duration(endMono - start)
-	endNano := st.startUnixNano + endMono - st.startMono
+	endNano := st.startUnixNano + endMono
 	now := endNano / int64(time.Second)
 	m := st.byDesc[c.desc]
 	if m == nil {

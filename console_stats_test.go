@@ -233,7 +233,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	// Slow calls first (each may enter the list), then quick ones.
 	for _, lat := range []time.Duration{time.Hour, 0} {
 		allocs := testing.AllocsPerRun(500, func() {
-			st.record(sc, c, nanotime()-int64(lat))
+			st.record(sc, c, st.mono()-int64(lat))
 		})
 		if allocs != 0 {
 			t.Errorf("record of a call %v long: %v allocations, want 0", lat, allocs)
@@ -247,7 +247,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 		t.Errorf("slowest: %d calls, first %+v", len(sl), sl[0])
 	}
 	// A call of a method the server does not serve counts apart.
-	st.record(sc, &callCtx{}, nanotime())
+	st.record(sc, &callCtx{}, st.mono())
 	if ms := st.methods(time.Now()); len(ms) != 2 || ms[1].Method != otherMethods || ms[1].Calls != 1 {
 		t.Errorf("after an unknown method's call: %v", ms)
 	}
@@ -262,7 +262,7 @@ func BenchmarkStatsRecord(b *testing.B) {
 		c := &callCtx{desc: desc}
 		b.ReportAllocs()
 		for b.Loop() {
-			st.record(sc, c, nanotime())
+			st.record(sc, c, st.mono())
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
@@ -270,7 +270,7 @@ func BenchmarkStatsRecord(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			c := &callCtx{desc: desc}
 			for pb.Next() {
-				st.record(sc, c, nanotime())
+				st.record(sc, c, st.mono())
 			}
 		})
 	})

@@ -23,7 +23,7 @@ type codecEntry struct {
 func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	defer sc.end(c)
 	if cn := sc.srv.console; cn != nil {
-		defer cn.record(sc, c, nanotime()) // after the answer is written
+		defer cn.record(sc, c, cn.mono()) // after the answer is written
 	}
 	out := &c.out
 	out.Type, out.Flags, out.CallID = kernel.FrameResponse, kernel.FlagEndStream, c.id
