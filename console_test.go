@@ -459,20 +459,7 @@ func BenchmarkConsoleOnCallPath(b *testing.B) {
 					cfg.Server.AdminAddress = "127.0.0.1:0"
 				}
 				startServer(b, cfg, nil)
-				cli := newClient(b, cfg)
-				req := &echopb.Echo{Payload: make([]byte, 16)}
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetParallelism((callers + 1) / 2)
-				b.RunParallel(func(pb *testing.PB) {
-					var resp echopb.Echo
-					for pb.Next() {
-						if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+				benchEcho16(b, newClient(b, cfg), callers)
 			})
 		}
 	}

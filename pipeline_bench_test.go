@@ -52,21 +52,25 @@ func benchmarkPipeline(b *testing.B, inproc bool) {
 				if filtered {
 					cfg.Filters = []kernrpc.FilterConfig{{Name: "bench-pass", Side: "client"}}
 				}
-				cli := newClient(b, cfg)
-				req := &echopb.Echo{Payload: make([]byte, 16)}
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.SetParallelism((callers + 1) / 2)
-				b.RunParallel(func(pb *testing.PB) {
-					var resp echopb.Echo
-					for pb.Next() {
-						if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+				benchEcho16(b, newClient(b, cfg), callers)
 			})
 		}
 	}
+}
+
+// benchEcho16 calls Echo.Echo with 16 B from about callers goroutines.
+func benchEcho16(b *testing.B, cli *kernrpc.Client, callers int) {
+	req := &echopb.Echo{Payload: make([]byte, 16)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism((callers + 1) / 2)
+	b.RunParallel(func(pb *testing.PB) {
+		var resp echopb.Echo
+		for pb.Next() {
+			if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
