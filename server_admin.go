@@ -52,6 +52,7 @@ func (s *Server) startAdmin() error {
 			entries = append(entries, adminEntry{r.Pattern, r.Doc, string(b.Kind) + " " + b.Name})
 		}
 	}
+	slices.SortStableFunc(entries, func(a, b adminEntry) int { return cmp.Compare(a.Pattern, b.Pattern) })
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { s.serveAdminIndex(w, entries) })
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -139,11 +140,9 @@ var adminIndex = template.Must(template.New("index").Parse(`<!doctype html>
 `))
 
 func (s *Server) serveAdminIndex(w http.ResponseWriter, entries []adminEntry) {
-	sorted := slices.Clone(entries)
-	slices.SortStableFunc(sorted, func(a, b adminEntry) int { return cmp.Compare(a.Pattern, b.Pattern) })
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = adminIndex.Execute(w, struct {
 		Service string
 		Entries []adminEntry
-	}{s.cfg.Service, sorted})
+	}{s.cfg.Service, entries})
 }
