@@ -88,3 +88,26 @@ type RegistryCapabilities interface {
 type LeaseAbandoner interface {
 	AbandonLeases()
 }
+
+// SharedStore is an optional Registry interface: a small key-value store
+// shared by every process that uses the same registry (one etcd cluster,
+// one memory namespace), for plugins that keep one state across the
+// clients of a service, such as the breaker filter's. Keys are paths the
+// plugin chooses ("breaker/<service>/<key>"); the registry keeps them
+// apart from its instances. Values are small (a few hundred bytes).
+type SharedStore interface {
+	// PutShared sets key to value. The entry disappears ttl after the
+	// last put (a ttl of 0 means the registry's default), or when this
+	// registry is closed or its process dies: state nobody renews is
+	// forgotten.
+	PutShared(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	// DeleteShared removes key; removing a missing key is not an error.
+	DeleteShared(ctx context.Context, key string) error
+	// WatchShared calls fn with every entry under prefix as it is now,
+	// then with every change, from one goroutine at a time, until ctx is
+	// done; a removed or expired entry comes with a nil value. It returns
+	// once the current entries have been given to fn. An error after that
+	// (a lost connection) is retried by the registry, which then gives fn
+	// every entry again.
+	WatchShared(ctx context.Context, prefix string, fn func(key string, value []byte)) error
+}
