@@ -94,7 +94,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 			ps.close(c.log)
 		}
 	}()
-	ps.observePlugins(clientState{c})
+	ps.observePlugins(kernel.ClientSide, clientState{c})
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()

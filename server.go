@@ -88,7 +88,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.filters = ps.callFilters
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.registerHealth()
-	ps.observePlugins(serverState{s})
+	ps.observePlugins(kernel.ServerSide, serverState{s})
 	return s, nil
 }
 

@@ -6,12 +6,12 @@ import (
 
 // observePlugins gives every built plugin that reads the others' state
 // (kernel.PluginsObserver) the whole list, with the engine's own reporter.
-func (p *plugins) observePlugins(engine kernel.StateReporter) {
+func (p *plugins) observePlugins(side kernel.Side, engine kernel.StateReporter) {
 	refs := make([]kernel.PluginRef, 0, len(p.built)+1)
 	for _, b := range p.built {
-		refs = append(refs, kernel.PluginRef{Kind: b.Kind, Name: b.Name, Plugin: b.Plugin})
+		refs = append(refs, kernel.PluginRef{Kind: b.Kind, Name: b.Name, Side: side, Plugin: b.Plugin})
 	}
-	refs = append(refs, kernel.PluginRef{Kind: kernel.KindEngine, Name: "kernrpc", Plugin: engine})
+	refs = append(refs, kernel.PluginRef{Kind: kernel.KindEngine, Name: "kernrpc", Side: side, Plugin: engine})
 	for _, b := range p.built {
 		if o, ok := b.Plugin.(kernel.PluginsObserver); ok {
 			o.ObservePlugins(refs)

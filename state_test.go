@@ -62,9 +62,13 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 		obs.mu.Lock()
 		kinds := map[kernel.Kind]int{}
 		self := false
+		wantSide := map[string]kernel.Side{"server": kernel.ServerSide, "client": kernel.ClientSide}[side]
 		for _, r := range obs.refs {
 			kinds[r.Kind]++
 			self = self || r.Plugin == any(obs)
+			if r.Side != wantSide {
+				t.Errorf("%s observer saw %s %q on side %v", side, r.Kind, r.Name, r.Side)
+			}
 		}
 		obs.mu.Unlock()
 		if !self || kinds[kernel.KindTransport] != 1 || kinds[kernel.KindCodec] != 1 || kinds[kernel.KindRegistry] != 1 || kinds[kernel.KindEngine] != 1 {

@@ -41,8 +41,11 @@ type StateReporter interface {
 
 // PluginRef names one plugin a Server or Client built.
 type PluginRef struct {
-	Kind   Kind
-	Name   string
+	Kind Kind
+	Name string
+	// Side is the side of the Server (ServerSide) or Client (ClientSide)
+	// that built the plugin.
+	Side   Side
 	Plugin any
 }
 
