@@ -22,6 +22,7 @@ type callCtx struct {
 
 	id      uint64
 	refused bool // arrived while the server was draining: answered, not served
+	handled bool // went through the filters' Invoke
 	sc      *serverConn
 	desc    *methodDesc
 	info    kernel.CallInfo
@@ -61,6 +62,13 @@ type callInfoKey struct{}
 func (c *callCtx) Value(key any) any {
 	if key == (callInfoKey{}) {
 		return &c.info
+	}
+	if c.desc != nil {
+		for _, v := range c.desc.valuers {
+			if val, ok := v.CallValue(&c.info, key); ok {
+				return val
+			}
+		}
 	}
 	return c.parent.Value(key)
 }

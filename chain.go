@@ -50,16 +50,17 @@ func chainFor(filters []configuredFilter, method string, last kernel.Invoker) ke
 	return chain(fs, last)
 }
 
-// admittersFor lists the filters that apply to method and decide before
-// its request is decoded, in config order.
-func admittersFor(filters []configuredFilter, method string) []kernel.Admitter {
-	var as []kernel.Admitter
+// filtersAs lists the filters that apply to method and implement T (an
+// optional interface: Admitter, CallObserver, ContextValuer), in config
+// order.
+func filtersAs[T any](filters []configuredFilter, method string) []T {
+	var out []T
 	for i := range filters {
-		if a, ok := filters[i].filter.(kernel.Admitter); ok && filters[i].applies(method) {
-			as = append(as, a)
+		if a, ok := filters[i].filter.(T); ok && filters[i].applies(method) {
+			out = append(out, a)
 		}
 	}
-	return as
+	return out
 }
 
 // filterChains keeps one prebuilt chain per method, so a call pays nothing

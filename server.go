@@ -147,7 +147,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	for name, d := range s.methods {
 		d.invoke = chainFor(s.filters, name, d.invoke)
-		d.admit = admittersFor(s.filters, name)
+		d.admit = filtersAs[kernel.Admitter](s.filters, name)
+		d.observe = filtersAs[kernel.CallObserver](s.filters, name)
+		d.valuers = filtersAs[kernel.ContextValuer](s.filters, name)
 	}
 	s.mu.Unlock()
 

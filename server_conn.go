@@ -21,6 +21,11 @@ type methodDesc struct {
 	// known.
 	invoke kernel.Invoker
 	admit  []kernel.Admitter
+	// observe are told of every call once it is answered, valuers asked
+	// for the handler context's values (kernel.CallObserver,
+	// kernel.ContextValuer).
+	observe []kernel.CallObserver
+	valuers []kernel.ContextValuer
 	// slowCalls counts down the calls still to be served off the reader
 	// since the method proved slow; overBudget is its score of slow calls
 	// (see noteBurstCall).

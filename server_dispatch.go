@@ -36,6 +36,10 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		if out.Payload, err = encodeInto(sc.conn, codec, resp); err != nil {
 			err = kernel.Errorf(kernel.Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
 		}
+		c.info.ResponseSize = len(out.Payload)
+	}
+	if c.desc != nil && len(c.desc.observe) > 0 {
+		defer sc.observe(c, err) // after the answer is written
 	}
 	if lent != nil {
 		// Only now: the response may have pointed into the request.
@@ -175,6 +179,7 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 		f.Release()
 	}
 	released = true
+	c.handled = true
 	resp, err = sc.invoke(c, req)
 	return resp, codec, lent, err
 }
@@ -194,6 +199,19 @@ func (sc *serverConn) admit(c *callCtx, desc *methodDesc) (err error) {
 		}
 	}
 	return nil
+}
+
+// observe tells the method's CallObservers that c was answered, turning
+// a panic into a logged error: the answer is out, and the server stays up.
+func (sc *serverConn) observe(c *callCtx, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("filter's CallEnded panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	for _, o := range c.desc.observe {
+		o.CallEnded(&c.info, err, c.handled)
+	}
 }
 
 // invoke runs the chain, turning a panic into status Internal so that one

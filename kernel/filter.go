@@ -153,6 +153,30 @@ type Admitter interface {
 	Admit(ctx context.Context, info *CallInfo) error
 }
 
+// CallObserver is an optional Filter interface for server filters that
+// measure calls (metrics, consoles). The server calls CallEnded once for
+// every call of a method it serves, after it encoded the answer, with
+// info.ResponseSize set: for the calls that went through Invoke (handled
+// is true and err is what the chain returned), and for those answered
+// before it, which no filter's Invoke sees: refused by an Admitter, or
+// whose request did not decode (handled is false and err is the answer).
+// It runs on the call's goroutine, so it must be quick and must not block.
+type CallObserver interface {
+	CallEnded(info *CallInfo, err error, handled bool)
+}
+
+// ContextValuer is an optional Filter interface for server filters that
+// hand the handler a value derived from the call (the caller's trace
+// context, read from its metadata) without a context allocated per call:
+// a handler's context asks CallValue for every key that neither it nor a
+// context derived from it holds, before the server's base context. The
+// answer must depend on the call alone (the same key gives the same value
+// all through the call); CallValue may be called from any goroutine the
+// handler starts, concurrently, and must not block.
+type ContextValuer interface {
+	CallValue(info *CallInfo, key any) (value any, ok bool)
+}
+
 // ErrInstanceRefused is what an attempt filter wraps in its error to refuse
 // the picked instance (a breaker open for that host, say): nothing is sent
 // and the client picks another instance, a bounded number of times, instead

@@ -1,0 +1,124 @@
+package kernrpc_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// ended is one CallEnded a hooks filter was told of.
+type ended struct {
+	method       string
+	code         kernel.Code
+	handled      bool
+	request, out int
+}
+
+// hooks is a server filter that refuses calls whose metadata says so
+// before they are decoded (an Admitter), hands the handler the caller's
+// "who" metadata under whoKey (a ContextValuer), and keeps every call it
+// is told has ended (a CallObserver).
+type hooks struct {
+	mu     sync.Mutex
+	ended  []ended
+	valued int
+}
+
+type whoKey struct{}
+
+func (h *hooks) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	return next(ctx, info, req)
+}
+
+func (h *hooks) Admit(_ context.Context, info *kernel.CallInfo) error {
+	if info.Metadata["refuse"] != "" {
+		return kernel.Errorf(kernel.PermissionDenied, "refused by the test")
+	}
+	return nil
+}
+
+func (h *hooks) CallValue(info *kernel.CallInfo, key any) (any, bool) {
+	if key != (whoKey{}) {
+		return nil, false
+	}
+	h.mu.Lock()
+	h.valued++
+	h.mu.Unlock()
+	return info.Metadata["who"], true
+}
+
+func (h *hooks) CallEnded(info *kernel.CallInfo, err error, handled bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = append(h.ended, ended{info.Method, kernel.CodeOf(err), handled, info.RequestSize, info.ResponseSize})
+}
+
+var (
+	_ kernel.Admitter      = (*hooks)(nil)
+	_ kernel.ContextValuer = (*hooks)(nil)
+	_ kernel.CallObserver  = (*hooks)(nil)
+)
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-hooks", New: func(any) (kernel.Filter, error) { return &hooks{}, nil }})
+}
+
+func TestServerFilterHooks(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-hooks", Side: "server"}}
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			who, _ := context.WithValue(ctx, struct{}{}, 1).Value(whoKey{}).(string)
+			return &echopb.Echo{Text: who + ":" + req.Text}, nil
+		})
+	})
+	h, ok := kernrpc.FindPlugin[*hooks](srv.Plugins(), "test-hooks")
+	if !ok {
+		t.Fatal("hooks filter not built")
+	}
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+
+	var out echopb.Echo
+	if err := cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"who": "ann"}), "Echo.Who", &echopb.Echo{Text: "hi"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Text != "ann:hi" {
+		t.Errorf("handler read %q through its context, want %q", out.Text, "ann:hi")
+	}
+	err := cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"refuse": "1"}), "Echo.Who", &echopb.Echo{Text: "no"}, &out)
+	if kernel.CodeOf(err) != kernel.PermissionDenied {
+		t.Fatalf("refused call: %v, want PermissionDenied", err)
+	}
+	// A request that does not decode: a string field cut short.
+	resp := roundTripRaw(t, rawConn(t, srv.Addr()), &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 1,
+		Method: "Echo.Who", Codec: "protobuf", Payload: []byte{0x0a, 0x05, 'a'}})
+	if resp.Code != kernel.InvalidArgument {
+		t.Fatalf("undecodable call: %v %q, want InvalidArgument", resp.Code, resp.Message)
+	}
+	resp.Release()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.valued != 1 {
+		t.Errorf("CallValue answered %d times, want 1", h.valued)
+	}
+	if len(h.ended) != 3 {
+		t.Fatalf("CallEnded was called %d times, want 3: %+v", len(h.ended), h.ended)
+	}
+	want := []ended{
+		{"Echo.Who", kernel.OK, true, 4, len("ann:hi") + 2},
+		{"Echo.Who", kernel.PermissionDenied, false, 4, 0},
+		{"Echo.Who", kernel.InvalidArgument, false, 3, 0},
+	}
+	for i, w := range want {
+		if h.ended[i] != w {
+			t.Errorf("call %d ended as %+v, want %+v", i, h.ended[i], w)
+		}
+	}
+}
+
