@@ -20,6 +20,13 @@
 // registry that registered one refreshes it every ttl/3 until Deregister or
 // Close; one left without its registry disappears (and watchers hear of it)
 // within ttl.
+//
+// The registry is a kernel.SharedStore too (shared.go): a namespace holds
+// small key-value entries beside its instances, each put for a ttl
+// (default_ttl when 0) and not renewed: it goes ttl after its last put,
+// when it is deleted, or when the registry that put it last is closed.
+// Each WatchShared has a goroutine of its own that hands fn the changes,
+// coalesced by key when fn is slower than they come.
 package memory
 
 import (
@@ -82,6 +89,9 @@ type Registry struct {
 	owned   map[instanceKey]time.Duration // what this registry registered, with its ttl
 	keeper  *timedLoop                    // nil until the first Register
 	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc
+	// sharedWatches are the WatchShared calls made through this registry
+	// whose goroutine still runs (shared.go).
+	sharedWatches map[*sharedWatch]struct{}
 	// keeperStopped is set by AbandonLeases (tests): leases are no longer
 	// renewed, so this registry's instances expire as if its process died.
 	keeperStopped bool
@@ -105,6 +115,8 @@ func New(opts Options) (*Registry, error) {
 		defaultTTL: opts.DefaultTTL.D(),
 		owned:      make(map[instanceKey]time.Duration),
 		watches:    make(map[*watcher]func() bool),
+
+		sharedWatches: make(map[*sharedWatch]struct{}),
 	}, nil
 }
 
@@ -253,7 +265,8 @@ func (r *Registry) endWatch(w *watcher) {
 }
 
 // Close deregisters every instance this registry registered and still
-// holds, ends its watches and stops its goroutines. It is idempotent.
+// holds, removes the shared entries it put last, ends its watches (shared
+// ones too) and stops its goroutines. It is idempotent.
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -265,10 +278,14 @@ func (r *Registry) Close() error {
 		r.store.remove(key, r)
 	}
 	clear(r.owned)
+	r.store.dropSharedOf(r)
 	keeper := r.keeper
 	watches := r.watches
 	r.watches = nil
+	shared := maps.Clone(r.sharedWatches)
 	r.mu.Unlock()
+
+	r.endSharedWatches(shared)
 
 	if keeper != nil {
 		keeper.stop()

@@ -66,10 +66,14 @@ type store struct {
 
 	mu       sync.Mutex
 	services map[string]*serviceState
+	// The shared store (shared.go): entries by key, and their watches.
+	shared         map[string]*sharedEntry
+	sharedWatchers map[*sharedWatch]struct{}
 }
 
 func newStore(namespace string) *store {
-	s := &store{namespace: namespace, services: make(map[string]*serviceState)}
+	s := &store{namespace: namespace, services: make(map[string]*serviceState),
+		shared: make(map[string]*sharedEntry), sharedWatchers: make(map[*sharedWatch]struct{})}
 	s.reaper = startExpiryReaper(s)
 	return s
 }
@@ -145,12 +149,13 @@ func (s *store) setLoad(key instanceKey, load kernel.Load) bool {
 	return true
 }
 
-// expire removes the entries whose lease ended by now, tells their
-// watchers, and returns the earliest expiry left (zero if none).
+// expire removes the entries whose lease ended by now (instances and
+// shared entries), tells their watchers, and returns the earliest expiry
+// left (zero if none).
 func (s *store) expire(now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var next time.Time
+	next := s.expireSharedLocked(now)
 	for name, svc := range s.services {
 		changed := false
 		for id, e := range svc.entries {
