@@ -31,19 +31,20 @@ type Client struct {
 	callChains    *filterChains
 	attemptChains *filterChains
 
-	pools       atomic.Pointer[map[string]*connPool]
-	instances   atomic.Int64                  // in the registry's last report, for clientState
-	poolsMu     sync.Mutex                    // serialises copy-on-write updates of pools
-	updated     atomic.Pointer[chan struct{}] // closed at the registry's next report
-	closed      atomic.Bool
-	stopWatch   context.CancelFunc
-	watchDone   chan struct{}
-	life        context.Context // ends with Close: bounds background dials
-	endLife     context.CancelFunc
-	dials       sync.WaitGroup
-	calls       sync.Pool // *callState
-	attempts    sync.Pool // *attempt
-	dialTimeout time.Duration
+	pools           atomic.Pointer[map[string]*connPool]
+	instances       atomic.Int64                  // in the registry's last report, for clientState
+	registryUpdates atomic.Int64                  // Watch reports received, for clientState
+	poolsMu         sync.Mutex                    // serialises copy-on-write updates of pools
+	updated         atomic.Pointer[chan struct{}] // closed at the registry's next report
+	closed          atomic.Bool
+	stopWatch       context.CancelFunc
+	watchDone       chan struct{}
+	life            context.Context // ends with Close: bounds background dials
+	endLife         context.CancelFunc
+	dials           sync.WaitGroup
+	calls           sync.Pool // *callState
+	attempts        sync.Pool // *attempt
+	dialTimeout     time.Duration
 }
 
 // NewClient builds a client for service (cfg.Service when empty) from cfg.
@@ -129,6 +130,7 @@ func (c *Client) follow(updates <-chan []kernel.Instance) {
 	for insts := range updates {
 		c.balancer.Update(insts)
 		c.instances.Store(int64(len(insts)))
+		c.registryUpdates.Add(1)
 		live := make(map[string]bool, len(insts))
 		for _, in := range insts {
 			live[in.Address] = true

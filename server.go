@@ -50,6 +50,7 @@ type Server struct {
 	console   *console     // the status console and its call figures; nil without server.admin_address
 
 	refusedConns  atomic.Int64 // over max_connections, since start
+	acceptedConns atomic.Int64 // held, since start
 	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
 
 	// others holds the registered codecs other than the configured one that
@@ -261,6 +262,7 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 			continue
 		}
 		s.conns[sc] = time.Now()
+		s.acceptedConns.Add(1)
 		sc.startIdleWatch()
 		s.mu.Unlock()
 		go sc.readLoop()

@@ -34,6 +34,8 @@ func (st serverState) ReportState(emit func(kernel.Reading)) {
 		Kind: kernel.Gauge, Labels: transport, Value: float64(open)})
 	emit(kernel.Reading{Name: "server_connections_refused_total", Help: "Connections closed on accept because the server held server.max_connections.",
 		Kind: kernel.Counter, Labels: transport, Value: float64(s.refusedConns.Load())})
+	emit(kernel.Reading{Name: "server_connections_accepted_total", Help: "Connections the server accepted and held, since it started.",
+		Kind: kernel.Counter, Labels: transport, Value: float64(s.acceptedConns.Load())})
 	serving := 0.0
 	if st, _ := s.ServingStatus(""); st == HealthServing {
 		serving = 1
@@ -59,4 +61,7 @@ func (st clientState) ReportState(emit func(kernel.Reading)) {
 	emit(kernel.Reading{Name: "client_instances", Help: "Instances of the service the registry reported last.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
 		Value: float64(c.instances.Load())})
+	emit(kernel.Reading{Name: "client_registry_updates_total", Help: "Reports of the service's instances the client received from the registry's Watch.",
+		Kind: kernel.Counter, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
+		Value: float64(c.registryUpdates.Load())})
 }

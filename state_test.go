@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -75,9 +76,19 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 			t.Errorf("%s observer saw %v (itself: %v), want every plugin once, itself and the engine", side, kinds, self)
 		}
 		rd := obs.readings(t)
-		want := map[string]float64{"server_connections_open": 1, "server_connections_refused_total": 0, "server_serving": 1}
+		want := map[string]float64{"server_connections_open": 1, "server_connections_refused_total": 0, "server_connections_accepted_total": 1, "server_serving": 1}
 		if side == "client" {
 			want = map[string]float64{"client_connections_open": 1, "client_instances": 1}
+		}
+		if side == "client" {
+			// The Watch's first report (the current set) comes on its own
+			// goroutine: wait for it.
+			for deadline := time.Now().Add(5 * time.Second); rd["client_registry_updates_total"].Value < 1 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				rd = obs.readings(t)
+			}
+			if r := rd["client_registry_updates_total"]; r.Value < 1 || r.Kind != kernel.Counter {
+				t.Errorf("client_registry_updates_total = %+v, want a counter of at least the Watch's first report", r)
+			}
 		}
 		for name, v := range want {
 			if got, ok := rd[name]; !ok || got.Value != v || got.Help == "" {
