@@ -132,7 +132,7 @@ func registerState(reg prom.Registerer) (*stateSet, error) {
 // ObservePlugins keeps the plugins that report their state (the engine's
 // own reporter among them), to read at each scrape.
 func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
-	g := &reporterGroup{side: sideOf(refs)}
+	g := &reporterGroup{side: sideOf(f, refs)}
 	for _, ref := range refs {
 		if ref.Plugin == any(f) {
 			continue
@@ -158,15 +158,19 @@ func (s *stateSet) forget(f *Filter) {
 	delete(s.groups, f)
 }
 
-// sideOf is the side of the Server or Client whose plugins refs are: only
-// a Client builds a balancer. (kernel.PluginRef does not say the side.)
-func sideOf(refs []kernel.PluginRef) string {
+// sideOf is the side of the Server or Client whose plugins refs are, as
+// the engine says it in each PluginRef: this filter's own ref's, which is
+// among them, or else the first's.
+func sideOf(f *Filter, refs []kernel.PluginRef) string {
 	for _, ref := range refs {
-		if ref.Kind == kernel.KindBalancer {
-			return kernel.ClientSide.String()
+		if ref.Plugin == any(f) {
+			return ref.Side.String()
 		}
 	}
-	return kernel.ServerSide.String()
+	if len(refs) > 0 {
+		return refs[0].Side.String()
+	}
+	return ""
 }
 
 // series is one series of a scrape, its value summed over the reporters

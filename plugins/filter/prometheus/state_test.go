@@ -39,7 +39,7 @@ func counter(name string, v float64, labels ...string) kernel.Reading {
 }
 
 // Readings become kernrpc_ families of their kind, a plugin's with the
-// side label (client: a balancer is among the plugins) and the engine's
+// side label (the side its PluginRef says) and the engine's
 // without; a series two plugins report alike is added up; a panicking
 // reporter loses its own readings, not the scrape, and is counted;
 // readings that do not fit their family, or cannot be exposed, are left
@@ -61,12 +61,12 @@ func TestReadingsBecomeMetrics(t *testing.T) {
 	broken := &reporter{readings: []kernel.Reading{gauge("test_broken", 1)}, panics: true}
 	engine := &reporter{readings: []kernel.Reading{gauge("client_connections_open", 7, "service", "echo")}}
 	f.ObservePlugins([]kernel.PluginRef{
-		{Kind: kernel.KindBalancer, Name: "round-robin", Plugin: struct{}{}},
-		{Kind: kernel.KindFilter, Name: "good", Plugin: good},
-		{Kind: kernel.KindFilter, Name: "twin", Plugin: twin},
-		{Kind: kernel.KindFilter, Name: "broken", Plugin: broken},
-		{Kind: kernel.KindFilter, Name: "prometheus", Plugin: f},
-		{Kind: kernel.KindEngine, Name: "kernrpc", Plugin: engine},
+		{Kind: kernel.KindBalancer, Name: "round-robin", Side: kernel.ClientSide, Plugin: struct{}{}},
+		{Kind: kernel.KindFilter, Name: "good", Side: kernel.ClientSide, Plugin: good},
+		{Kind: kernel.KindFilter, Name: "twin", Side: kernel.ClientSide, Plugin: twin},
+		{Kind: kernel.KindFilter, Name: "broken", Side: kernel.ClientSide, Plugin: broken},
+		{Kind: kernel.KindFilter, Name: "prometheus", Side: kernel.ClientSide, Plugin: f},
+		{Kind: kernel.KindEngine, Name: "kernrpc", Side: kernel.ClientSide, Plugin: engine},
 	})
 	url := serve(t, f.Handler())
 	body, fams := scrape(t, url)
@@ -112,15 +112,27 @@ func TestReadingsBecomeMetrics(t *testing.T) {
 		t.Errorf("reporters called %d and %d times in two scrapes, want 2 each", broken.calls.Load(), good.calls.Load())
 	}
 
-	// Without a balancer the plugins are a server's; observed again, the
-	// new list replaces the old.
-	f.ObservePlugins([]kernel.PluginRef{{Kind: kernel.KindFilter, Name: "good", Plugin: &reporter{readings: []kernel.Reading{gauge("test_level", 1, "bucket", "a")}}}})
+	// The side is the one the refs say, not guessed from their kinds: a
+	// server's list with a balancer in it (the old guess said client)
+	// is the server's. Observed again, the new list replaces the old.
+	f.ObservePlugins([]kernel.PluginRef{
+		{Kind: kernel.KindBalancer, Name: "round-robin", Side: kernel.ServerSide, Plugin: struct{}{}},
+		{Kind: kernel.KindFilter, Name: "good", Side: kernel.ServerSide, Plugin: &reporter{readings: []kernel.Reading{gauge("test_level", 1, "bucket", "a")}}},
+		{Kind: kernel.KindFilter, Name: "prometheus", Side: kernel.ServerSide, Plugin: f},
+	})
 	_, fams = scrape(t, url)
 	if got := value(t, fams, "kernrpc_test_level", labels{"side": "server"}); got != 1 {
 		t.Errorf("test_level on the server side: %g", got)
 	}
 	if _, ok := fams["kernrpc_test_hits_total"]; ok {
 		t.Error("the plugins of the first list are still read")
+	}
+	// Without the filter's own ref (a host that leaves it out), the
+	// first ref's side stands.
+	f.ObservePlugins([]kernel.PluginRef{{Kind: kernel.KindFilter, Name: "good", Side: kernel.ClientSide, Plugin: &reporter{readings: []kernel.Reading{gauge("test_level", 2, "bucket", "a")}}}})
+	_, fams = scrape(t, url)
+	if got := value(t, fams, "kernrpc_test_level", labels{"side": "client"}); got != 2 {
+		t.Errorf("test_level on the client side, with no ref of the filter: %g", got)
 	}
 
 	// Closed, the filter reads no plugin, now or when observed later.
