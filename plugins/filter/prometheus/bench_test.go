@@ -25,7 +25,9 @@ func failNext(_ context.Context, info *kernel.CallInfo, _ any) (any, error) {
 // BenchmarkInvoke is one call through the filter with a trivial next,
 // against next alone ("without"), on each side, failing, with native
 // histograms, and from all cores at once (the parallel cases share one
-// method's series, the worst case for contention).
+// method's series, the worst case for contention). The observed cases
+// add the server's CallEnded after Invoke, as the engine calls it, with
+// the answer's size: the filter's whole cost per served call.
 func BenchmarkInvoke(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
@@ -33,14 +35,18 @@ func BenchmarkInvoke(b *testing.B) {
 		side     kernel.Side
 		next     kernel.Invoker
 		parallel bool
+		observed bool // CallEnded after Invoke
 	}{
-		{"without", nil, kernel.ServerSide, okNext, false},
-		{"server", map[string]any{}, kernel.ServerSide, okNext, false},
-		{"client", map[string]any{}, kernel.ClientSide, okNext, false},
-		{"client-failing", map[string]any{}, kernel.ClientSide, failNext, false},
-		{"server-native", map[string]any{"native_histograms": true}, kernel.ServerSide, okNext, false},
-		{"without-parallel", nil, kernel.ServerSide, okNext, true},
-		{"server-parallel", map[string]any{}, kernel.ServerSide, okNext, true},
+		{"without", nil, kernel.ServerSide, okNext, false, false},
+		{"server", map[string]any{}, kernel.ServerSide, okNext, false, false},
+		{"server-observed", map[string]any{}, kernel.ServerSide, okNext, false, true},
+		{"client", map[string]any{}, kernel.ClientSide, okNext, false, false},
+		{"client-failing", map[string]any{}, kernel.ClientSide, failNext, false, false},
+		{"server-native", map[string]any{"native_histograms": true}, kernel.ServerSide, okNext, false, false},
+		{"without-parallel", nil, kernel.ServerSide, okNext, true, false},
+		{"server-parallel", map[string]any{}, kernel.ServerSide, okNext, true, false},
+		{"server-observed-parallel", map[string]any{}, kernel.ServerSide, okNext, true, true},
+		{"client-parallel", map[string]any{}, kernel.ClientSide, okNext, true, false},
 	} {
 		next := bc.next
 		invoke := func(ctx context.Context, info *kernel.CallInfo) (any, error) { return next(ctx, info, nil) }
@@ -51,6 +57,14 @@ func BenchmarkInvoke(b *testing.B) {
 			}
 			defer f.(*prometheus.Filter).Close()
 			invoke = func(ctx context.Context, info *kernel.CallInfo) (any, error) { return f.Invoke(ctx, info, nil, next) }
+			if bc.observed {
+				o := f.(kernel.CallObserver)
+				invoke = func(ctx context.Context, info *kernel.CallInfo) (any, error) {
+					resp, err := f.Invoke(ctx, info, nil, next)
+					o.CallEnded(info, err, true)
+					return resp, err
+				}
+			}
 		}
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()

@@ -86,14 +86,107 @@ func TestCountsByMethodAndCode(t *testing.T) {
 	if got := value(t, fams, "kernrpc_server_request_bytes_total", hello); got != 20 {
 		t.Errorf("server request bytes %g, want 20", got)
 	}
-	if _, ok := fams["kernrpc_server_response_bytes_total"]; ok {
-		t.Error("a server response bytes family, though server filters never see the response's size")
+	if got := value(t, fams, "kernrpc_server_response_bytes_total", hello); got != 0 {
+		t.Errorf("server response bytes %g without CallEnded, want 0: the server encodes the answer after the filters return", got)
 	}
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
 		if _, ok := fams[name]; ok {
 			t.Errorf("%s scraped with go_metrics and process_metrics off", name)
 		}
 	}
+}
+
+// The server's CallEnded adds every answer's size, and counts the calls
+// answered before Invoke (handled false) by code, with their request's
+// size but without a duration; a handled call is not counted twice.
+func TestCallEnded(t *testing.T) {
+	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		info := &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}
+		_, err := f.Invoke(ctx, info, nil, answer(10, 0, nil))
+		info.ResponseSize = 7 // the server encodes the answer after Invoke
+		f.CallEnded(info, err, true)
+	}
+	for i := 0; i < 2; i++ {
+		info := &kernel.CallInfo{Method: "Echo.Fail", Side: kernel.ServerSide}
+		_, err := f.Invoke(ctx, info, nil, answer(10, 0, kernel.Errorf(kernel.NotFound, "no")))
+		f.CallEnded(info, err, true) // an error answer has no payload
+	}
+	refusals := []error{
+		kernel.Errorf(kernel.ResourceExhausted, "no token"),
+		kernel.Errorf(kernel.ResourceExhausted, "no token"),
+		kernel.Errorf(kernel.Unauthenticated, "no credentials"),
+		fmt.Errorf("wrapped: %w", kernel.Errorf(kernel.InvalidArgument, "decode")),
+	}
+	for _, err := range refusals {
+		f.CallEnded(&kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide, RequestSize: 3}, err, false)
+	}
+	// A method only ever refused still gets its series, with no duration.
+	f.CallEnded(&kernel.CallInfo{Method: "Echo.Locked", RequestSize: 4, ResponseSize: 0}, kernel.Errorf(kernel.PermissionDenied, "no"), false)
+
+	body, fams := scrape(t, serve(t, f.Handler()))
+	say := labels{"service": "Echo", "method": "Say"}
+	for _, c := range []struct {
+		method, code string
+		want         float64
+	}{
+		{"Say", "OK", 5}, {"Say", "ResourceExhausted", 2}, {"Say", "Unauthenticated", 1}, {"Say", "InvalidArgument", 1},
+		{"Fail", "NotFound", 2}, {"Locked", "PermissionDenied", 1},
+	} {
+		if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": c.method, "code": c.code}); got != c.want {
+			t.Errorf("server calls of %s with %s: %g, want %g", c.method, c.code, got, c.want)
+		}
+	}
+	if n := len(fams["kernrpc_server_calls_total"].GetMetric()); n != 6 {
+		t.Errorf("%d server call series, want 6", n)
+	}
+	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", say, 5)
+	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", labels{"method": "Locked"}, 0)
+	for _, c := range []struct {
+		name   string
+		method string
+		want   float64
+	}{
+		{"kernrpc_server_response_bytes_total", "Say", 5 * 7},
+		{"kernrpc_server_response_bytes_total", "Fail", 0},
+		{"kernrpc_server_request_bytes_total", "Say", 5*10 + 4*3},
+		{"kernrpc_server_request_bytes_total", "Locked", 4},
+		{"kernrpc_server_calls_in_flight", "Say", 0},
+		{"kernrpc_server_calls_in_flight", "Locked", 0},
+	} {
+		if got := value(t, fams, c.name, labels{"method": c.method}); got != c.want {
+			t.Errorf("%s of %s = %g, want %g", c.name, c.method, got, c.want)
+		}
+	}
+	if _, ok := fams["kernrpc_client_calls_total"]; ok {
+		t.Error("CallEnded counted a client call")
+	}
+	promtool(t, body)
+}
+
+// A next that panics ends the call as Internal: it is not in flight for
+// ever.
+func TestPanicEndsTheCall(t *testing.T) {
+	f := build(t, nil)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not go through the filter")
+			}
+		}()
+		_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Boom", Side: kernel.ServerSide}, nil,
+			func(context.Context, *kernel.CallInfo, any) (any, error) { panic("boom") })
+	}()
+	_, fams := scrape(t, serve(t, f.Handler()))
+	boom := labels{"service": "Echo", "method": "Boom"}
+	if got := value(t, fams, "kernrpc_server_calls_in_flight", boom); got != 0 {
+		t.Errorf("in flight after a panic: %g, want 0", got)
+	}
+	if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": "Boom", "code": "Internal"}); got != 1 {
+		t.Errorf("calls ended by a panic counted as Internal: %g, want 1", got)
+	}
+	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", boom, 1)
 }
 
 func TestInFlightWhileNextRuns(t *testing.T) {

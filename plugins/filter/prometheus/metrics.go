@@ -2,177 +2,178 @@ package prometheus
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// The label names, in the order the vectors take their values.
-const (
-	labelService = "service"
-	labelMethod  = "method"
-	labelCode    = "code"
-)
-
 // otherMethod labels the calls of methods past max_methods.
 const otherMethod = "_other"
 
-// sideFamilies are the metric families of one side. The families are
-// separate per side (kernrpc_client_*, kernrpc_server_*), not a side
-// label, because a call measured at both ends would otherwise be summed
-// twice by sum(), and because the sides know different things (only the
-// client sees the response's size and the attempts).
-type sideFamilies struct {
-	calls     *prom.CounterVec   // service, method, code
-	duration  *prom.HistogramVec // service, method
-	inFlight  *prom.GaugeVec     // service, method
-	reqBytes  *prom.CounterVec   // service, method
-	respBytes *prom.CounterVec   // service, method; client only
-	attempts  *prom.CounterVec   // service, method; client only
+// numCodes is the number of status codes counted apart; a code past them
+// (from a newer peer) counts as Unknown, as gRPC does.
+const numCodes = int(kernel.Unauthenticated) + 1
+
+// A method's figures on one side are integer counters in a few shards,
+// each on cache lines of its own: a call adds to one shard, picked at
+// random, so that calls of one method on different cores rarely write
+// the same line; a scrape adds the shards up (collect.go). These are the
+// counters of a shard, by index; the histogram's buckets follow.
+const (
+	cStarted   = iota              // calls that entered Invoke; in flight = started - ended
+	cReqBytes                      // CallInfo.RequestSize, summed
+	cRespBytes                     // CallInfo.ResponseSize, summed
+	cAttempts                      // client: attempts (call stage: CallInfo.Attempt; attempt stage: 1 each)
+	cSumNanos                      // the durations observed, in ns
+	cCodes                         // numCodes counters: calls by code
+	cBuckets   = cCodes + numCodes // len(bounds)+1 counters, not cumulative: calls with duration in (bound[i-1], bound[i]], the last above every bound
+)
+
+// cacheLine is the padding unit of a shard, in uint64s: 128 bytes, two
+// lines, since x86's adjacent-line prefetcher pulls lines in pairs.
+const cacheLine = 16
+
+// maxShards bounds a method's shards: each costs a few hundred bytes per
+// method and side, and past a few, two cores rarely pick one anyway.
+const maxShards = 16
+
+// shape is the layout of every method's counters on one side.
+type shape struct {
+	bounds []int64   // the buckets' upper bounds, in ns
+	secs   []float64 // the same, in seconds, for the scrape
+	stride int       // uint64s per shard, a multiple of cacheLine
+	mask   uint32    // shards - 1; shards is a power of two
+	native *prom.HistogramVec
 }
 
-// families are the filter's metric families, registered in its registry.
-type families struct {
-	client, server sideFamilies
+func newShape(bounds []float64, native *prom.HistogramVec) *shape {
+	s := &shape{secs: bounds, native: native}
+	for _, b := range bounds {
+		s.bounds = append(s.bounds, int64(b*1e9+0.5))
+	}
+	n := cBuckets + len(bounds) + 1
+	s.stride = (n + cacheLine - 1) / cacheLine * cacheLine
+	// About four shards per core: with calls on every core at once, the
+	// chance that two pick one shard at the same time is about 1/4 per
+	// other busy core.
+	shards := 1
+	for shards < 4*runtime.NumCPU() && shards < maxShards {
+		shards *= 2
+	}
+	s.mask = uint32(shards - 1)
+	return s
 }
 
-func newFamilies(reg prom.Registerer, buckets []float64, native bool) (*families, error) {
-	f := &families{}
-	var err error
-	for _, s := range []struct {
-		side kernel.Side
-		fam  *sideFamilies
-	}{{kernel.ClientSide, &f.client}, {kernel.ServerSide, &f.server}} {
-		if err = newSideFamilies(reg, s.side, s.fam, buckets, native); err != nil {
-			return nil, err
+// bucket is the index of the bucket counting a call of duration ns:
+// the first bound ns does not exceed (le is inclusive, as client_golang
+// has it), or len(bounds) past all of them.
+func (s *shape) bucket(ns int64) int {
+	b := s.bounds
+	if len(b) <= 32 {
+		// Fast calls stop at the first bounds: a scan beats a binary
+		// search's unpredictable branches there.
+		for i, v := range b {
+			if ns <= v {
+				return i
+			}
+		}
+		return len(b)
+	}
+	lo, hi := 0, len(b)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if b[mid] < ns {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
 	}
-	return f, nil
+	return lo
 }
 
-func newSideFamilies(reg prom.Registerer, side kernel.Side, f *sideFamilies, buckets []float64, native bool) error {
-	ns, sub := "kernrpc", side.String()
-	sm := []string{labelService, labelMethod}
-	var err error
-	counter := func(name, help string, labels []string) *prom.CounterVec {
-		c, e := register(reg, prom.NewCounterVec(prom.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, labels))
-		err = errors.Join(err, e)
-		return c
-	}
-	who := map[kernel.Side]string{kernel.ClientSide: "made", kernel.ServerSide: "handled"}[side]
-	f.calls = counter("calls_total", "Calls "+who+", by service, method and status code.", []string{labelService, labelMethod, labelCode})
-	f.reqBytes = counter("request_bytes_total", "Encoded size of the requests of the calls "+who+", in bytes.", sm)
-	if side == kernel.ClientSide {
-		f.respBytes = counter("response_bytes_total", "Encoded size of the responses received, in bytes.", sm)
-		f.attempts = counter("attempts_total", "Attempts the calls made took, retries and hedges included.", sm)
-	}
-	ho := prom.HistogramOpts{
-		Namespace: ns, Subsystem: sub, Name: "call_duration_seconds",
-		Help:    "Time from the start of a call to its outcome, as this side measures it, in seconds.",
-		Buckets: buckets,
-	}
-	if native {
-		// About 10% wide buckets; bounded in number, and reset at most
-		// hourly when the bound is hit, as client_golang advises.
-		ho.NativeHistogramBucketFactor = 1.1
-		ho.NativeHistogramMaxBucketNumber = 160
-		ho.NativeHistogramMinResetDuration = time.Hour
-	}
-	var e error
-	f.duration, e = register(reg, prom.NewHistogramVec(ho, sm))
-	err = errors.Join(err, e)
-	f.inFlight, e = register(reg, prom.NewGaugeVec(prom.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "calls_in_flight",
-		Help: "Calls " + map[kernel.Side]string{kernel.ClientSide: "made", kernel.ServerSide: "being handled"}[side] + " that have not ended yet.",
-	}, sm))
-	return errors.Join(err, e)
-}
-
-// register registers c, or returns the collector already registered under
-// the same name and labels (another filter in the default registry).
-func register[C prom.Collector](reg prom.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prom.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("registering the call metrics: %w", err)
-}
-
-// methodMetrics are one method's metrics on one side, resolved once.
+// methodMetrics are one method's figures on one side.
 type methodMetrics struct {
 	service, method string
-	calls           *prom.CounterVec
-	codes           [kernel.Unauthenticated + 1]atomic.Pointer[prom.Counter]
-	duration        prom.Observer
-	inFlight        prom.Gauge
-	reqBytes        prom.Counter
-	respBytes       prom.Counter // nil on the server
-	attempts        prom.Counter // nil on the server
+	created         time.Time // the counters' start, for a scraper's created timestamps
+	shape           *shape
+	cells           []atomic.Uint64 // shards × stride, 128-byte aligned per shard
+	native          prom.Observer   // native_histograms: the library's histogram, nil otherwise
 }
 
-func newMethodMetrics(f *sideFamilies, service, method string) *methodMetrics {
-	m := &methodMetrics{
-		service:  service,
-		method:   method,
-		calls:    f.calls,
-		duration: f.duration.WithLabelValues(service, method),
-		inFlight: f.inFlight.WithLabelValues(service, method),
-		reqBytes: f.reqBytes.WithLabelValues(service, method),
+func newMethodMetrics(s *shape, service, method string) *methodMetrics {
+	m := &methodMetrics{service: service, method: method, created: time.Now(), shape: s}
+	// One spare line in front, so that the first shard starts on a line
+	// boundary whatever the allocation's alignment.
+	shards := int(s.mask) + 1
+	all := make([]atomic.Uint64, shards*s.stride+cacheLine)
+	off := 0
+	for uintptr(unsafe.Pointer(&all[off]))&(cacheLine*8-1) != 0 {
+		off++
 	}
-	if f.respBytes != nil {
-		m.respBytes = f.respBytes.WithLabelValues(service, method)
-		m.attempts = f.attempts.WithLabelValues(service, method)
+	m.cells = all[off : off+shards*s.stride]
+	if s.native != nil {
+		m.native = s.native.WithLabelValues(service, method)
 	}
 	return m
 }
 
-// callsWith is the calls counter of one code, resolved on its first use:
-// a method has series only for the codes it ended with.
-func (m *methodMetrics) callsWith(c kernel.Code) prom.Counter {
-	if int(c) >= len(m.codes) {
-		c = kernel.Unknown // a code from a newer peer: as gRPC does, Unknown
+// shard is the counters of one shard, picked at random: math/rand/v2's
+// top-level functions read a generator of the thread's own, without a
+// lock, in a few ns.
+func (m *methodMetrics) shard() []atomic.Uint64 {
+	i := int(rand.Uint32()&m.shape.mask) * m.shape.stride
+	return m.cells[i : i+m.shape.stride : i+m.shape.stride]
+}
+
+// ended counts a call that went through Invoke: its duration, code and
+// request size.
+func (m *methodMetrics) ended(sh []atomic.Uint64, d time.Duration, code kernel.Code, reqSize int) {
+	if m.native != nil {
+		// The library's histogram has the duration; the first bucket
+		// only counts the call as ended, for the calls in flight.
+		m.native.Observe(d.Seconds())
+		sh[cBuckets].Add(1)
+	} else {
+		ns := max(int64(d), 0)
+		sh[cBuckets+m.shape.bucket(ns)].Add(1)
+		sh[cSumNanos].Add(uint64(ns))
 	}
-	if p := m.codes[c].Load(); p != nil {
-		return *p
+	sh[cCodes+codeIndex(code)].Add(1)
+	if reqSize > 0 {
+		sh[cReqBytes].Add(uint64(reqSize))
 	}
-	ctr := m.calls.WithLabelValues(m.service, m.method, c.String())
-	m.codes[c].CompareAndSwap(nil, &ctr) // a racing first call resolved the same child
-	return ctr
+}
+
+func codeIndex(c kernel.Code) int {
+	if int(c) >= numCodes {
+		return int(kernel.Unknown)
+	}
+	return int(c)
 }
 
 // methodTable maps one side's method names to their metrics. Readers load
 // the map without a lock; a new method copies it under mu, which only
 // first calls of a method take.
 type methodTable struct {
-	fam   *sideFamilies
+	shape *shape
 	max   int
 	byKey atomic.Pointer[map[string]*methodMetrics]
 	full  atomic.Bool // max reached: unknown methods go to other, lock-free
 	other atomic.Pointer[methodMetrics]
 	mu    sync.Mutex
+	order []*methodMetrics // every method's, other last if any, for the scrape; under mu
 }
 
-func (t *methodTable) init(side kernel.Side, f *families, max int) {
-	switch side {
-	case kernel.ClientSide:
-		t.fam = &f.client
-	case kernel.ServerSide:
-		t.fam = &f.server
-	}
-	t.max = max
+func (t *methodTable) init(s *shape, max int) {
+	t.shape, t.max = s, max
 	empty := map[string]*methodMetrics{}
 	t.byKey.Store(&empty)
 }
@@ -197,20 +198,30 @@ func (t *methodTable) add(method string) *methodMetrics {
 	}
 	if len(old) >= t.max {
 		if t.other.Load() == nil {
-			t.other.Store(newMethodMetrics(t.fam, otherMethod, otherMethod))
+			o := newMethodMetrics(t.shape, otherMethod, otherMethod)
+			t.order = append(t.order, o)
+			t.other.Store(o)
 		}
 		t.full.Store(true)
 		return t.other.Load()
 	}
 	service, name := splitMethod(method)
-	m := newMethodMetrics(t.fam, service, name)
+	m := newMethodMetrics(t.shape, service, name)
 	next := make(map[string]*methodMetrics, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
 	next[strings.Clone(method)] = m // the caller's string may be a connection's interned name
+	t.order = append(t.order, m)
 	t.byKey.Store(&next)
 	return m
+}
+
+// all is every method's metrics, for a scrape.
+func (t *methodTable) all() []*methodMetrics {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*methodMetrics(nil), t.order...)
 }
 
 // splitMethod splits a method name into the service and method labels:
@@ -237,32 +248,62 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 	if side != kernel.ClientSide && side != kernel.ServerSide {
 		return next(ctx, info, req)
 	}
-	m := f.sides[side].get(info.Method)
+	m := f.calls.sides[side].get(info.Method)
+	sh := m.shard()
 	// In the call stage an attempt has no number before next; in the
 	// attempt stage it has, and attempts are what is counted.
 	attemptStage := info.Attempt > 0
-	m.inFlight.Inc()
+	sh[cStarted].Add(1)
 	// Two monotonic readings: time.Since costs one clock read, time.Now
 	// two (the wall clock too), and the wall clock is no use here.
 	start := time.Since(f.epoch)
+	// A next that panics (the server turns a handler's panic into
+	// Internal above the chain) still ends the call here, or it would
+	// stay in flight for ever. An open-coded defer: about a ns.
+	returned := false
+	defer func() {
+		if !returned {
+			m.ended(sh, time.Since(f.epoch)-start, kernel.Internal, info.RequestSize)
+		}
+	}()
 	resp, err := next(ctx, info, req)
-	m.duration.Observe((time.Since(f.epoch) - start).Seconds())
-	m.inFlight.Dec()
-	m.callsWith(codeOf(err)).Inc()
-	if info.RequestSize > 0 {
-		m.reqBytes.Add(float64(info.RequestSize))
-	}
+	returned = true
+	m.ended(sh, time.Since(f.epoch)-start, codeOf(err), info.RequestSize)
 	if side == kernel.ClientSide {
 		if info.ResponseSize > 0 {
-			m.respBytes.Add(float64(info.ResponseSize))
+			sh[cRespBytes].Add(uint64(info.ResponseSize))
 		}
 		if attemptStage {
-			m.attempts.Inc()
+			sh[cAttempts].Add(1)
 		} else if info.Attempt > 0 {
-			m.attempts.Add(float64(info.Attempt))
+			sh[cAttempts].Add(uint64(info.Attempt))
 		}
 	}
 	return resp, err
+}
+
+// CallEnded is the server's word that a call of a served method was
+// answered (kernel.CallObserver): it counts the response's size of every
+// call, and the calls no filter's Invoke saw (handled is false: refused
+// by an Admitter, or their request did not decode) by the code they were
+// answered with, with their request's size. Invoke counted the others
+// already. Such calls have no duration: the histogram counts handled
+// calls only.
+func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
+	if handled && info.ResponseSize <= 0 {
+		return
+	}
+	sh := f.calls.sides[kernel.ServerSide].get(info.Method).shard()
+	if info.ResponseSize > 0 {
+		sh[cRespBytes].Add(uint64(info.ResponseSize))
+	}
+	if handled {
+		return
+	}
+	sh[cCodes+codeIndex(codeOf(err))].Add(1)
+	if info.RequestSize > 0 {
+		sh[cReqBytes].Add(uint64(info.RequestSize))
+	}
 }
 
 // codeOf is kernel.CodeOf without its allocation for the errors calls

@@ -40,7 +40,8 @@
 // in one process (or one test binary) never mix their counts. With
 // registry: default every such filter adds to client_golang's
 // prometheus.DefaultRegisterer (the first one built registers the metric
-// families, later ones reuse them, keeping the first one's buckets), and
+// families, later ones reuse them, keeping the first one's buckets and
+// max_methods), and
 // /metrics serves prometheus.DefaultGatherer: one page per process with
 // both sides and whatever else the program registered there. Configure
 // address on one filter only then (for instance on a side: client entry):
@@ -62,14 +63,33 @@
 // readings for that scrape, counted in kernrpc_state_report_panics_total.
 // docs/observability.md lists every family.
 //
+// # What is counted
+//
+// Invoke counts and times every call it sees. On the server the filter
+// is also a kernel.CallObserver: the server calls CallEnded once the
+// answer of a call of a served method is written, with its size, which
+// gives kernrpc_server_response_bytes_total; the calls answered before
+// Invoke (refused by a kernel.Admitter such as auth, token-bucket or
+// overload, or whose request did not decode) are counted there in
+// kernrpc_server_calls_total by their answer's code, and in the request
+// bytes, but not timed: the histogram counts the calls that went through
+// Invoke only. In the client's call stage (the default) the filter counts
+// calls, and kernrpc_client_attempts_total the attempts they took;
+// configured with stage: attempt it counts attempts instead.
+//
 // # What one call costs
 //
 // The labels of a method are resolved the first time it is called, on each
-// side, and kept in a copy-on-write map read without a lock; a call then
-// costs two clock reads and a few atomic adds, with no allocation
-// (BenchmarkInvoke). In the client's call stage (the default) the filter
-// counts calls, and kernrpc_client_attempts_total the attempts they took;
-// configured with stage: attempt it counts attempts instead.
+// side, and kept in a copy-on-write map read without a lock. Its figures
+// are integer counters (calls by code, bytes, attempts, a count per
+// latency bucket, the durations' sum in ns) in a few shards of their own
+// cache lines, one picked at random per call, so that calls of one method
+// on several cores seldom write the same line; a scrape adds the shards
+// up into const metrics (collect.go). A call costs two clock reads and a
+// few uncontended atomic adds, with no allocation (BenchmarkInvoke). With
+// native_histograms the duration also goes to client_golang's own
+// histogram, which keeps the sparse buckets (a const native histogram
+// would need them kept by hand), at the cost of its shared atomics.
 package prometheus
 
 import (
@@ -155,8 +175,7 @@ type Filter struct {
 	reg      prom.Registerer
 	gather   prom.Gatherer
 	handler  http.Handler
-	families *families
-	sides    [3]methodTable // indexed by kernel.Side
+	calls    *callCollector // the call families, shared by the filters of a registry
 	listener *listener
 	closed   sync.Once
 	epoch    time.Time // calls are timed as time.Since(epoch), a monotonic reading
@@ -169,6 +188,7 @@ var (
 	_ kernel.Filter       = (*Filter)(nil)
 	_ kernel.StagedFilter = (*Filter)(nil)
 	_ kernel.AdminHandler = (*Filter)(nil)
+	_ kernel.CallObserver = (*Filter)(nil)
 )
 
 // New builds the filter from decoded options and, with address set,
@@ -191,7 +211,7 @@ func New(o *Options) (kernel.Filter, error) {
 	default:
 		return nil, fmt.Errorf("option \"registry\": is %q; want %q or %q", o.Registry, RegistryOwn, RegistryDefault)
 	}
-	if f.families, err = newFamilies(f.reg, buckets, o.NativeHistograms); err != nil {
+	if f.calls, err = registerCalls(f.reg, buckets, o.NativeHistograms, o.MaxMethods); err != nil {
 		return nil, err
 	}
 	if err := f.registerRuntime(o); err != nil {
@@ -199,9 +219,6 @@ func New(o *Options) (kernel.Filter, error) {
 	}
 	if f.state, err = registerState(f.reg); err != nil {
 		return nil, err
-	}
-	for i := range f.sides {
-		f.sides[i].init(kernel.Side(i), f.families, o.MaxMethods)
 	}
 	f.handler = promhttp.InstrumentMetricHandler(f.reg, promhttp.HandlerFor(f.gather, promhttp.HandlerOpts{
 		Registry:          f.reg, // counts its own errors in promhttp_metric_handler_errors_total

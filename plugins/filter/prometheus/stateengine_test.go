@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
@@ -82,8 +83,9 @@ func parseConfig(t *testing.T, yaml string) *kernrpc.Config {
 // Two instances, one failing every Echo.Say: the client's page shows that
 // instance's breaker open and the other's closed, and both instances;
 // each server's page, on its admin address, shows its one connection, its
-// token bucket's rejections and its overload limit. Both pages pass
-// promtool.
+// token bucket's rejections, the calls it refused in
+// kernrpc_server_calls_total (untimed) and its overload limit. Both pages
+// pass promtool.
 func TestStateOfThePluginsOverTheEngine(t *testing.T) {
 	cfg := parseConfig(t, stateYAML)
 	good, bad := stateServer(t, cfg, false), stateServer(t, cfg, true)
@@ -133,16 +135,26 @@ func TestStateOfThePluginsOverTheEngine(t *testing.T) {
 	}
 	promtool(t, body)
 
-	var rejected float64
+	var rejected, refusedCalls, limitedCalls, limitedTimed float64
 	for _, srv := range []*kernrpc.Server{good, bad} {
-		body, fams := scrape(t, "http://"+srv.AdminAddr()+"/metrics")
+		// A refused call is counted once its answer is written, just
+		// after the bucket counted its rejection.
+		body, fams := scrapeUntil(t, "http://"+srv.AdminAddr()+"/metrics", func(fams map[string]*dto.MetricFamily) bool {
+			return sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Limited", "code": "ResourceExhausted"}) >=
+				sumOf(fams, "kernrpc_token_bucket_rejected_total", labels{})
+		})
 		if got := value(t, fams, "kernrpc_server_connections_open", labels{"transport": "tcp-lv"}); got != 1 {
 			t.Errorf("%s: kernrpc_server_connections_open = %g, want 1", srv.Addr(), got)
 		}
 		if got := value(t, fams, "kernrpc_server_serving", labels{"service": "stateful"}); got != 1 {
 			t.Errorf("%s: kernrpc_server_serving = %g, want 1", srv.Addr(), got)
 		}
-		rejected += value(t, fams, "kernrpc_token_bucket_rejected_total", labels{"bucket": "global", "side": "server"})
+		rejected += sumOf(fams, "kernrpc_token_bucket_rejected_total", labels{"bucket": "global", "side": "server"})
+		// The calls the bucket refused before Invoke are counted with
+		// the code they were answered with, but not timed.
+		refusedCalls += sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Limited", "code": "ResourceExhausted"})
+		limitedCalls += sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Limited", "code": "OK"})
+		limitedTimed += sumOf(fams, "kernrpc_server_call_duration_seconds", labels{"method": "Limited"})
 		if got := value(t, fams, "kernrpc_overload_limit", labels{"side": "server"}); got != 20 {
 			t.Errorf("%s: kernrpc_overload_limit = %g, want the initial 20", srv.Addr(), got)
 		}
@@ -153,6 +165,12 @@ func TestStateOfThePluginsOverTheEngine(t *testing.T) {
 	}
 	if rejected != float64(exhausted) {
 		t.Errorf("the servers' buckets rejected %g calls, the client saw %d rejected", rejected, exhausted)
+	}
+	if refusedCalls != float64(exhausted) {
+		t.Errorf("the servers counted %g calls of Echo.Limited answered ResourceExhausted, the client saw %d", refusedCalls, exhausted)
+	}
+	if limitedCalls != float64(10-exhausted) || limitedTimed != limitedCalls {
+		t.Errorf("the servers counted %g calls of Echo.Limited answered OK and timed %g, want %d each: refused calls are not timed", limitedCalls, limitedTimed, 10-exhausted)
 	}
 }
 
@@ -204,4 +222,16 @@ filters:
 	if got := value(t, fams, "kernrpc_client_instances", labels{"service": "shared"}); got != 1 {
 		t.Errorf("after one client closed, kernrpc_client_instances = %g, want 1", got)
 	}
+}
+
+// sumOf adds up the series of family name matching want (a histogram's
+// counts); 0 if there are none.
+func sumOf(fams map[string]*dto.MetricFamily, name string, want labels) float64 {
+	var sum float64
+	for _, m := range fams[name].GetMetric() {
+		if want.match(m) {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
 }
