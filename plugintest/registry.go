@@ -105,6 +105,9 @@ const registryLongTTL = time.Minute
 //     options see each other's instances and changes.
 //   - Close/Deregisters: what a registry registered disappears, for the
 //     other registries, when it is closed.
+//   - SharedStore/...: when the registry implements kernel.SharedStore,
+//     its entries, changes, expiry, removal at Close and the end of a
+//     watch (registry_shared.go lists them); skipped otherwise.
 //   - Lease/Expires, Lease/WatchSeesExpiry: an instance whose registry
 //     stopped renewing its lease (kernel.LeaseAbandoner) disappears within
 //     TTL+Tolerance, for Resolve and for watchers. Skipped when the registry
@@ -156,6 +159,7 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 		t.Run("Watch", s.sharedWatch)
 	})
 	t.Run("Close", func(t tb) { t.Run("Deregisters", s.closeDeregisters) })
+	t.Run("SharedStore", s.sharedStore) // registry_shared.go
 	t.Run("Lease", s.lease)
 	t.Run("Concurrent", s.concurrent)
 	t.Run("Leaks", s.leaks)
