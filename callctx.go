@@ -27,6 +27,9 @@ type callCtx struct {
 	desc    *methodDesc
 	info    kernel.CallInfo
 	out     kernel.Frame // the response frame, kept here so sending it does not allocate
+	// vals are the first answers ContextValuers gave, under mu.
+	vals  [2]keyValue
+	nvals int
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -63,15 +66,42 @@ func (c *callCtx) Value(key any) any {
 	if key == (callInfoKey{}) {
 		return &c.info
 	}
-	if c.desc != nil {
-		for _, v := range c.desc.valuers {
-			if val, ok := v.CallValue(&c.info, key); ok {
-				return val
-			}
+	if c.desc != nil && len(c.desc.valuers) > 0 {
+		if val, ok := c.callValue(key); ok {
+			return val
 		}
 	}
 	return c.parent.Value(key)
 }
+
+// callValue asks the method's ContextValuers for key, keeping the first
+// answers: a value made for the call (a span from its metadata) is then
+// made once, however many of the handler's calls look it up.
+func (c *callCtx) callValue(key any) (any, bool) {
+	c.mu.Lock()
+	for _, kv := range c.vals[:c.nvals] {
+		if kv.key == key {
+			c.mu.Unlock()
+			return kv.val, true
+		}
+	}
+	c.mu.Unlock()
+	for _, v := range c.desc.valuers {
+		if val, ok := v.CallValue(&c.info, key); ok {
+			c.mu.Lock()
+			if c.nvals < len(c.vals) {
+				c.vals[c.nvals] = keyValue{key, val}
+				c.nvals++
+			}
+			c.mu.Unlock()
+			return val, true
+		}
+	}
+	return nil, false
+}
+
+// keyValue is one answer of a ContextValuer.
+type keyValue struct{ key, val any }
 
 func (c *callCtx) cancel(err error) {
 	c.mu.Lock()

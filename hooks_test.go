@@ -76,6 +76,9 @@ func TestServerFilterHooks(t *testing.T) {
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
 		kernrpc.Handle(s, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			who, _ := context.WithValue(ctx, struct{}{}, 1).Value(whoKey{}).(string)
+			if again, _ := ctx.Value(whoKey{}).(string); again != who {
+				return nil, kernel.Errorf(kernel.Internal, "whoKey read %q, then %q", who, again)
+			}
 			return &echopb.Echo{Text: who + ":" + req.Text}, nil
 		})
 	})
@@ -119,7 +122,7 @@ func TestServerFilterHooks(t *testing.T) {
 	defer h.mu.Unlock()
 	slices.SortFunc(h.ended, func(a, b ended) int { return cmp.Compare(a.code, b.code) })
 	if h.valued != 1 {
-		t.Errorf("CallValue answered %d times, want 1", h.valued)
+		t.Errorf("CallValue answered %d times for two lookups, want 1: the server keeps the answer", h.valued)
 	}
 	if len(h.ended) != 3 {
 		t.Fatalf("CallEnded was called %d times, want 3: %+v", len(h.ended), h.ended)

@@ -171,7 +171,8 @@ type CallObserver interface {
 // a handler's context asks CallValue for every key that neither it nor a
 // context derived from it holds, before the server's base context. The
 // answer must depend on the call alone (the same key gives the same value
-// all through the call); CallValue may be called from any goroutine the
+// all through the call), and the server may keep the first answers for
+// the rest of the call; CallValue may be called from any goroutine the
 // handler starts, concurrently, and must not block.
 type ContextValuer interface {
 	CallValue(info *CallInfo, key any) (value any, ok bool)

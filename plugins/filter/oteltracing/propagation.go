@@ -269,6 +269,17 @@ func injectSpanContext(info *kernel.CallInfo, sc trace.SpanContext) {
 // traceparent as sent when it can be passed on as it is (version 00,
 // canonical), else "".
 func extractRemote(md kernel.Metadata) (sc trace.SpanContext, raw string, valid bool) {
+	sc, raw, valid = remoteParent(md)
+	if raw != "" {
+		sc = withTracestate(sc, md)
+	}
+	return sc, raw, valid
+}
+
+// remoteParent is extractRemote but for the tracestate of a version-00
+// traceparent, which a call that records nothing and passes its parent on
+// through its server's context (CallValue) does not need.
+func remoteParent(md kernel.Metadata) (sc trace.SpanContext, raw string, valid bool) {
 	tp := md[traceparentKey]
 	if tp == "" {
 		return sc, "", false
@@ -278,12 +289,17 @@ func extractRemote(md kernel.Metadata) (sc trace.SpanContext, raw string, valid 
 		sc = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), metadataCarrier(md)))
 		return sc, "", sc.IsValid()
 	}
+	return sc, tp, true
+}
+
+// withTracestate adds the tracestate md carries to sc, if it parses.
+func withTracestate(sc trace.SpanContext, md kernel.Metadata) trace.SpanContext {
 	if ts := md[tracestateKey]; ts != "" {
 		if state, err := trace.ParseTraceState(ts); err == nil {
-			sc = sc.WithTraceState(state)
+			return sc.WithTraceState(state)
 		}
 	}
-	return sc, tp, true
+	return sc
 }
 
 // withBaggage adds the baggage a server's request carries to ctx.

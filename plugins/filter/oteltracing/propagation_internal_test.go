@@ -52,25 +52,51 @@ func TestParseTraceparent(t *testing.T) {
 	}
 }
 
-func TestTracestatePassesThrough(t *testing.T) {
-	f := &Filter{sampler: sampleNever}
-	md := kernel.Metadata{traceparentKey: validTP, tracestateKey: "vendor=abc,other=1"}
-	var sent kernel.Metadata
-	_, err := f.Invoke(context.Background(), &kernel.CallInfo{Method: "A.B", Side: kernel.ServerSide, Metadata: md}, nil,
-		func(ctx context.Context, _ *kernel.CallInfo, _ any) (any, error) {
-			if ts := trace.SpanContextFromContext(ctx).TraceState().String(); ts != "vendor=abc,other=1" {
-				t.Errorf("handler's tracestate %q", ts)
-			}
-			out := &kernel.CallInfo{Method: "C.D", Side: kernel.ClientSide}
-			_, err := f.Invoke(ctx, out, nil, func(context.Context, *kernel.CallInfo, any) (any, error) { return 1, nil })
-			sent = out.Metadata
-			return 1, err
-		})
-	if err != nil {
-		t.Fatal(err)
+// valuerCtx asks a ContextValuer for what it does not hold, as the
+// engine's call context does.
+type valuerCtx struct {
+	context.Context
+	v    kernel.ContextValuer
+	info *kernel.CallInfo
+}
+
+func (c valuerCtx) Value(key any) any {
+	if v, ok := c.v.CallValue(c.info, key); ok {
+		return v
 	}
-	if sent[traceparentKey] != validTP || sent[tracestateKey] != "vendor=abc,other=1" {
-		t.Errorf("the handler's call sent %v, want the caller's traceparent and tracestate", sent)
+	return c.Context.Value(key)
+}
+
+func TestTracestatePassesThrough(t *testing.T) {
+	for _, under := range []string{"a server asking CallValue", "a bare context"} {
+		t.Run(under, func(t *testing.T) {
+			f := &Filter{sampler: sampleNever}
+			md := kernel.Metadata{traceparentKey: validTP, tracestateKey: "vendor=abc,other=1"}
+			info := &kernel.CallInfo{Method: "A.B", Side: kernel.ServerSide, Metadata: md}
+			var ctx context.Context = context.Background()
+			if under != "a bare context" {
+				ctx = valuerCtx{ctx, f, info}
+			}
+			var sent kernel.Metadata
+			_, err := f.Invoke(ctx, info, nil, func(ctx context.Context, _ *kernel.CallInfo, _ any) (any, error) {
+				if ts := trace.SpanContextFromContext(ctx).TraceState().String(); ts != "vendor=abc,other=1" {
+					t.Errorf("handler's tracestate %q", ts)
+				}
+				if _, own := ctx.(*remoteCtx); own == (under != "a bare context") {
+					t.Errorf("the handler's context is %T", ctx)
+				}
+				out := &kernel.CallInfo{Method: "C.D", Side: kernel.ClientSide}
+				_, err := f.Invoke(ctx, out, nil, func(context.Context, *kernel.CallInfo, any) (any, error) { return 1, nil })
+				sent = out.Metadata
+				return 1, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent[traceparentKey] != validTP || sent[tracestateKey] != "vendor=abc,other=1" {
+				t.Errorf("the handler's call sent %v, want the caller's traceparent and tracestate", sent)
+			}
+		})
 	}
 }
 

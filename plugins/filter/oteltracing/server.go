@@ -11,7 +11,9 @@ import (
 // server makes a span for a call a server serves, or hands the caller's
 // trace context to the handler if the sampler declines.
 func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-	parent, raw, valid := extractRemote(info.Metadata)
+	// The tracestate is read only where it is needed: not for the
+	// decision, nor for a parent the handler's context gets from CallValue.
+	parent, raw, valid := remoteParent(info.Metadata)
 	var record bool
 	if valid {
 		record = f.sampleChild(parent)
@@ -22,7 +24,12 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 		ctx = withBaggage(ctx, info.Metadata)
 		switch {
 		case valid:
-			ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
+			if ctx.Value(valuerProbe{}) != f {
+				// Not under a server that asks CallValue (a test calling
+				// Invoke, say): the context must carry the parent itself.
+				parent, raw, _ = extractRemote(info.Metadata)
+				ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
+			}
 		case f.sampler != sampleNever:
 			// Declined for the ratio: the handler's calls say so.
 			ctx = trace.ContextWithSpanContext(ctx, unsampledRoot())
@@ -30,6 +37,8 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 		return next(ctx, info, req)
 	}
 	if valid {
+		// Now with its tracestate, which the decision did not need.
+		parent, _, _ = extractRemote(info.Metadata)
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
 	ctx = withBaggage(ctx, info.Metadata)
@@ -53,3 +62,31 @@ func rawTracestate(md kernel.Metadata, parent trace.SpanContext) string {
 	}
 	return md[tracestateKey]
 }
+
+// valuerProbe is the key a server filter asks its context for to learn
+// whether the handler's context asks its CallValue: the server's does.
+type valuerProbe struct{}
+
+// CallValue gives the handler's context of a call the filter does not
+// record the caller's trace context, read from the call's metadata only
+// when someone asks for it (the handler's own calls do), so that passing
+// an unsampled trace on costs the server's filter no allocation. A call
+// the filter records has its span in a context nearer the handler, which
+// is found first.
+func (f *Filter) CallValue(info *kernel.CallInfo, key any) (any, bool) {
+	switch key {
+	case valuerProbe{}:
+		// Where otel's span key is unknown (remoteCtxWorks), the server
+		// filter puts the parent in the context itself.
+		return f, remoteCtxWorks
+	case spanKey:
+		parent, raw, valid := extractRemote(info.Metadata)
+		if !valid {
+			return nil, false
+		}
+		return trace.Span(&remoteSpan{sc: parent, traceparent: raw, tracestate: rawTracestate(info.Metadata, parent)}), true
+	}
+	return nil, false
+}
+
+var _ kernel.ContextValuer = (*Filter)(nil)
