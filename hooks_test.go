@@ -107,29 +107,37 @@ func TestServerFilterHooks(t *testing.T) {
 		t.Fatalf("undecodable call: %v %q, want InvalidArgument", resp.Code, resp.Message)
 	}
 	resp.Release()
+	// A request in a codec the server cannot build.
+	resp = roundTripRaw(t, rawConn(t, srv.Addr()), &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 1,
+		Method: "Echo.Who", Codec: "yaml", Payload: []byte("text: hi")})
+	if resp.Code != kernel.InvalidArgument {
+		t.Fatalf("call in an unknown codec: %v %q, want InvalidArgument", resp.Code, resp.Message)
+	}
+	resp.Release()
 
 	// CallEnded runs after the answer is written, so the client may have
-	// its answer first: wait for all three, in whatever order.
+	// its answer first: wait for all four, in whatever order.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		h.mu.Lock()
 		n := len(h.ended)
 		h.mu.Unlock()
-		if n >= 3 || time.Now().After(deadline) {
+		if n >= 4 || time.Now().After(deadline) {
 			break
 		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	slices.SortFunc(h.ended, func(a, b ended) int { return cmp.Compare(a.code, b.code) })
+	slices.SortFunc(h.ended, func(a, b ended) int { return cmp.Or(cmp.Compare(a.code, b.code), cmp.Compare(a.request, b.request)) })
 	if h.valued != 1 {
 		t.Errorf("CallValue answered %d times for two lookups, want 1: the server keeps the answer", h.valued)
 	}
-	if len(h.ended) != 3 {
-		t.Fatalf("CallEnded was called %d times, want 3: %+v", len(h.ended), h.ended)
+	if len(h.ended) != 4 {
+		t.Fatalf("CallEnded was called %d times, want 4: %+v", len(h.ended), h.ended)
 	}
 	want := []ended{
 		{"Echo.Who", kernel.OK, true, 4, len("ann:hi") + 2},
 		{"Echo.Who", kernel.InvalidArgument, false, 3, 0},
+		{"Echo.Who", kernel.InvalidArgument, false, 8, 0},
 		{"Echo.Who", kernel.PermissionDenied, false, 4, 0},
 	}
 	for i, w := range want {

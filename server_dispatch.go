@@ -135,15 +135,18 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 			f.Release()
 		}
 	}()
+	// Before the codec is looked up: a call refused for its codec is still
+	// a call of its method to observers.
+	c.info.Method, c.info.Side = f.Method, kernel.ServerSide
+	c.info.RequestSize = len(f.Payload)
+	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
 	codec = s.codec
 	if f.Codec != "" && f.Codec != codec.Name() {
 		if codec, err = s.codecFor(f.Codec); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	c.info.Method, c.info.Side, c.info.Codec = f.Method, kernel.ServerSide, codec.Name()
-	c.info.RequestSize = len(f.Payload)
-	c.info.Peer, c.info.Metadata = sc.conn.RemoteAddr(), f.Metadata
+	c.info.Codec = codec.Name()
 	if c.refused {
 		return nil, codec, nil, &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
 	}

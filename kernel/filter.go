@@ -85,7 +85,8 @@ type CallInfo struct {
 	// in bytes, once known: on the client both once next returns (of the
 	// last attempt; ResponseSize only with an answer); on the server
 	// RequestSize from the start. The server encodes the response after
-	// its filters return, so its filters see ResponseSize 0.
+	// its filters return, so their Invoke sees ResponseSize 0 and a
+	// CallObserver's CallEnded sees it set.
 	RequestSize, ResponseSize int
 }
 
@@ -183,3 +184,32 @@ type ContextValuer interface {
 // and the client picks another instance, a bounded number of times, instead
 // of failing the call.
 var ErrInstanceRefused = errors.New("instance refused by an attempt filter")
+
+// AttemptBudget is the token budget a client's filters spend extra
+// attempts from (retries, hedges), so that together they cannot multiply
+// an outage: a failed attempt costs a token, a successful call gives some
+// back, and no extra attempt is paid for while the budget holds half its
+// tokens or less. It is safe for concurrent use.
+type AttemptBudget interface {
+	// Failed charges a failed attempt and reports whether another attempt
+	// may follow it (a retry).
+	Failed() (retry bool)
+	// Spend pays for an extra attempt no failure paid for (a hedge),
+	// reporting false, and taking nothing, if the budget cannot.
+	Spend() bool
+	// CanSpend reports whether Spend would succeed now, without spending.
+	CanSpend() bool
+	// Succeeded gives back the refund for a successful call.
+	Succeeded()
+	// Tokens is what the budget holds now.
+	Tokens() float64
+}
+
+// AttemptBudgetOwner is an optional Filter interface for client filters
+// that keep an AttemptBudget. Such a filter that is also a PluginsObserver
+// spends from the budget of the first AttemptBudgetOwner among its
+// client's plugins, in config order (its own, if it is the first), so
+// that a client's retry and hedge filters share one budget.
+type AttemptBudgetOwner interface {
+	AttemptBudget() AttemptBudget
+}
