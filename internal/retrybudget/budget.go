@@ -22,6 +22,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // Options configure a budget, under the key "budget" of the filters that
@@ -179,4 +181,19 @@ func (b *Budget) refill() {
 			return
 		}
 	}
+}
+
+var _ kernel.AttemptBudget = (*Budget)(nil)
+
+// Shared is the budget a filter whose own is own spends from, given the
+// plugins of its client: that of the first AttemptBudgetOwner among them,
+// in config order, so that every budget-keeping filter of a client spends
+// from one budget.
+func Shared(own kernel.AttemptBudget, refs []kernel.PluginRef) kernel.AttemptBudget {
+	for _, r := range refs {
+		if o, ok := r.Plugin.(kernel.AttemptBudgetOwner); ok && r.Kind == kernel.KindFilter && r.Side == kernel.ClientSide {
+			return o.AttemptBudget()
+		}
+	}
+	return own
 }

@@ -47,14 +47,14 @@
 // tokens once it is paid. Hedging then adds at most about refund extra
 // attempts per call (10% by default), even when every instance is slow
 // and a fixed delay would hedge every call, and stops within a few
-// failures in an outage. The filter keeps its own budget: a retry filter
-// on the same client has another, with the same algorithm. They do not
-// share one yet: a plugin cannot reach another's state, the kernel carries
-// nothing per call that could hold a budget, and request metadata travels
-// to the server. So a client with both may send, in extra attempts, up to
-// what both budgets allow. The hedge already sends its next attempt at
-// once after a retryable failure, which is a retry: rather than stacking
-// the two on one method, give each its methods (filters' methods: key).
+// failures in an outage. The budget is shared with a retry filter on the
+// same client: the filter is a kernel.AttemptBudgetOwner, and the client's
+// retry and hedge filters spend from the budget of the first of them in
+// the config, whose budget options apply (those of the others then do
+// not), so that retries and hedges together stay within one budget. The
+// hedge already sends its next attempt at once after a retryable failure,
+// which is a retry: rather than stacking the two on one method, give each
+// its methods (filters' methods: key).
 //
 // Each concurrent attempt gets a CallInfo of its own and, if the call
 // carries request metadata, a copy of it taken before the first attempt,
@@ -166,6 +166,7 @@ func New(o *Options) (kernel.Filter, error) {
 		delay:         o.Delay.D(),
 		minDelay:      o.MinDelay.D(),
 		nonIdempotent: slices.Clone(o.NonIdempotent),
+		own:           budget,
 		budget:        budget,
 		log:           o.Logger,
 	}
@@ -195,7 +196,8 @@ type Filter struct {
 	trackers      *trackers
 	codes         [kernel.Unauthenticated + 1]bool
 	nonIdempotent []string
-	budget        *retrybudget.Budget
+	own           *retrybudget.Budget
+	budget        kernel.AttemptBudget // own, or the one it shares (ObservePlugins)
 	log           *slog.Logger
 	calls         sync.Pool // *call whose timer never fired
 	clock         *clock    // precise timer for short delays; nil: none
@@ -204,9 +206,11 @@ type Filter struct {
 }
 
 var (
-	_ kernel.Filter       = (*Filter)(nil)
-	_ kernel.StagedFilter = (*Filter)(nil)
-	_ io.Closer           = (*Filter)(nil)
+	_ kernel.Filter             = (*Filter)(nil)
+	_ kernel.StagedFilter       = (*Filter)(nil)
+	_ kernel.AttemptBudgetOwner = (*Filter)(nil)
+	_ kernel.PluginsObserver    = (*Filter)(nil)
+	_ io.Closer                 = (*Filter)(nil)
 )
 
 // Close stops the precise clock, if the filter has one; calls still
@@ -221,6 +225,17 @@ func (f *Filter) Close() error {
 // Stage is the call stage: each call of next there is a fresh pick.
 func (*Filter) Stage() kernel.Stage { return kernel.CallStage }
 
+// AttemptBudget is the filter's own budget, which the client's other
+// budget-keeping filters after it in the config share.
+func (f *Filter) AttemptBudget() kernel.AttemptBudget { return f.own }
+
+// ObservePlugins makes the filter spend from the budget of the first
+// budget-keeping filter of its client (its own if it is the first), so
+// that a client's retries and hedges together stay within one budget.
+func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
+	f.budget = retrybudget.Shared(f.own, refs)
+}
+
 // Hedges reports how many attempts beyond each call's first the filter
 // has started.
 func (f *Filter) Hedges() int64 { return f.hedges.Load() }
@@ -229,7 +244,7 @@ func (f *Filter) Hedges() int64 { return f.hedges.Load() }
 // would have been, slow enough to hedge when it held too few tokens.
 func (f *Filter) Unpaid() int64 { return f.unpaid.Load() }
 
-// Tokens reports what the filter's budget holds now.
+// Tokens reports what the budget the filter spends from holds now.
 func (f *Filter) Tokens() float64 { return f.budget.Tokens() }
 
 // Delay reports the delay after which a call of method is hedged now: the

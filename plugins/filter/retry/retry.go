@@ -36,12 +36,11 @@
 // most at about refund per call: the default tenth tolerates one call in
 // ten failing, and a higher share of failures drains the budget and stops
 // the retries; raise refund where a larger share of instances may fail
-// while the others stay healthy. The budget belongs to the filter: each
-// client, and each retry entry of a config, has its own.
-//
-// The hedge filter keeps a budget of its own with the same algorithm: the
-// two do not share one yet, since a plugin cannot reach another's state
-// and the kernel has no per-call carrier for it (see the hedge package).
+// while the others stay healthy. Each client has one budget for all its
+// extra attempts: the filter is a kernel.AttemptBudgetOwner, and the
+// client's retry and hedge filters spend from the budget of the first of
+// them in the config, whose budget options apply (those of the others
+// then do not). A client with only this filter spends from its own.
 //
 // The filter belongs in the call stage (it declares it): each call of next
 // there is an attempt with a pick of its own. On the server it passes
@@ -156,6 +155,7 @@ func New(o *Options) (kernel.Filter, error) {
 		multiplier:    o.Multiplier,
 		jitter:        o.Jitter,
 		nonIdempotent: slices.Clone(o.NonIdempotent),
+		own:           budget,
 		budget:        budget,
 		log:           o.Logger,
 	}
@@ -179,19 +179,33 @@ type Filter struct {
 	jitter        float64
 	codes         [kernel.Unauthenticated + 1]bool
 	nonIdempotent []string
-	budget        *retrybudget.Budget
+	own           *retrybudget.Budget
+	budget        kernel.AttemptBudget // own, or the one it shares (ObservePlugins)
 	log           *slog.Logger
 }
 
 var (
-	_ kernel.Filter       = (*Filter)(nil)
-	_ kernel.StagedFilter = (*Filter)(nil)
+	_ kernel.Filter             = (*Filter)(nil)
+	_ kernel.StagedFilter       = (*Filter)(nil)
+	_ kernel.AttemptBudgetOwner = (*Filter)(nil)
+	_ kernel.PluginsObserver    = (*Filter)(nil)
 )
 
 // Stage is the call stage: each call of next there is a fresh pick.
 func (*Filter) Stage() kernel.Stage { return kernel.CallStage }
 
-// Tokens reports what the filter's retry budget holds now.
+// AttemptBudget is the filter's own budget, which the client's other
+// budget-keeping filters after it in the config share.
+func (f *Filter) AttemptBudget() kernel.AttemptBudget { return f.own }
+
+// ObservePlugins makes the filter spend from the budget of the first
+// budget-keeping filter of its client (its own if it is the first), so
+// that a client's retries and hedges together stay within one budget.
+func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
+	f.budget = retrybudget.Shared(f.own, refs)
+}
+
+// Tokens reports what the budget the filter spends from holds now.
 func (f *Filter) Tokens() float64 { return f.budget.Tokens() }
 
 // Invoke makes the first attempt and, if it fails, the retries.
