@@ -205,6 +205,21 @@ func port(addr string) int64 {
 	return p
 }
 
+// waitSpans returns the spans recorded once there are n, or after 5 s:
+// a server span ends once its answer is sent, which can be after the
+// client has it.
+func waitSpans(t *testing.T, n int) tracetest.SpanStubs {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stubs := spans.GetSpans()
+		if len(stubs) >= n || time.Now().After(deadline) {
+			return stubs
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestChainMakesOneTraceOfSixSpans(t *testing.T) {
 	spans.Reset()
 	c := startChain(t, traced, traced, traced)
@@ -212,7 +227,7 @@ func TestChainMakesOneTraceOfSixSpans(t *testing.T) {
 	if err != nil || got != "a:b:hi" {
 		t.Fatalf("call: %q, %v", got, err)
 	}
-	stubs := spans.GetSpans()
+	stubs := waitSpans(t, 6)
 	if len(stubs) != 6 {
 		t.Fatalf("%d spans, want 6: %v", len(stubs), names(stubs))
 	}
@@ -241,7 +256,7 @@ func TestChainMakesOneTraceOfSixSpans(t *testing.T) {
 		}},
 		{"A.Call", trace.SpanKindServer, 1, map[string]any{
 			"rpc.system.name": "kernrpc", "rpc.method": "A.Call", "rpc.response.status_code": "OK",
-			"network.peer.address": "127.0.0.1", "rpc.kernrpc.request.size": req,
+			"network.peer.address": "127.0.0.1", "rpc.kernrpc.request.size": req, "rpc.kernrpc.response.size": req + 4,
 		}},
 		{"B.Call", trace.SpanKindClient, 2, map[string]any{
 			"rpc.method": "B.Call", "rpc.response.status_code": "OK",
@@ -253,7 +268,7 @@ func TestChainMakesOneTraceOfSixSpans(t *testing.T) {
 		}},
 		{"B.Call", trace.SpanKindServer, 4, map[string]any{
 			"rpc.system.name": "kernrpc", "rpc.method": "B.Call", "rpc.response.status_code": "OK",
-			"network.peer.address": "127.0.0.1",
+			"network.peer.address": "127.0.0.1", "rpc.kernrpc.response.size": req + 2,
 		}},
 	}
 	for i, w := range wants {
@@ -292,7 +307,7 @@ func TestFailedCallRecordsTheErrorAndCode(t *testing.T) {
 		if _, err := c.call(context.Background(), tc.text); kernel.CodeOf(err).String() != tc.code {
 			t.Fatalf("%s: got %v, want code %s", tc.text, err, tc.code)
 		}
-		stubs := spans.GetSpans()
+		stubs := waitSpans(t, 6)
 		if len(stubs) != 6 {
 			t.Fatalf("%s: %d spans, want 6: %v", tc.text, len(stubs), names(stubs))
 		}
@@ -423,7 +438,7 @@ func TestSamplingOff(t *testing.T) {
 		if _, err := c.call(context.Background(), "hi"); err != nil {
 			t.Fatal(err)
 		}
-		stubs := spans.GetSpans()
+		stubs := waitSpans(t, 1)
 		if len(stubs) != 1 || stubs[0].SpanKind != trace.SpanKindServer || stubs[0].Parent.IsValid() {
 			t.Errorf("spans %v, want B's server span alone, as a root", names(stubs))
 		}

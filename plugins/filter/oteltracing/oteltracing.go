@@ -87,9 +87,9 @@
 // server spans network.peer.address and network.peer.port. kernrpc's own:
 // rpc.kernrpc.attempt (the attempt's number on an attempt span, the number
 // of attempts on a call span), rpc.kernrpc.request.size and
-// rpc.kernrpc.response.size (encoded bytes, where the kernel knows them: the
-// server encodes its answer after its filters ran, so server spans have no
-// response size). A failed call records the error (RecordError, error.type
+// rpc.kernrpc.response.size (encoded bytes; the server encodes its answer
+// after its filters ran, so a server span ends when the engine says the
+// answer is sent, kernel.CallObserver, and then has its size). A failed call records the error (RecordError, error.type
 // set to the code's name) and sets the span's status to Error: on the client
 // for every code but OK; on the server, as the conventions say for gRPC, only
 // for codes that are the server's fault (Unknown, DeadlineExceeded,
@@ -102,6 +102,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -181,6 +182,11 @@ type Filter struct {
 	own       *sdktrace.TracerProvider
 	closeOnce sync.Once
 	closeErr  error
+	// open are the server spans whose answer is not sent yet, by call;
+	// CallEnded ends them with the response size. nOpen counts them, so
+	// that a server with none pays no lookup.
+	open  sync.Map // *kernel.CallInfo -> trace.Span
+	nOpen atomic.Int64
 }
 
 var (

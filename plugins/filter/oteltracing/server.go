@@ -45,12 +45,37 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 	ms := f.methods.get(info.Method)
 	ctx, span := f.tracer.Start(ctx, ms.name, append(ms.server[:len(ms.server):len(ms.server)], trace.WithAttributes(serverAttributes(info)...))...)
 	resp, err := next(ctx, info, req)
-	if span.IsRecording() {
-		endServer(span, err)
-	} else {
+	switch {
+	case !span.IsRecording():
 		span.End()
+	case ctx.Value(valuerProbe{}) == f:
+		// Under a server, which calls CallEnded once the answer is
+		// encoded and sent: the span ends there, with the response size.
+		f.nOpen.Add(1)
+		f.open.Store(info, span)
+	default:
+		endServer(span, err)
 	}
 	return resp, err
+}
+
+// CallEnded ends the span of a call the filter recorded, once its answer
+// is sent, with its size: the server encodes the answer after the filters
+// return, so only now is the size known.
+func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
+	if !handled || f.nOpen.Load() == 0 {
+		return
+	}
+	v, ok := f.open.LoadAndDelete(info)
+	if !ok {
+		return
+	}
+	f.nOpen.Add(-1)
+	span := v.(trace.Span)
+	if info.ResponseSize > 0 {
+		span.SetAttributes(responseSizeKey.Int(info.ResponseSize))
+	}
+	endServer(span, err)
 }
 
 // rawTracestate is the tracestate the caller sent, if it is the one parent
@@ -89,4 +114,7 @@ func (f *Filter) CallValue(info *kernel.CallInfo, key any) (any, bool) {
 	return nil, false
 }
 
-var _ kernel.ContextValuer = (*Filter)(nil)
+var (
+	_ kernel.ContextValuer = (*Filter)(nil)
+	_ kernel.CallObserver  = (*Filter)(nil)
+)
