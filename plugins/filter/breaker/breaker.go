@@ -21,6 +21,8 @@
 //	      half_open_probes: 3   # ratio: probes let through at once; as many successes close it
 //	      failure_codes: [Unavailable, DeadlineExceeded, Internal] # codes that count as failures
 //	      k: 2                  # sre: the multiplier K below
+//	      share: none           # none: each client's own state; registry: openings shared through the client's registry
+//	      share_namespace: default # share registry: clients of one namespace share; keys are breaker/<share_namespace>/...
 //
 // # Mode ratio
 //
@@ -84,6 +86,9 @@
 //	breaker_opened_total{method,host}    counter, mode ratio: times it opened
 //	breaker_reject_probability{method,host} gauge, mode sre: the probability a call is rejected now
 //	breaker_rejected_total{method,host}  counter: attempts it refused (open, half-open with every probe out, throttled)
+//	breaker_peer_opened_total{method,host} counter, share registry: of the openings, those another client's caused
+//	breaker_share_dropped_total{}        counter, share registry: openings and closings not published (queue full)
+//	breaker_share_failed_total{}         counter, share registry: publications the registry refused
 //
 // A breaker stays open after open_duration until the next call makes it
 // half-open. Counts are kept where the event happens, off the closed
@@ -92,10 +97,39 @@
 //
 // # Where the state lives
 //
-// Each client judges instances by its own calls: the state is in this
-// process, behind a small internal interface (store, in store.go). State
-// shared between the clients of a service, through etcd, is left for when
-// the etcd registry module exists; it would be another store.
+// With share: none (the default) each client judges instances by its own
+// calls: the state is in this process, behind a small internal interface
+// (store, in store.go).
+//
+// With share: registry (mode ratio only: an sre throttle has no open
+// state to share, and the option is refused with mode sre), every client
+// of a share_namespace sees one open state per key, through the client's
+// registry (kernel.SharedStore: the memory registry within a process, the
+// etcd registry across processes). When a client's breaker opens, its
+// filter publishes the key breaker/<share_namespace>/<method>|<host> (the
+// scope's key, each part path-escaped; the part the scope leaves out is
+// empty) holding the wall-clock time until which it is open and the
+// failures that opened it, for open_duration + 1s. Every client following
+// the namespace opens its own breaker for that key until that time, logs
+// "breaker: opened by another client" once, and counts it in
+// breaker_opened_total and breaker_peer_opened_total; breaker_state says
+// open, as for an opening of its own. Then it probes on its own: half-open
+// stays local. A breaker that closes after its probes deletes the key; an
+// opening that comes back through the watch from the client that
+// published it, or whose time has passed, changes nothing, and so does
+// one of another scope. Clients that share must agree on scope; their
+// clocks are compared, so keep them in sync (NTP): a skew of s shortens or
+// lengthens a peer's opening by s.
+//
+// Publishing is off the call path: a goroutine per filter writes what a
+// bounded queue (64) holds, and an opening that finds the queue full is
+// dropped and counted (breaker_share_dropped_total); a call never waits on
+// the registry. The filter follows the shared state from the time the
+// client is built (kernel.PluginsObserver; an opening already published
+// is applied before the first call) until it is closed. A registry that
+// cannot share (consul today) fails no call: the filter logs an error,
+// once, naming the registry, and keeps its state to itself; so does one
+// whose watch fails, until a retry succeeds.
 //
 // On the server side the filter passes every call through (a breaker
 // judges instances, which only a client picks), and logs once that it
@@ -134,6 +168,10 @@ func New(o *Options) (kernel.Filter, error) {
 	f := &Filter{cfg: cfg, log: log, rand: rand.Float64}
 	base := time.Now()
 	f.now = func() int64 { return int64(time.Since(base)) }
+	f.wall = func() int64 { return time.Now().UnixNano() }
+	if cfg.share {
+		f.share = newSharing(f)
+	}
 	f.store = newLocalStore(f.newCircuit)
 	return f, nil
 }
@@ -144,9 +182,14 @@ type Filter struct {
 	log   *slog.Logger
 	store store
 	// now reads the clock (ns since the filter was built) and rand draws
-	// in [0, 1): tests replace both before the first call.
+	// in [0, 1): tests replace both before the first call. wall is the
+	// wall clock in unix ns, for the times shared with other processes.
 	now  func() int64
 	rand func() float64
+	wall func() int64
+	// share links the filter to the state the clients of its
+	// share_namespace share (share: registry); nil otherwise.
+	share *sharing
 
 	warned atomic.Bool // the server-side warning was logged
 }
@@ -163,7 +206,7 @@ func (f *Filter) newCircuit(k key) circuit {
 	if f.cfg.sre {
 		return newThrottle(f.cfg, k, func() float64 { return f.rand() })
 	}
-	return newRatioCircuit(f.cfg, k, f.log)
+	return newRatioCircuit(f.cfg, k, f.log, f.share)
 }
 
 // State returns the state of the breaker for method on host (the address

@@ -93,9 +93,10 @@ func rejection(k key, msg string) error {
 // ratioCircuit is the classic breaker: closed, open after too many
 // failures, half-open after a while to probe.
 type ratioCircuit struct {
-	cfg *config
-	key key
-	log *slog.Logger
+	cfg   *config
+	key   key
+	log   *slog.Logger
+	share *sharing // nil unless share: registry; it publishes openings and closings
 	// sg packs the generation (bumped on every transition) and the state:
 	// gen<<2 | state, so that a closed breaker admits with one load.
 	sg atomic.Uint64
@@ -109,12 +110,13 @@ type ratioCircuit struct {
 	busyErr   error // the rejection while half-open with every probe out
 
 	// Counted where they happen, off the closed path, for ReportState.
-	rejected atomic.Uint64 // calls refused while open or half-open
-	opened   atomic.Uint64 // transitions to Open
+	rejected   atomic.Uint64 // calls refused while open or half-open
+	opened     atomic.Uint64 // transitions to Open
+	peerOpened atomic.Uint64 // of which another client's opening caused (share.go)
 }
 
-func newRatioCircuit(cfg *config, k key, log *slog.Logger) *ratioCircuit {
-	return &ratioCircuit{cfg: cfg, key: k, log: log, win: newWindow(cfg)}
+func newRatioCircuit(cfg *config, k key, log *slog.Logger, share *sharing) *ratioCircuit {
+	return &ratioCircuit{cfg: cfg, key: k, log: log, share: share, win: newWindow(cfg)}
 }
 
 func (c *ratioCircuit) state() State { return State(c.sg.Load() & 3) }
@@ -175,7 +177,7 @@ func (c *ratioCircuit) record(now func() int64, t ticket, o outcome) {
 			c.trip(at, "breaker: circuit for "+describe(c.key)+" is open: "+strconv.Itoa(failures)+" of "+strconv.Itoa(total)+
 				" calls "+c.cfg.windowName()+" failed ("+c.cfg.codeNames+" count as failures); it lets "+
 				strconv.Itoa(c.cfg.probes)+" probe calls through "+time.Duration(c.cfg.open).String()+" after it opened",
-				"failures", failures, "calls", total)
+				failures, total, "failures", failures, "calls", total)
 		}
 	case HalfOpen:
 		if !t.probe {
@@ -187,25 +189,29 @@ func (c *ratioCircuit) record(now func() int64, t ticket, o outcome) {
 		case failed:
 			c.trip(now(), "breaker: circuit for "+describe(c.key)+" is open: a probe call failed after it had opened ("+
 				c.cfg.codeNames+" count as failures); it lets "+strconv.Itoa(c.cfg.probes)+" probe calls through "+
-				time.Duration(c.cfg.open).String()+" after it opened again", "probe_failed", true)
+				time.Duration(c.cfg.open).String()+" after it opened again", 0, 0, "probe_failed", true)
 		case succeeded:
 			if c.successes++; c.successes >= c.cfg.probes {
 				c.set(Closed)
 				c.win.reset()
 				c.log.Info("breaker: closed", "circuit", describe(c.key), "probes", c.successes)
+				c.share.closed(c.key)
 			}
 		}
 	}
 }
 
-// trip opens the circuit at now, refusing with msg.
-func (c *ratioCircuit) trip(now int64, msg string, attrs ...any) {
+// trip opens the circuit at now, refusing with msg; failures of calls
+// (0 of 0 for a failed probe) are what opened it, published with the
+// opening when the state is shared.
+func (c *ratioCircuit) trip(now int64, msg string, failures, calls int, attrs ...any) {
 	c.set(Open)
 	c.opened.Add(1)
 	c.openUntil = now + c.cfg.open
 	c.openErr = rejection(c.key, msg)
 	c.win.reset()
 	c.log.Warn("breaker: opened", append([]any{"circuit", describe(c.key), "open_for", time.Duration(c.cfg.open)}, attrs...)...)
+	c.share.opened(c.key, now, c.openUntil, failures, calls)
 }
 
 // set moves to s, starting a new generation. Called with mu held.

@@ -25,6 +25,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// With share: registry the filter observes the plugins and closes; it
+// keeps the contract the same way.
+func TestConformanceShared(t *testing.T) {
+	plugintest.Filter(t, breaker.Factory, plugintest.FilterConfig{
+		Side:          kernel.ClientSide,
+		Options:       map[string]any{"min_requests": 5, "share": "registry"},
+		BadOptions:    map[string]any{"share": "gossip"},
+		BadOptionsKey: "share",
+	})
+}
+
 // The server side passes calls through; it must keep the contract too.
 func TestConformanceServerSide(t *testing.T) {
 	plugintest.Filter(t, breaker.Factory, plugintest.FilterConfig{Side: kernel.ServerSide})

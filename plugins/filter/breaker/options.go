@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -52,6 +53,15 @@ type Options struct {
 	// K is the SRE multiplier (mode sre): requests are rejected locally
 	// with probability max(0, (requests − K·accepts) / (requests + 1)).
 	K float64 `json:"k"`
+	// Share is where a breaker's open state lives: "none" (each client
+	// judges by its own calls) or "registry" (an opening is published
+	// through the client's registry, kernel.SharedStore, and every client
+	// of the same share_namespace opens its breaker for that key too).
+	// Mode ratio only.
+	Share string `json:"share"`
+	// ShareNamespace groups the clients that share breaker state (share:
+	// registry): the keys are breaker/<share_namespace>/<method>|<host>.
+	ShareNamespace string `json:"share_namespace"`
 	// Logger receives the breakers' transitions; nil means slog.Default().
 	// Code only: config files cannot set it.
 	Logger *slog.Logger `json:"-"`
@@ -73,6 +83,8 @@ func DefaultOptions() *Options {
 		HalfOpenProbes: 3,
 		FailureCodes:   []kernel.Code{kernel.Unavailable, kernel.DeadlineExceeded, kernel.Internal},
 		K:              2,
+		Share:          ShareNone,
+		ShareNamespace: "default",
 	}
 }
 
@@ -87,6 +99,9 @@ const (
 
 	WindowTime  = "time"
 	WindowCount = "count"
+
+	ShareNone     = "none"
+	ShareRegistry = "registry"
 )
 
 // maxBuckets bounds a time window's buckets: each costs a little on every
@@ -110,6 +125,8 @@ type config struct {
 	failureCodes uint64 // bit c set: code c is a failure
 	codeNames    string // "Unavailable, DeadlineExceeded, Internal", for messages
 	k            float64
+	share        bool   // share: registry
+	sharePrefix  string // "breaker/<share_namespace>/", escaped
 }
 
 // neverFailures are codes that must not count against an instance: a
@@ -189,9 +206,31 @@ func (o *Options) config() (*config, error) {
 		c.failureCodes |= 1 << code
 	}
 	c.codeNames = strings.Join(names, ", ")
+	if err := c.shareConfig(o); err != nil {
+		return nil, err
+	}
 	c.ratio, c.min, c.probes, c.k = o.FailureRatio, o.MinRequests, o.HalfOpenProbes, o.K
 	c.open = int64(o.OpenDuration.D())
 	return c, nil
+}
+
+func (c *config) shareConfig(o *Options) error {
+	switch o.Share {
+	case ShareNone:
+	case ShareRegistry:
+		if c.sre {
+			return fmt.Errorf("option \"share\": %s shares the open state of a ratio breaker, and mode sre has none "+
+				"(its rejection probability is each client's own reading of its calls): use share: %s with mode sre", ShareRegistry, ShareNone)
+		}
+		c.share = true
+	default:
+		return fmt.Errorf("option \"share\": must be %s or %s, got %q", ShareNone, ShareRegistry, o.Share)
+	}
+	if o.ShareNamespace == "" {
+		return errors.New("option \"share_namespace\": is empty; leave it out for \"default\"")
+	}
+	c.sharePrefix = "breaker/" + url.PathEscape(o.ShareNamespace) + "/"
+	return nil
 }
 
 // isFailure reports whether code counts against the instance.

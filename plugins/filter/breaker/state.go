@@ -9,11 +9,12 @@ type figures struct {
 	state    State
 	rejected uint64  // calls it refused
 	opened   uint64  // times it opened (mode ratio)
+	peer     uint64  // of which another client's opening caused (share: registry)
 	rejectP  float64 // the probability a call is rejected now (mode sre)
 }
 
 func (c *ratioCircuit) figures(func() int64) figures {
-	return figures{state: c.state(), rejected: c.rejected.Load(), opened: c.opened.Load()}
+	return figures{state: c.state(), rejected: c.rejected.Load(), opened: c.opened.Load(), peer: c.peerOpened.Load()}
 }
 
 func (c *throttle) figures(now func() int64) figures {
@@ -37,11 +38,17 @@ const (
 	readingRejected = "breaker_rejected_total"
 	readingOpened   = "breaker_opened_total"
 	readingRejectP  = "breaker_reject_probability"
+	readingPeer     = "breaker_peer_opened_total"
+	readingDropped  = "breaker_share_dropped_total"
+	readingFailed   = "breaker_share_failed_total"
 
 	helpState    = "1 for the state the breaker of a method on a host is in (closed, open, half-open), 0 for the others."
 	helpRejected = "Attempts the breaker refused: while open or half-open (mode ratio), or throttled locally (mode sre)."
 	helpOpened   = "Times the breaker opened, from closed or from a failed probe."
 	helpRejectP  = "The probability with which adaptive throttling (mode sre) rejects a call now, from 0 to 1."
+	helpPeer     = "Times the breaker opened because another client sharing its state through the registry opened its own (share: registry); counted in breaker_opened_total too."
+	helpDropped  = "Openings and closings not published to the registry because the filter's queue to it was full (share: registry)."
+	helpFailed   = "Openings and closings the registry failed to store (share: registry)."
 )
 
 // states are the values of breaker_state's state label, in order.
@@ -67,9 +74,16 @@ func (f *Filter) ReportState(emit func(kernel.Reading)) {
 					Labels: append(keyLabels(k), kernel.Label{Name: "state", Value: s.String()}), Value: v})
 			}
 			emit(kernel.Reading{Name: readingOpened, Help: helpOpened, Kind: kernel.Counter, Labels: keyLabels(k), Value: float64(fig.opened)})
+			if f.share != nil {
+				emit(kernel.Reading{Name: readingPeer, Help: helpPeer, Kind: kernel.Counter, Labels: keyLabels(k), Value: float64(fig.peer)})
+			}
 		}
 		emit(kernel.Reading{Name: readingRejected, Help: helpRejected, Kind: kernel.Counter, Labels: keyLabels(k), Value: float64(fig.rejected)})
 	})
+	if f.share != nil {
+		emit(kernel.Reading{Name: readingDropped, Help: helpDropped, Kind: kernel.Counter, Value: float64(f.share.dropped.Load())})
+		emit(kernel.Reading{Name: readingFailed, Help: helpFailed, Kind: kernel.Counter, Value: float64(f.share.failed.Load())})
+	}
 }
 
 // keyLabels are a fresh slice per reading, with room for one more label:

@@ -423,18 +423,21 @@ func TestStoreDropsIdleCircuits(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	for want, opts := range map[string]map[string]any{
-		`option "mode"`:                           {"mode": "hystrix"},
-		`option "scope"`:                          {"scope": "cluster"},
-		`option "window"`:                         {"window": "sliding"},
-		`option "failure_ratio"`:                  {"failure_ratio": 0},
-		`option "min_requests"`:                   {"window": "count", "window_size": 10, "min_requests": 20},
-		`option "open_duration"`:                  {"open_duration": "0s"},
-		`option "half_open_probes"`:               {"half_open_probes": 0},
-		`option "k"`:                              {"k": 0.5},
-		`option "window_buckets"`:                 {"window_buckets": 0},
-		`option "window_duration"`:                {"window_duration": "5ms"},
-		`InvalidArgument is the caller's outcome`: {"failure_codes": []any{"Unavailable", "InvalidArgument"}},
-		`must name at least one status code`:      {"failure_codes": []any{}},
+		`option "mode"`:                            {"mode": "hystrix"},
+		`option "scope"`:                           {"scope": "cluster"},
+		`option "window"`:                          {"window": "sliding"},
+		`option "failure_ratio"`:                   {"failure_ratio": 0},
+		`option "min_requests"`:                    {"window": "count", "window_size": 10, "min_requests": 20},
+		`option "open_duration"`:                   {"open_duration": "0s"},
+		`option "half_open_probes"`:                {"half_open_probes": 0},
+		`option "k"`:                               {"k": 0.5},
+		`option "window_buckets"`:                  {"window_buckets": 0},
+		`option "window_duration"`:                 {"window_duration": "5ms"},
+		`InvalidArgument is the caller's outcome`:  {"failure_codes": []any{"Unavailable", "InvalidArgument"}},
+		`must name at least one status code`:       {"failure_codes": []any{}},
+		`option "share": must be none or registry`: {"share": "etcd"},
+		`option "share": registry shares the open state of a ratio breaker, and mode sre has none`: {"share": "registry", "mode": "sre"},
+		`option "share_namespace": is empty`: {"share": "registry", "share_namespace": ""},
 	} {
 		_, err := Factory.Build(opts, "svc.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) {
