@@ -3,6 +3,7 @@ package kernrpc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -27,9 +28,10 @@ type callCtx struct {
 	desc    *methodDesc
 	info    kernel.CallInfo
 	out     kernel.Frame // the response frame, kept here so sending it does not allocate
-	// vals are the first answers ContextValuers gave, under mu.
+	// vals are the first answers ContextValuers gave: written under mu,
+	// read up to nvals without it.
 	vals  [2]keyValue
-	nvals int
+	nvals atomic.Int32
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -76,28 +78,40 @@ func (c *callCtx) Value(key any) any {
 
 // callValue asks the method's ContextValuers for key, keeping the first
 // answers: a value made for the call (a span from its metadata) is then
-// made once, however many of the handler's calls look it up.
+// made once, however many of the handler's calls look it up. Kept answers
+// are read without a lock: an entry is written before nvals counts it.
 func (c *callCtx) callValue(key any) (any, bool) {
-	c.mu.Lock()
-	for _, kv := range c.vals[:c.nvals] {
-		if kv.key == key {
-			c.mu.Unlock()
+	n := c.nvals.Load()
+	for i := range n {
+		if kv := &c.vals[i]; kv.key == key {
 			return kv.val, true
 		}
 	}
-	c.mu.Unlock()
 	for _, v := range c.desc.valuers {
 		if val, ok := v.CallValue(&c.info, key); ok {
-			c.mu.Lock()
-			if c.nvals < len(c.vals) {
-				c.vals[c.nvals] = keyValue{key, val}
-				c.nvals++
-			}
-			c.mu.Unlock()
+			c.keep(key, val)
 			return val, true
 		}
 	}
 	return nil, false
+}
+
+// keep adds an answer to the kept ones, if there is room and no other
+// goroutine kept one for key meanwhile.
+func (c *callCtx) keep(key, val any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nvals.Load()
+	if int(n) == len(c.vals) {
+		return
+	}
+	for i := range n {
+		if c.vals[i].key == key {
+			return
+		}
+	}
+	c.vals[n] = keyValue{key, val}
+	c.nvals.Store(n + 1)
 }
 
 // keyValue is one answer of a ContextValuer.

@@ -3,6 +3,7 @@ package oteltracing_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -18,14 +19,14 @@ func okNext(context.Context, *kernel.CallInfo, any) (any, error) { return okResp
 // engineCtx is a server's call context as the engine makes it (callctx.go
 // at the root): it asks the filter's CallValue (kernel.ContextValuer) for
 // the keys it does not hold itself, and keeps the first two answers for
-// the rest of the call.
+// the rest of the call, read without a lock.
 type engineCtx struct {
 	context.Context
 	valuer kernel.ContextValuer
 	info   *kernel.CallInfo
 	mu     sync.Mutex
 	kept   [2]struct{ key, val any }
-	nkept  int
+	nkept  atomic.Int32
 }
 
 func newEngineCtx(f kernel.Filter, info *kernel.CallInfo) *engineCtx {
@@ -33,19 +34,16 @@ func newEngineCtx(f kernel.Filter, info *kernel.CallInfo) *engineCtx {
 }
 
 func (c *engineCtx) Value(key any) any {
-	c.mu.Lock()
-	for _, kv := range c.kept[:c.nkept] {
-		if kv.key == key {
-			c.mu.Unlock()
+	for i := range c.nkept.Load() {
+		if kv := &c.kept[i]; kv.key == key {
 			return kv.val
 		}
 	}
-	c.mu.Unlock()
 	if v, ok := c.valuer.CallValue(c.info, key); ok {
 		c.mu.Lock()
-		if c.nkept < len(c.kept) {
-			c.kept[c.nkept].key, c.kept[c.nkept].val = key, v
-			c.nkept++
+		if n := c.nkept.Load(); int(n) < len(c.kept) {
+			c.kept[n].key, c.kept[n].val = key, v
+			c.nkept.Store(n + 1)
 		}
 		c.mu.Unlock()
 		return v

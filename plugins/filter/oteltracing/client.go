@@ -12,10 +12,11 @@ import (
 // clientCall makes a span for a client call, or passes the caller's trace
 // context on if the sampler declines.
 func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-	parent := trace.SpanContextFromContext(ctx)
-	if parent.IsValid() {
+	// One lookup of the current span serves the decision and passOn.
+	current := trace.SpanFromContext(ctx)
+	if parent := current.SpanContext(); parent.IsValid() {
 		if !f.sampleChild(parent) {
-			passOn(ctx, info)
+			passOn(ctx, current, info)
 			return next(ctx, info, req)
 		}
 	} else if !f.sampleRoot() {
@@ -37,7 +38,7 @@ func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any,
 func (f *Filter) clientAttempt(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
-		passOn(ctx, info)
+		passOn(ctx, parent, info)
 		return next(ctx, info, req)
 	}
 	ms := f.methods.get(info.Method)

@@ -226,16 +226,15 @@ func withRemote(ctx context.Context, sc trace.SpanContext, traceparent, tracesta
 	return &remoteCtx{Context: ctx, span: remoteSpan{sc: sc, traceparent: traceparent, tracestate: tracestate}}
 }
 
-// passOn writes into a client request the trace context of the span ctx
-// carries (which the filter did not make), and its baggage: the context
+// passOn writes into a client request the trace context of span, the one
+// ctx carries (which the filter did not make), and ctx's baggage: the context
 // goes on unchanged past a call the filter does not record. A request that
 // already carries a traceparent (the call entry's, in an attempt entry)
 // keeps it.
-func passOn(ctx context.Context, info *kernel.CallInfo) {
+func passOn(ctx context.Context, span trace.Span, info *kernel.CallInfo) {
 	if _, ok := info.Metadata[traceparentKey]; ok {
 		return
 	}
-	span := trace.SpanFromContext(ctx)
 	if rs, ok := span.(*remoteSpan); ok && rs.traceparent != "" {
 		info.SetRequestMetadata(traceparentKey, rs.traceparent)
 		if rs.tracestate != "" {
