@@ -125,7 +125,7 @@ func (r *Registry) cache(ctx context.Context, service, op string) (*serviceCache
 // run reads the service, then follows it until the registry closes.
 func (c *serviceCache) run() {
 	defer c.r.caches.Done()
-	err := c.readAll()
+	err := c.readAll(c.r.ctx)
 	if err != nil {
 		c.err = err
 		c.r.mu.Lock()
@@ -138,18 +138,13 @@ func (c *serviceCache) run() {
 	if err != nil {
 		return
 	}
-	c.follow()
+	c.r.follow(c.r.ctx, c)
 }
 
 // readAll replaces the cache with what etcd holds under the service's
 // prefix now.
-func (c *serviceCache) readAll() error {
-	var resp *clientv3.GetResponse
-	err := c.r.request(c.r.ctx, "read service "+c.service+" (keys "+c.prefix+"*)", func(ctx context.Context, cli *clientv3.Client) error {
-		var err error
-		resp, err = cli.Get(ctx, c.prefix, clientv3.WithPrefix())
-		return err
-	})
+func (c *serviceCache) readAll(ctx context.Context) error {
+	resp, err := c.r.readPrefix(ctx, "read service "+c.service, c.prefix)
 	if err != nil {
 		return err
 	}
@@ -170,34 +165,67 @@ func (c *serviceCache) readAll() error {
 	return nil
 }
 
-// follow watches the service's prefix from the revision after the cache's,
-// applying every change. When the watch breaks it resumes from the last
-// revision applied; when that revision was compacted away it reads the
-// service whole, once, and watches on from there.
-func (c *serviceCache) follow() {
-	r := c.r
+func (c *serviceCache) watched() (prefix string, what []any) {
+	return c.prefix, []any{"service", c.service}
+}
+
+func (c *serviceCache) revision() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rev
+}
+
+// follower is what follows the keys under one prefix through a watch: a
+// service's cache (this file), a WatchShared (shared.go).
+type follower interface {
+	// watched is the prefix, and what to name it in logs.
+	watched() (prefix string, what []any)
+	// readAll reads every key under the prefix, as of a revision it
+	// keeps, and makes the follower current with them.
+	readAll(ctx context.Context) error
+	// revision is the revision the follower is current at.
+	revision() int64
+	// apply brings the follower to the revision of resp.
+	apply(resp clientv3.WatchResponse)
+}
+
+// readPrefix gets every key under prefix, for what (named in the error).
+func (r *Registry) readPrefix(ctx context.Context, what, prefix string) (*clientv3.GetResponse, error) {
+	var resp *clientv3.GetResponse
+	err := r.request(ctx, what+" (keys "+prefix+"*)", func(ctx context.Context, cli *clientv3.Client) error {
+		var err error
+		resp, err = cli.Get(ctx, prefix, clientv3.WithPrefix())
+		return err
+	})
+	return resp, err
+}
+
+// follow watches f's prefix from the revision after f's, applying every
+// change, until ctx is done. When the watch breaks it resumes from the
+// last revision applied; when that revision was compacted away it reads
+// the prefix whole, once, and watches on from there.
+func (r *Registry) follow(ctx context.Context, f follower) {
 	cli, err := r.client()
 	if err != nil {
 		return // closed
 	}
+	prefix, what := f.watched()
 	wait := 100 * time.Millisecond
-	for r.ctx.Err() == nil {
-		c.mu.Lock()
-		from := c.rev + 1
-		c.mu.Unlock()
-		compacted, err := c.watchFrom(cli, from)
-		if r.ctx.Err() != nil {
+	for ctx.Err() == nil {
+		from := f.revision() + 1
+		compacted, err := r.watchFrom(ctx, cli, f, prefix, from)
+		if ctx.Err() != nil {
 			return
 		}
 		if compacted {
-			r.log.Info("etcd: watch revision compacted; reading the service again", "service", c.service, "revision", from)
-			for r.ctx.Err() == nil {
-				if err := c.readAll(); err == nil {
+			r.log.Info("etcd: watch revision compacted; reading the keys again", append(what, "revision", from)...)
+			for ctx.Err() == nil {
+				if err := f.readAll(ctx); err == nil {
 					break
 				} else {
-					r.log.Warn("etcd: reading the service again failed; retrying", "service", c.service, "err", err, "in", wait)
+					r.log.Warn("etcd: reading the keys again failed; retrying", append(what, "err", err, "in", wait)...)
 				}
-				if !sleep(r.ctx, wait) {
+				if !sleep(ctx, wait) {
 					return
 				}
 				wait = min(2*wait, time.Second)
@@ -205,29 +233,30 @@ func (c *serviceCache) follow() {
 			continue
 		}
 		r.stats.watchResumes.Add(1)
-		r.log.Debug("etcd: watch ended; resuming from the last revision", "service", c.service, "revision", from, "err", err)
-		if !sleep(r.ctx, wait) {
+		r.log.Debug("etcd: watch ended; resuming from the last revision", append(what, "revision", from, "err", err)...)
+		if !sleep(ctx, wait) {
 			return
 		}
 		wait = min(2*wait, time.Second)
 	}
 }
 
-// watchFrom runs one watch from revision from until it ends, applying its
-// events; it reports whether it ended because from was compacted.
-func (c *serviceCache) watchFrom(cli *clientv3.Client, from int64) (compacted bool, err error) {
+// watchFrom runs one watch of prefix from revision from until it ends,
+// applying its events to f; it reports whether it ended because from was
+// compacted.
+func (r *Registry) watchFrom(ctx context.Context, cli *clientv3.Client, f follower, prefix string, from int64) (compacted bool, err error) {
 	// WithRequireLeader: a member cut off from its cluster ends the watch
 	// instead of leaving it silently stale; the next one finds a leader.
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(c.r.ctx))
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range cli.Watch(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+	for resp := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return true, resp.Err()
 		}
 		if err := resp.Err(); err != nil {
 			return false, err
 		}
-		c.apply(resp)
+		f.apply(resp)
 	}
 	return false, nil
 }

@@ -13,6 +13,7 @@
 //	    ttl: 10s                          # lease of a Register given ttl 0, and of election sessions
 //	    prefix: /kernrpc/services/        # keys are <prefix><service>/<instance-id>
 //	    election_prefix: /kernrpc/elections/  # elections are under <election_prefix><election>/
+//	    shared_prefix: /kernrpc/shared/   # shared entries (kernel.SharedStore) are <shared_prefix><key>
 //	    username: ""                      # with password: etcd authentication
 //	    password: ""
 //	    tls:                              # absent (the default): plain TCP
@@ -62,6 +63,16 @@
 // a session (a lease of the ttl option) of its own: a leader whose process
 // dies is replaced once its session's lease expires, within ttl.
 //
+// Shared entries (kernel.SharedStore, for plugins that keep one state
+// across the clients of a service, such as the breaker's share: registry)
+// are the keys <shared_prefix><key> holding the plugin's bytes, each on a
+// lease that is never kept alive: it ends ttl (rounded up to seconds) to
+// ttl+1s after the put. A lease takes the puts of its ttl for a second
+// after its grant, so a burst of puts costs one grant. Close revokes
+// them, so the entries of a closed registry go at once, and those of a
+// dead process within ttl+1s. WatchShared reads the prefix, then watches
+// it like a service, resuming and reading again the same way.
+//
 // A dead etcd is not a hang: New does not dial; the first call that needs
 // etcd fails after dial_timeout, naming the endpoints.
 package etcd
@@ -100,6 +111,7 @@ var (
 	_ kernel.Elector              = (*Registry)(nil)
 	_ kernel.RegistryCapabilities = (*Registry)(nil)
 	_ kernel.LeaseAbandoner       = (*Registry)(nil)
+	_ kernel.SharedStore          = (*Registry)(nil)
 )
 
 // Registry is one client of an etcd cluster. It owns the lease its
@@ -119,6 +131,7 @@ type Registry struct {
 	cli      *clientv3.Client // dialled by the first call that needs etcd
 
 	keeper *leaseKeeper
+	shared sharedLeases // the leases of the shared entries it put (shared.go)
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -230,7 +243,8 @@ func (r *Registry) usable(ctx context.Context, what string) error {
 }
 
 // Close revokes this registry's lease, which removes every instance it
-// registered in one step, revokes its election sessions (their leaderships
+// registered in one step, revokes the leases of the shared entries it put
+// (they go too), revokes its election sessions (their leaderships
 // end), ends its watches (closing their channels) and its connection. After
 // AbandonLeases it revokes nothing: the process is playing dead. It is
 // idempotent.
@@ -258,6 +272,11 @@ func (r *Registry) Close() error {
 	}
 	if err := r.keeper.close(!abandoned); err != nil {
 		errs = append(errs, err)
+	}
+	if !abandoned {
+		if err := r.revokeShared(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	r.cancel()
 	r.caches.Wait()

@@ -30,6 +30,9 @@ type Options struct {
 	Prefix string `json:"prefix"`
 	// ElectionPrefix is where elections live: <election_prefix><election>/.
 	ElectionPrefix string `json:"election_prefix"`
+	// SharedPrefix is where the shared store's entries live
+	// (kernel.SharedStore): <shared_prefix><key>.
+	SharedPrefix string `json:"shared_prefix"`
 	// Username and Password authenticate to etcd; both or neither.
 	Username string `json:"username"`
 	Password string `json:"password"`
@@ -56,6 +59,7 @@ const (
 	DefaultTTL                = 10 * time.Second
 	DefaultPrefix             = "/kernrpc/services/"
 	DefaultElectionPrefix     = "/kernrpc/elections/"
+	DefaultSharedPrefix       = "/kernrpc/shared/"
 	DefaultLoadReportInterval = 5 * time.Second
 )
 
@@ -67,6 +71,7 @@ func DefaultOptions() *Options {
 		TTL:                kernel.Duration(DefaultTTL),
 		Prefix:             DefaultPrefix,
 		ElectionPrefix:     DefaultElectionPrefix,
+		SharedPrefix:       DefaultSharedPrefix,
 		LoadReportInterval: kernel.Duration(DefaultLoadReportInterval),
 	}
 }
@@ -96,15 +101,29 @@ func (o Options) check() (Options, error) {
 	if o.ElectionPrefix, err = checkPrefix("election_prefix", o.ElectionPrefix); err != nil {
 		return o, err
 	}
-	if strings.HasPrefix(o.ElectionPrefix, o.Prefix) || strings.HasPrefix(o.Prefix, o.ElectionPrefix) {
+	if o.SharedPrefix, err = checkPrefix("shared_prefix", o.SharedPrefix); err != nil {
+		return o, err
+	}
+	if overlap(o.ElectionPrefix, o.Prefix) {
 		return o, fmt.Errorf(`%s: option "election_prefix" %q and option "prefix" %q overlap: election keys would look like instances`,
 			Name, o.ElectionPrefix, o.Prefix)
+	}
+	if overlap(o.SharedPrefix, o.Prefix) {
+		return o, fmt.Errorf(`%s: option "shared_prefix" %q and option "prefix" %q overlap: shared entries would look like instances`,
+			Name, o.SharedPrefix, o.Prefix)
+	}
+	if overlap(o.SharedPrefix, o.ElectionPrefix) {
+		return o, fmt.Errorf(`%s: option "shared_prefix" %q and option "election_prefix" %q overlap: shared entries would look like candidates`,
+			Name, o.SharedPrefix, o.ElectionPrefix)
 	}
 	if (o.Username == "") != (o.Password == "") {
 		return o, fmt.Errorf(`%s: option "username" and option "password" go together: give both or neither`, Name)
 	}
 	return o, nil
 }
+
+// overlap reports whether the keys under one prefix can be under the other.
+func overlap(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
 
 // checkPrefix refuses an empty prefix and ends a prefix with "/", so that
 // service "a" never reads the keys of service "ab".

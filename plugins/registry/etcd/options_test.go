@@ -53,6 +53,9 @@ func TestBadOptionsNameTheOption(t *testing.T) {
 		{"prefix empty", map[string]any{"prefix": ""}, "prefix", "empty"},
 		{"election_prefix empty", map[string]any{"election_prefix": ""}, "election_prefix", "empty"},
 		{"election_prefix under prefix", map[string]any{"prefix": "/a/", "election_prefix": "/a/elections/"}, "election_prefix", "overlap"},
+		{"shared_prefix empty", map[string]any{"shared_prefix": ""}, "shared_prefix", "empty"},
+		{"shared_prefix over prefix", map[string]any{"prefix": "/a/services/", "shared_prefix": "/a/"}, "shared_prefix", "overlap"},
+		{"shared_prefix under election_prefix", map[string]any{"election_prefix": "/e/", "shared_prefix": "/e/shared/"}, "shared_prefix", "overlap"},
 		{"username without password", map[string]any{"username": "root"}, "username", "both or neither"},
 		{"password without username", map[string]any{"password": "secret"}, "username", "both or neither"},
 		{"tls cert without key", map[string]any{"tls": map[string]any{"cert_file": notPEM}}, "tls", "cert_file and key_file go together"},
@@ -86,7 +89,7 @@ func TestBadOptionsNameTheOption(t *testing.T) {
 func TestDefaultsAreDocumented(t *testing.T) {
 	o := etcd.DefaultOptions()
 	if len(o.Endpoints) != 1 || o.Endpoints[0] != "127.0.0.1:2379" || o.DialTimeout.String() != "5s" || o.TTL.String() != "10s" ||
-		o.Prefix != "/kernrpc/services/" || o.ElectionPrefix != "/kernrpc/elections/" || o.LoadReportInterval.String() != "5s" || o.TLS != nil {
+		o.Prefix != "/kernrpc/services/" || o.ElectionPrefix != "/kernrpc/elections/" || o.SharedPrefix != "/kernrpc/shared/" || o.LoadReportInterval.String() != "5s" || o.TLS != nil {
 		t.Errorf("DefaultOptions() = %+v; the package doc and docs/registry-etcd.md list other defaults", *o)
 	}
 	// Every option key is in the package doc's list.
@@ -109,7 +112,7 @@ func TestDefaultsAreDocumented(t *testing.T) {
 func TestPrefixGetsATrailingSlash(t *testing.T) {
 	r, err := etcd.New(etcd.Options{
 		Endpoints: []string{"127.0.0.1:1"}, DialTimeout: kernel.Duration(1e9), TTL: kernel.Duration(1e9),
-		Prefix: "/svc", ElectionPrefix: "/elect", LoadReportInterval: kernel.Duration(1e9),
+		Prefix: "/svc", ElectionPrefix: "/elect", SharedPrefix: "/shared", LoadReportInterval: kernel.Duration(1e9),
 	})
 	if err != nil {
 		t.Fatalf("New with prefixes lacking a trailing slash: %v; want them completed", err)

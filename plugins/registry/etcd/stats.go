@@ -21,10 +21,15 @@ type Stats struct {
 	// WatchResumes counts service watches that ended (not compacted) and
 	// were started again from their last revision.
 	WatchResumes int64
+	// SharedWrites counts shared entries put (kernel.SharedStore), and
+	// SharedLeaseGrants the leases granted for them: at most one a second
+	// per ttl, however many entries are put.
+	SharedWrites, SharedLeaseGrants int64
 }
 
 type stats struct {
 	instanceWrites, leaseGrants, reregistrations, fullReads, watchResumes atomic.Int64
+	sharedWrites, sharedLeaseGrants                                       atomic.Int64
 }
 
 // Stats returns the registry's counters.
@@ -35,5 +40,8 @@ func (r *Registry) Stats() Stats {
 		Reregistrations: r.stats.reregistrations.Load(),
 		FullReads:       r.stats.fullReads.Load(),
 		WatchResumes:    r.stats.watchResumes.Load(),
+
+		SharedWrites:      r.stats.sharedWrites.Load(),
+		SharedLeaseGrants: r.stats.sharedLeaseGrants.Load(),
 	}
 }
