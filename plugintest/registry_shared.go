@@ -2,6 +2,7 @@ package plugintest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -222,10 +223,20 @@ func (s registryRun) sharedWatchEnds(t tb) {
 	writer := s.openShared(t)
 	prefix := sharedPrefix(t)
 	reader := s.openShared(t)
-	// A first call connects the reader (an etcd client dials on first
-	// use): goroutines of the connection, which live until Close, are
-	// started before the goroutines the watch starts are traced.
-	s.sharedPut(t, reader, prefix+"warm-up", "v", registryLongTTL)
+	// A first call connects each registry (an etcd client dials on first
+	// use), from a goroutine that has ended before the tree starts: the
+	// connections' goroutines, which live until Close, are not traced to
+	// the tree's root (ancestry is learnt from "created by" lines, so a
+	// call from the root itself would have them counted).
+	warm := make(chan error, 1)
+	go func() {
+		ctx := registryContext(t)
+		warm <- errors.Join(reader.PutShared(ctx, prefix+"warm-up", []byte("v"), registryLongTTL),
+			writer.PutShared(ctx, prefix+"warm-up", []byte("v"), registryLongTTL))
+	}()
+	if err := <-warm; err != nil {
+		t.Fatalf("PutShared: %v; want nil", err)
+	}
 	tree := newGoroutineTree()
 	ctx, cancel := context.WithCancel(registryContext(t))
 	defer cancel()

@@ -55,7 +55,8 @@ func (r *Registry) PutShared(ctx context.Context, key string, value []byte, ttl 
 	if r.closed {
 		return fmt.Errorf("memory: put shared %q: %w", key, kernel.ErrClosed)
 	}
-	r.store.putShared(key, bytes.Clone(value), r, time.Now().Add(ttl))
+	// Never nil, even when empty: a nil value tells watchers of a removal.
+	r.store.putShared(key, append([]byte{}, value...), r, time.Now().Add(ttl))
 	return nil
 }
 

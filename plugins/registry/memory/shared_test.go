@@ -274,3 +274,15 @@ func TestSharedErrors(t *testing.T) {
 		}
 	}
 }
+
+// An empty value is an entry, not a removal: fn gets it non-nil.
+func TestSharedEmptyValueIsNotARemoval(t *testing.T) {
+	r := open(t, nil)
+	l := watchShared(t, r, "")
+	for _, v := range [][]byte{nil, {}} {
+		if err := r.PutShared(context.Background(), "k", v, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		l.await(t, "k", "k=")
+	}
+}
