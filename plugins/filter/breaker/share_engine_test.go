@@ -2,6 +2,8 @@ package breaker_test
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +81,33 @@ func TestSharedOpeningReachesAnotherClient(t *testing.T) {
 	if bad.calls.Load() == sent {
 		t.Error("the client with share: none sent no call to the bad instance: the test cannot tell sharing from chance")
 	}
+}
+
+// The share block of docs/governance.md loads and builds.
+func TestGovernanceDocShareBlock(t *testing.T) {
+	raw, err := os.ReadFile("../../../docs/governance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block string
+	for _, b := range strings.Split(string(raw), "```yaml\n")[1:] {
+		if b, _, _ = strings.Cut(b, "```"); strings.Contains(b, "share: registry") {
+			block = b
+		}
+	}
+	if block == "" {
+		t.Fatal("docs/governance.md has no yaml block with share: registry")
+	}
+	cfg, err := kernrpc.ParseConfig([]byte(block), "governance.yaml")
+	if err != nil {
+		t.Fatalf("the block does not load: %v\n%s", err, block)
+	}
+	if len(cfg.Filters) != 1 || cfg.Filters[0].Name != breaker.Name {
+		t.Fatalf("the block configures %+v; want one breaker", cfg.Filters)
+	}
+	f, err := breaker.Factory.Build(cfg.Filters[0].Options, "governance.md")
+	if err != nil {
+		t.Fatalf("the block's options do not build: %v", err)
+	}
+	f.(*breaker.Filter).Close()
 }
