@@ -108,6 +108,7 @@ type SharedStore interface {
 	// done; a removed or expired entry comes with a nil value. It returns
 	// once the current entries have been given to fn. An error after that
 	// (a lost connection) is retried by the registry, which then gives fn
-	// every entry again.
+	// every entry again, and nil for those that went meanwhile. fn must
+	// not block for long, nor close the registry.
 	WatchShared(ctx context.Context, prefix string, fn func(key string, value []byte)) error
 }

@@ -94,9 +94,8 @@ func newSharing(f *Filter) *sharing {
 // ObservePlugins finds, with share: registry, the client's registry and
 // starts following the shared state through it. A registry that cannot
 // share (not a kernel.SharedStore) fails no call: the filter logs an
-// error, once, and keeps its state to itself. On the server side (no
-// balancer among the plugins) it does nothing, as the filter passes
-// calls through there.
+// error, once, and keeps its state to itself. On the server side it does
+// nothing, as the filter passes calls through there.
 func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
 	if f.share != nil && !f.share.observed.Swap(true) {
 		f.share.observe(refs)
@@ -115,17 +114,13 @@ func (f *Filter) Close() error {
 
 func (s *sharing) observe(refs []kernel.PluginRef) {
 	var registry *kernel.PluginRef
-	client := false
 	for i, r := range refs {
-		switch r.Kind {
-		case kernel.KindRegistry:
-			registry = &refs[i]
-		case kernel.KindBalancer:
-			client = true // only a client has one
+		if r.Side != kernel.ClientSide {
+			return
 		}
-	}
-	if !client {
-		return
+		if r.Kind == kernel.KindRegistry {
+			registry = &refs[i]
+		}
 	}
 	if registry == nil {
 		s.f.log.Error("breaker: share: registry, but the client has no registry; each client keeps its own breaker state")

@@ -200,9 +200,9 @@ func TestRegistryWithoutSharedStoreIsLoggedAndStateStaysLocal(t *testing.T) {
 	defer f.Close()
 	f.log = slog.New(slog.NewTextHandler(&logs, nil))
 	refs := []kernel.PluginRef{
-		{Kind: kernel.KindRegistry, Name: "plain", Plugin: struct{ kernel.Registry }{}},
-		{Kind: kernel.KindBalancer, Name: "round-robin"},
-		{Kind: kernel.KindFilter, Name: Name, Plugin: f},
+		{Kind: kernel.KindRegistry, Name: "plain", Side: kernel.ClientSide, Plugin: struct{ kernel.Registry }{}},
+		{Kind: kernel.KindBalancer, Name: "round-robin", Side: kernel.ClientSide},
+		{Kind: kernel.KindFilter, Name: Name, Side: kernel.ClientSide, Plugin: f},
 	}
 	f.ObservePlugins(refs)
 	f.ObservePlugins(refs)
@@ -228,7 +228,7 @@ func TestRegistryWithoutSharedStoreIsLoggedAndStateStaysLocal(t *testing.T) {
 	}
 }
 
-// On the server side (no balancer) the filter follows nothing.
+// On the server side the filter follows nothing.
 func TestServerSideObservesNothing(t *testing.T) {
 	var logs bytes.Buffer
 	flt, err := Factory.Build(map[string]any{"share": "registry"}, "test")
@@ -238,7 +238,7 @@ func TestServerSideObservesNothing(t *testing.T) {
 	f := flt.(*Filter)
 	defer f.Close()
 	f.log = slog.New(slog.NewTextHandler(&logs, nil))
-	f.ObservePlugins([]kernel.PluginRef{{Kind: kernel.KindRegistry, Name: "plain", Plugin: struct{ kernel.Registry }{}}})
+	f.ObservePlugins([]kernel.PluginRef{{Kind: kernel.KindRegistry, Name: "plain", Side: kernel.ServerSide, Plugin: struct{ kernel.Registry }{}}})
 	if logs.Len() != 0 || f.share.active.Load() {
 		t.Errorf("server side: logged %q, active %v; want nothing", logs.String(), f.share.active.Load())
 	}

@@ -21,7 +21,7 @@ import (
 // the sides they are for, none of them refusing a call of burst: the
 // scrapes the dashboard and the docs are checked against have every
 // family.
-const governedYAML = echoYAML + `  - {name: breaker, side: client}
+const governedYAML = echoYAML + `  - {name: breaker, side: client, options: {share: registry}}
   - {name: breaker, side: client, methods: [Echo.Fail], options: {mode: sre}}
   - {name: token-bucket, options: {rate: 1000000, burst: 1000000}}
   - {name: overload, side: server}
