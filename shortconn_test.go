@@ -1,35 +1,16 @@
 package kernrpc_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 )
-
-// lockedBuffer is a log sink several goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A short connection (a client of its own per call: connect, call, close)
 // is ordinary traffic: its setup and teardown log nothing at INFO or
@@ -41,7 +22,7 @@ func TestShortConnectionsLogNothingAtInfo(t *testing.T) {
 }
 
 func shortConnections(t *testing.T, transport string) {
-	var logs lockedBuffer
+	var logs enginetest.LogBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	t.Cleanup(func() { slog.SetDefault(old) })

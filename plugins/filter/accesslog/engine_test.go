@@ -1,11 +1,9 @@
 package accesslog_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kernrpc/kernrpc"
@@ -24,28 +22,11 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Over the engine: the client's and the server's filter each log the call
 // once, with what each side knows. The log filter logs through
 // slog.Default() when built from a config, so the test swaps it.
 func TestOverTheEngine(t *testing.T) {
-	var out syncBuffer
+	var out enginetest.LogBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })

@@ -1,7 +1,6 @@
 package recovery_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -21,27 +20,10 @@ func TestConformance(t *testing.T) {
 	plugintest.Filter(t, recovery.Factory, plugintest.FilterConfig{})
 }
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
+// enginetest.LogBuffer is a log destination safe for concurrent writes.
 func TestPanicBecomesInternalLoggedWithItsStack(t *testing.T) {
 	for _, stack := range []bool{true, false} {
-		var out syncBuffer
+		var out enginetest.LogBuffer
 		f, _ := recovery.New(&recovery.Options{Stack: stack, Logger: slog.New(slog.NewTextHandler(&out, nil))})
 		info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ServerSide, Peer: "10.0.0.1:5000"}
 		resp, err := f.Invoke(context.Background(), info, nil, func(context.Context, *kernel.CallInfo, any) (any, error) {
