@@ -55,6 +55,9 @@ func (h *hooks) CallValue(info *kernel.CallInfo, key any) (any, bool) {
 }
 
 func (h *hooks) CallEnded(info *kernel.CallInfo, err error, handled bool) {
+	if info.Metadata["panic-on-end"] != "" {
+		panic("CallEnded panics, as the test asked")
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ended = append(h.ended, ended{info.Method, kernel.CodeOf(err), handled, info.RequestSize, info.ResponseSize})
@@ -143,6 +146,25 @@ func TestServerFilterHooks(t *testing.T) {
 	for i, w := range want {
 		if h.ended[i] != w {
 			t.Errorf("call %d ended as %+v, want %+v", i, h.ended[i], w)
+		}
+	}
+}
+
+// A CallObserver that panics costs a log line: the answer is already out,
+// and the server keeps serving.
+func TestCallObserverPanicKeepsTheServerUp(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-hooks", Side: "server"}}
+	startServer(t, cfg, nil)
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+	var out echopb.Echo
+	if err := cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"panic-on-end": "1"}), "Echo.Echo", &echopb.Echo{Text: "a"}, &out); err != nil || out.Text != "a" {
+		t.Fatalf("the call whose CallEnded panics: %v %q, want its answer", err, out.Text)
+	}
+	for i := range 3 {
+		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "b"}, &out); err != nil {
+			t.Fatalf("call %d after the panic: %v", i, err)
 		}
 	}
 }
