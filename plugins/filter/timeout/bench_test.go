@@ -40,6 +40,18 @@ func BenchmarkInvoke(b *testing.B) {
 	defer cancel()
 	cancellable, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
+	// The floor under "applies": what context.WithTimeout and its cancel
+	// cost alone, which a context with a deadline of its own needs (a
+	// channel, a timer, the context) whoever makes it.
+	b.Run("context.WithTimeout-alone", func(b *testing.B) {
+		info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ClientSide}
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, _ = doneNext(ctx, info, nil)
+			cancel()
+		}
+	})
 	for _, bc := range []struct {
 		name   string
 		filter bool
