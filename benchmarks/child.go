@@ -14,15 +14,16 @@ import (
 	"time"
 )
 
-// serverProcess is the harness's handle on one child running a server (see
-// serve.go for the child's side).
-type serverProcess struct {
+// childProcess is the harness's handle on one child running a server (see
+// serve.go for the child's side) or, in the many mode, a client (many.go).
+type childProcess struct {
 	sys   *system
+	role  string // "server" or "client", for error messages
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string // the child's stdout, line by line; closed at EOF
-	addr  string
-	args  string // for error messages: how to run the child by hand
+	addr  string      // where a server listens
+	args  string      // for error messages: how to run the child by hand
 }
 
 // childWait bounds waiting for a child to start, answer or exit.
@@ -35,33 +36,15 @@ const childWait = 10 * time.Second
 //
 // With profileDir set, the child writes a CPU profile of its whole life to
 // profileDir/server-<system>.pprof.
-func startServer(ctx context.Context, exe string, sys *system, profileDir string, so serveOptions) (*serverProcess, error) {
+func startServer(ctx context.Context, exe string, sys *system, profileDir string, so serveOptions) (*childProcess, error) {
 	args := []string{serveFlag + sys.name, "-addr=127.0.0.1:0", "-alias-requests=" + strconv.FormatBool(so.aliasRequests)}
 	if profileDir != "" {
 		args = append(args, "-cpuprofile="+filepath.Join(profileDir, "server-"+sys.name+".pprof"))
 	}
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 2 * time.Second
-	p := &serverProcess{sys: sys, cmd: cmd, lines: make(chan string, 4), args: exe + " " + strings.Join(args, " ")}
-	var err error
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	p, err := startChild(ctx, exe, sys, "server", args)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s server: %w", sys.label, err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
 	addr, err := p.readLine(ctx)
 	if err != nil {
 		p.stop()
@@ -71,25 +54,53 @@ func startServer(ctx context.Context, exe string, sys *system, profileDir string
 	return p, nil
 }
 
+// startChild re-executes exe with args and reads its stdout line by line.
+func startChild(ctx context.Context, exe string, sys *system, role string, args []string) (*childProcess, error) {
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stderr = os.Stderr
+	cmd.WaitDelay = 2 * time.Second
+	p := &childProcess{sys: sys, role: role, cmd: cmd, lines: make(chan string, 4), args: exe + " " + strings.Join(args, " ")}
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s %s: %w", sys.label, role, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20) // a client's histogram line is long
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	return p, nil
+}
+
 // readLine waits for the child's next line of stdout.
-func (p *serverProcess) readLine(ctx context.Context) (string, error) {
+func (p *childProcess) readLine(ctx context.Context) (string, error) {
 	t := time.NewTimer(childWait)
 	defer t.Stop()
 	select {
 	case l, ok := <-p.lines:
 		if !ok {
-			return "", fmt.Errorf("the server process exited (its error, if any, is above; run %q by hand to see more)", p.args)
+			return "", fmt.Errorf("the %s process exited (its error, if any, is above; run %q by hand to see more)", p.role, p.args)
 		}
 		return l, nil
 	case <-t.C:
-		return "", fmt.Errorf("no answer within %s; run %q by hand to see whether it serves", childWait, p.args)
+		return "", fmt.Errorf("no answer from the %s within %s; run %q by hand to see what it does", p.role, childWait, p.args)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
 }
 
 // stats asks the child for its allocation count and CPU time.
-func (p *serverProcess) stats(ctx context.Context) (procStats, error) {
+func (p *childProcess) stats(ctx context.Context) (procStats, error) {
 	if _, err := io.WriteString(p.stdin, "stats\n"); err != nil {
 		return procStats{}, fmt.Errorf("%s server: ask for stats: %w", p.sys.label, err)
 	}
@@ -111,7 +122,7 @@ func (p *serverProcess) stats(ctx context.Context) (procStats, error) {
 
 // stop asks the child to exit by closing its stdin, and kills it if it has
 // not exited within childWait. It is safe to call more than once.
-func (p *serverProcess) stop() error {
+func (p *childProcess) stop() error {
 	if p.cmd.ProcessState != nil {
 		return nil
 	}
@@ -124,18 +135,18 @@ func (p *serverProcess) stop() error {
 			return nil // killed by the context on interrupt: expected
 		}
 		if err != nil {
-			return fmt.Errorf("%s server exited badly: %w", p.sys.label, err)
+			return fmt.Errorf("%s %s exited badly: %w", p.sys.label, p.role, err)
 		}
 		return nil
 	case <-time.After(childWait):
 		p.cmd.Process.Kill()
 		<-done
-		return fmt.Errorf("%s server did not exit within %s of its stdin closing; killed it", p.sys.label, childWait)
+		return fmt.Errorf("%s %s did not exit within %s of its stdin closing; killed it", p.sys.label, p.role, childWait)
 	}
 }
 
 // dump asks the child to write its goroutine stacks to path.
-func (p *serverProcess) dump(ctx context.Context, path string) error {
+func (p *childProcess) dump(ctx context.Context, path string) error {
 	if _, err := io.WriteString(p.stdin, "dump "+path+"\n"); err != nil {
 		return err
 	}

@@ -24,10 +24,12 @@ import (
 // the default.
 var codecSystems = []string{"kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers"}
 
+// They use echopb.Echo, whose generated methods the flatbuffers codec needs
+// (its Marshaler), with no server option.
 func init() {
 	for _, name := range codecSystems {
 		codec := strings.TrimPrefix(name, "kernrpc-")
-		registerSystem(&system{name: name, label: "kernrpc/" + codec, serve: serveKernRPC(codec), dial: dialKernRPC(codec)})
+		registerKernRPC(name, "kernrpc/"+codec, kernrpcVariant{codec: codec, vt: true})
 	}
 }
 

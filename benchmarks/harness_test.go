@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if isServe(os.Args[1:]) {
 		os.Exit(serveMain(os.Args[1:]))
 	}
+	if isClientChild(os.Args[1:]) {
+		os.Exit(clientMain(os.Args[1:]))
+	}
 	os.Exit(m.Run())
 }
 
@@ -37,7 +40,7 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := options{
-		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1,
+		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1, modes: []string{modeLong},
 		payloads: []int{16}, callers: []int{1}, systems: sys, progress: io.Discard,
 	}
 	exe, err := os.Executable()
@@ -54,7 +57,7 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 		t.Errorf("server processes still running after the run: pids %v", left)
 	}
 
-	for i, r := range b.results[cell{payload: 16, callers: 1}] {
+	for i, r := range b.results[cell{mode: modeLong, payload: 16, callers: 1}] {
 		name := sys[i].label
 		p50, p99 := r.hist.quantile(0.5), r.hist.quantile(0.99)
 		switch {
@@ -62,7 +65,7 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 			t.Errorf("%s: no calls measured", name)
 		case p50 <= 0 || p99 < p50 || r.hist.mean() <= 0:
 			t.Errorf("%s: latencies not sane: mean %s p50 %s p99 %s", name, r.hist.mean(), p50, p99)
-		case (r.client.mallocs == 0 && floorOf[sys[i].name] == "") || r.server.mallocs == 0:
+		case (r.client.mallocs == 0 && !isFloor(sys[i].name)) || r.server.mallocs == 0:
 			// Every system allocates something over hundreds of calls (at
 			// least its connection's buffers on the server), so zero means
 			// the counters were not read; only a bare ping-pong's caller
@@ -74,24 +77,169 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 	}
 
 	md := b.markdown("go test")
-	for _, want := range append(labels(sys), "## 16 B payload", "| callers", "allocs", "µs") {
+	for _, want := range append(labels(sys), "## Long connections", "### long, 16 B payload", "| callers", "allocs", "µs", "kernrpc tuned") {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	// Each floor is compared with kernrpc over its own transport, and only
-	// with that; nothing divides by a floor's near-zero allocations.
-	for _, want := range []string{"## kernrpc / grpc-go", "## kernrpc / bare TCP", "## kernrpc/shm-ring / bare shm-ring"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks the %q ratios:\n%s", want, md)
-		}
+	if strings.Contains(md, "## Short connections") || strings.Contains(md, "## Many clients") {
+		t.Errorf("report has a section for a mode that did not run:\n%s", md)
 	}
-	if strings.Contains(md, "## kernrpc / bare shm-ring") {
+	// The default path is compared with the peers before the tuned one; each
+	// floor is compared with kernrpc over its own transport, and only with
+	// that; nothing divides by a floor's near-zero allocations.
+	checkRowsInOrder(t, md, "kernrpc / grpc-go", "kernrpc / net/rpc", "kernrpc tuned / grpc-go", "kernrpc tuned / kernrpc",
+		"kernrpc/shm-ring / kernrpc", "kernrpc / bare TCP", "kernrpc/shm-ring / bare shm-ring")
+	if strings.Contains(md, "| kernrpc / bare shm-ring") {
 		t.Errorf("report compares kernrpc over tcp-lv with the bare shm-ring ping-pong:\n%s", md)
 	}
-	_, floorRatios, _ := strings.Cut(md, "## kernrpc / bare TCP")
-	if !strings.Contains(floorRatios, "n/a") {
-		t.Errorf("allocation ratio against a bare ping-pong is not n/a:\n%s", floorRatios)
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "| kernrpc / bare TCP ") && !strings.Contains(line, "n/a") {
+			t.Errorf("allocation ratio against a bare ping-pong is not n/a: %s", line)
+		}
+	}
+}
+
+// checkRowsInOrder fails unless each row (its leading cells, separated by
+// "|") starts a table row of md, in the order given.
+func checkRowsInOrder(t *testing.T, md string, rows ...string) {
+	t.Helper()
+	var cells [][]string
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "|") {
+			cells = append(cells, splitRow(line))
+		}
+	}
+	at := 0
+	for _, row := range rows {
+		want := splitRow(row)
+		for at < len(cells) && !(len(cells[at]) >= len(want) && slices.Equal(cells[at][:len(want)], want)) {
+			at++
+		}
+		if at == len(cells) {
+			t.Errorf("report lacks a row starting %q after the rows before it:\n%s", row, md)
+			return
+		}
+		at++
+	}
+}
+
+func splitRow(line string) []string {
+	var out []string
+	for f := range strings.SplitSeq(strings.Trim(line, "| "), "|") {
+		out = append(out, strings.TrimSpace(f))
+	}
+	return out
+}
+
+func isFloor(name string) bool { return slices.Contains(floorSystems, name) }
+
+// TestShortAndManyModes runs the short and many modes at the smallest
+// scale against kernrpc and its two peers, and checks what makes each
+// mode what it is: a short call pays for a connection (many allocations,
+// where a call on a long connection makes about two), and the many mode's
+// figures come from several client processes.
+func TestShortAndManyModes(t *testing.T) {
+	sys, err := lookupSystems([]string{"kernrpc", "grpc", "netrpc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{
+		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1,
+		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: 2, clientCallers: 2,
+		systems: sys, progress: io.Discard,
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := runBenchmarks(ctx, exe, o)
+	if err != nil {
+		t.Fatalf("runBenchmarks: %v", err)
+	}
+	if left := liveChildren(t); len(left) > 0 {
+		t.Errorf("server or client processes still running after the run: pids %v", left)
+	}
+	if len(b.cells) != 3 {
+		t.Fatalf("cells %v, want short at 1 and 2 callers and one many cell", b.cells)
+	}
+	for _, c := range b.cells {
+		for i, r := range b.results[c] {
+			name := sys[i].label + ", " + c.String()
+			switch {
+			case r.calls == 0 || r.hist.n != r.calls || r.hist.mean() <= 0:
+				t.Errorf("%s: no calls measured (%d calls, histogram of %d)", name, r.calls, r.hist.n)
+			case r.client.mallocs == 0 || r.server.mallocs == 0 || r.client.cpu <= 0 || r.server.cpu <= 0:
+				t.Errorf("%s: costs not measured: client %+v server %+v", name, r.client, r.server)
+			}
+			perCall := r.perCall(float64(r.client.mallocs))
+			if c.mode == modeShort && perCall < 20 {
+				t.Errorf("%s: %.1f client allocations per call: is a client really made per call?", name, perCall)
+			}
+		}
+	}
+	md := b.markdown("go test")
+	for _, want := range []string{"## Short connections", "### short, 16 B payload", "## Many clients", "### many, 16 B payload",
+		"| clients × callers", "| 2 × 2 "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "## Long connections") {
+		t.Errorf("report has the long mode, which did not run:\n%s", md)
+	}
+	_, short, _ := strings.Cut(md, "### short: ratios")
+	short, many, _ := strings.Cut(short, "### many: ratios")
+	checkRowsInOrder(t, short, "kernrpc / grpc-go | 16 B | 1", "kernrpc / grpc-go | 16 B | 2", "kernrpc / net/rpc | 16 B | 1")
+	checkRowsInOrder(t, many, "kernrpc / grpc-go | 16 B | 2 × 2", "kernrpc / net/rpc | 16 B | 2 × 2")
+}
+
+// TestClientChildReportsFailure: a client child that cannot reach its
+// server says so on the protocol, so that the harness names the cause.
+func TestClientChildReportsFailure(t *testing.T) {
+	var out strings.Builder
+	in := strings.NewReader("start\nstop\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// net/rpc dials at once, so a closed port fails before "ready".
+	err := runClientChild(ctx, systems["netrpc"], "127.0.0.1:1", 1, 16, in, &out)
+	if err == nil || !strings.HasPrefix(out.String(), "error ") || !strings.Contains(out.String(), "127.0.0.1:1") {
+		t.Errorf("err %v, output %q: want an error line naming the address", err, out.String())
+	}
+	var rr roundResult
+	if err := rr.addClient(strings.TrimSpace(out.String())); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("addClient of the error line: %v, want the child's error", err)
+	}
+}
+
+func TestClientResultLine(t *testing.T) {
+	var h histogram
+	for _, d := range []time.Duration{90, 130, 5 * time.Microsecond, 5 * time.Microsecond, 3 * time.Millisecond} {
+		h.record(d)
+	}
+	var rr roundResult
+	if err := rr.addClient("result 5 1000000 40 2500 " + h.encode()); err != nil {
+		t.Fatal(err)
+	}
+	if rr.hist.n != 5 || rr.hist.mean() != h.mean() || rr.hist.quantile(0.5) != h.quantile(0.5) || rr.hist.quantile(1) != 3*time.Millisecond {
+		t.Errorf("histogram came back as n %d mean %s p50 %s max %s", rr.hist.n, rr.hist.mean(), rr.hist.quantile(0.5), rr.hist.quantile(1))
+	}
+	if rr.client.mallocs != 40 || rr.client.cpu != 2500 {
+		t.Errorf("client costs %+v, want 40 mallocs and 2.5 µs", rr.client)
+	}
+	var empty histogram
+	for _, bad := range []string{
+		"stats 1 2",
+		"result 5 1000000 40 x " + h.encode(),
+		"result 4 1000000 40 2500 " + h.encode(), // calls and histogram disagree
+		"result 0 1000000 40 2500 0 0 0 9999999:1",
+		"result 0 1 2 3 " + empty.encode() + " extra",
+	} {
+		if err := new(roundResult).addClient(bad); err == nil {
+			t.Errorf("addClient(%q) accepted it", bad)
+		}
 	}
 }
 
@@ -169,8 +317,19 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults are the documented matrix", nil, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{16, 64 << 10}) && slices.Equal(o.callers, []int{1, 4, 64}) &&
-				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests
+				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests &&
+				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && o.clients == 16 && o.clientCallers == 4 &&
+				o.systems[0].name == "kernrpc" && o.systems[1].name == "kernrpc-tuned"
 		}},
+		{"modes keep their order", []string{"-mode=many, long"}, "", func(o options) bool {
+			return slices.Equal(o.modes, []string{modeLong, modeMany})
+		}},
+		{"all is every mode", []string{"-mode=short,all"}, "", func(o options) bool { return slices.Equal(o.modes, modeOrder) }},
+		{"unknown mode is named", []string{"-mode=fast"}, `-mode: unknown mode "fast"; known: long, short, many, or all`, nil},
+		{"empty mode rejected", []string{"-mode="}, "-mode: no mode given", nil},
+		{"zero client processes rejected", []string{"-clients=0"}, "-clients must be from 1 to 256", nil},
+		{"zero callers per client process rejected", []string{"-client-callers=0"}, "-client-callers from 1 to 10000", nil},
+		{"short callers checked", []string{"-short-callers=1,x"}, `-short-callers: bad callers count "x"`, nil},
 		{"sizes take units", []string{"-payloads=0, 512B,1MiB"}, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{0, 512, 1 << 20})
 		}},

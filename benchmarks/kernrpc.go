@@ -6,81 +6,130 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/plainpb"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 )
 
-// The system under test: kernrpc with its default plugins (tcp-lv
+// The systems under test: kernrpc with its default plugins (tcp-lv
 // transport, protobuf codec, round-robin balancer, one connection per
-// instance) and no filters; -alias-requests (on unless turned off) sets
-// the one non-default option, on the server's codec. The client finds the
-// server through the memory registry's static list, so no registry traffic
-// is measured. codecs.go adds the same with each other codec.
+// instance) and no filters, in two variants:
+//
+//   - kernrpc, the default path: what a new user gets. Messages generated
+//     by protoc-gen-go alone (internal/plainpb), which the protobuf codec
+//     marshals through protobuf-go's reflection, and no options at all.
+//   - kernrpc tuned: messages with vtprotobuf's generated methods
+//     (internal/echopb), which the codec uses instead (no reflection; a
+//     reused reply keeps its payload's memory), and the server's codec
+//     decoding requests in place (alias_requests, unless
+//     -alias-requests=false), which the echo handler allows since it only
+//     reads its request.
+//
+// The client finds the server through the memory registry's static list,
+// so no registry traffic is measured. shmring.go adds the same over
+// shm-ring, codecs.go the same with each other codec.
 
 func init() {
-	registerSystem(&system{name: "kernrpc", label: "kernrpc",
-		serve: serveKernRPC(kernrpc.DefaultCodec), dial: dialKernRPC(kernrpc.DefaultCodec)})
+	registerKernRPC("kernrpc", "kernrpc", kernrpcVariant{codec: kernrpc.DefaultCodec})
+	registerKernRPC("kernrpc-tuned", "kernrpc tuned", kernrpcVariant{codec: kernrpc.DefaultCodec, vt: true, tuned: true})
 }
 
 // kernrpcService is the service name both sides agree on.
 const kernrpcService = "echo"
 
-// serveKernRPC serves echo configured with codec. The server would answer
-// any codec a client sends; configuring the one measured keeps it honest.
-func serveKernRPC(codec string) func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
-	return func(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
-		cfg := kernrpc.DefaultConfig()
-		cfg.Service = kernrpcService
-		cfg.Address = addr
-		cfg.Codec = serverCodec(codec, so)
-		srv, err := kernrpc.NewServer(cfg)
-		if err != nil {
-			return "", nil, fmt.Errorf("kernrpc: new server: %w", err)
-		}
+// kernrpcVariant is one way of configuring kernrpc's echo on both sides.
+type kernrpcVariant struct {
+	transport string // "" for the default, tcp-lv
+	codec     string
+	// vt: the echopb message, with vtprotobuf's methods, instead of
+	// plainpb's plain protoc-gen-go one.
+	vt bool
+	// tuned: the server applies the tuning flags (-alias-requests).
+	tuned bool
+}
+
+func registerKernRPC(name, label string, v kernrpcVariant) {
+	registerSystem(&system{name: name, label: label, serve: v.serve, dial: v.dial})
+}
+
+// config is the part of the configuration both sides share.
+func (v kernrpcVariant) config() *kernrpc.Config {
+	cfg := kernrpc.DefaultConfig()
+	cfg.Codec.Name = v.codec
+	if v.transport != "" {
+		cfg.Transport.Name = v.transport
+	}
+	return cfg
+}
+
+// serve serves echo configured with the variant's codec. The server would
+// answer any codec a client sends; configuring the one measured keeps it
+// honest.
+func (v kernrpcVariant) serve(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
+	cfg := v.config()
+	cfg.Service = kernrpcService
+	cfg.Address = addr
+	cfg.Codec = v.serverCodec(so)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("kernrpc: new server: %w", err)
+	}
+	if v.vt {
 		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			return req, nil
 		})
-		if err := srv.Start(ctx); err != nil {
-			return "", nil, fmt.Errorf("kernrpc: start: %w", err)
-		}
-		return srv.Addr(), srv.Shutdown, nil
+	} else {
+		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *plainpb.Echo) (*plainpb.Echo, error) {
+			return req, nil
+		})
 	}
+	if err := srv.Start(ctx); err != nil {
+		return "", nil, fmt.Errorf("kernrpc: start: %w", err)
+	}
+	return srv.Addr(), srv.Shutdown, nil
 }
 
 // serverCodec is the codec config of a kernrpc echo server: alias_requests
 // is a protobuf option (the other codecs' requests alias or copy by
-// nature), and the echo handler keeps its contract: it only reads the
-// request, and answers with it before returning.
-func serverCodec(codec string, so serveOptions) kernrpc.PluginConfig {
-	pc := kernrpc.PluginConfig{Name: codec}
-	if codec == protobuf.Name && so.aliasRequests {
+// nature) that only the tuned variants take, and the echo handler keeps
+// its contract: it only reads the request, and answers with it before
+// returning.
+func (v kernrpcVariant) serverCodec(so serveOptions) kernrpc.PluginConfig {
+	pc := kernrpc.PluginConfig{Name: v.codec}
+	if v.tuned && v.codec == protobuf.Name && so.aliasRequests {
 		pc.Options = map[string]any{"alias_requests": true}
 	}
 	return pc
 }
 
-// dialKernRPC makes a client that calls in codec.
-func dialKernRPC(codec string) func(ctx context.Context, addr string) (echoClient, error) {
-	return func(_ context.Context, addr string) (echoClient, error) {
-		cfg := kernrpc.DefaultConfig()
-		cfg.Codec.Name = codec
-		cfg.Registry = kernrpc.PluginConfig{
-			Name:    "memory",
-			Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
-		}
-		cli, err := kernrpc.NewClient(cfg, kernrpcService)
-		if err != nil {
-			return nil, fmt.Errorf("kernrpc: new client for %s: %w", addr, err)
-		}
-		return kernrpcClient{cli}, nil
+// dial makes a client that calls in the variant's codec and transport.
+func (v kernrpcVariant) dial(_ context.Context, addr string) (echoClient, error) {
+	cfg := v.config()
+	cfg.Registry = kernrpc.PluginConfig{
+		Name:    "memory",
+		Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
 	}
+	cli, err := kernrpc.NewClient(cfg, kernrpcService)
+	if err != nil {
+		return nil, fmt.Errorf("kernrpc: new client for %s: %w", addr, err)
+	}
+	return kernrpcClient{c: cli, vt: v.vt}, nil
 }
 
-type kernrpcClient struct{ c *kernrpc.Client }
+type kernrpcClient struct {
+	c  *kernrpc.Client
+	vt bool
+}
 
 func (c kernrpcClient) newCaller(payload []byte) callFunc {
-	req := &echopb.Echo{Payload: payload}
-	resp := &echopb.Echo{}
+	if c.vt {
+		req, resp := &echopb.Echo{Payload: payload}, &echopb.Echo{}
+		return func(ctx context.Context) (int, error) {
+			err := c.c.Call(ctx, "Echo.Echo", req, resp)
+			return len(resp.Payload), err
+		}
+	}
+	req, resp := &plainpb.Echo{Payload: payload}, &plainpb.Echo{}
 	return func(ctx context.Context) (int, error) {
 		err := c.c.Call(ctx, "Echo.Echo", req, resp)
 		return len(resp.Payload), err

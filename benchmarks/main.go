@@ -1,7 +1,9 @@
 // Command benchmarks measures kernrpc against grpc-go and net/rpc on the
 // same machine in the same run: echo calls over loopback, every server in
-// a process of its own, rounds of the three interleaved. Run it from the
-// module root:
+// a process of its own, rounds of the systems interleaved, in three modes
+// (long connections, short connections, many client processes). kernrpc
+// runs on its default path (plain protoc-gen-go messages, no options) and
+// tuned. Run it from the module root:
 //
 //	go run ./benchmarks
 //
@@ -28,25 +30,38 @@ const usage = `Usage: go run ./benchmarks [flags]
 
 Measures echo calls over loopback with kernrpc (tcp-lv transport, protobuf
 codec), grpc-go (unary, default options) and net/rpc (gob), side by side.
-Each server runs in its own process (this binary, re-executed); the callers
-run in this process and share one client per system. For every payload and
-callers value (a cell), the systems take turns round by round.
+Each server runs in its own process (this binary, re-executed). For every
+cell (a mode × payload × callers), the systems take turns round by round.
+
+kernrpc runs twice: "kernrpc" is the default path a new user gets (messages
+from plain protoc-gen-go, internal/plainpb, and no options); "kernrpc tuned"
+uses messages with vtprotobuf's methods (internal/echopb) and a server that
+decodes requests in place (alias_requests). grpc-go uses the plain messages.
+
+Modes (-mode, comma-separated, or all):
+  long   the callers share one client made before the round: -payloads × -callers
+  short  every call makes a client, calls once and closes it: -short-callers, 16 B
+  many   -clients client processes (this binary again), each one client shared
+         by -client-callers callers, against one server process: 16 B
 
 Per cell and system it reports calls/s, latency mean/p50/p99, and per call
-the heap allocations and CPU time of the client and of the server process,
-then kernrpc's ratio to each peer. A full default run takes about 2.5 minutes.
+the heap allocations and CPU time of the client side (the harness, or all
+client processes in the many mode) and of the server process, then ratios:
+kernrpc's default path to each peer first, then the tuned path's.
 
 Flags:
 `
 
 const examples = `
 Examples:
-  go run ./benchmarks                                   # the full matrix
-  go run ./benchmarks -payloads=16 -callers=1 -rounds=1 # a quick look
+  go run ./benchmarks                                   # every mode, about %s
+  go run ./benchmarks -mode=long -payloads=16 -callers=1 -rounds=1 # a quick look
+  go run ./benchmarks -mode=short -systems=kernrpc,grpc,netrpc
+  go run ./benchmarks -mode=many -clients=16 -client-callers=4 -systems=kernrpc,grpc,netrpc
   go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
-  go run ./benchmarks -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
-  go run ./benchmarks -codecs -systems=kernrpc                 # kernrpc's four codecs
-  go run ./benchmarks -floors -payloads=16 -callers=1           # kernrpc beside bare ping-pongs
+  go run ./benchmarks -mode=long -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
+  go run ./benchmarks -mode=long -codecs -systems=kernrpc        # kernrpc's four codecs
+  go run ./benchmarks -mode=long -floors -payloads=16 -callers=1 # beside bare ping-pongs
 `
 
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -54,6 +69,9 @@ func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
 func mainCode(args []string, stdout, stderr io.Writer) int {
 	if isServe(args) {
 		return serveMain(args)
+	}
+	if isClientChild(args) {
+		return clientMain(args)
 	}
 	o, out, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -84,9 +102,9 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "benchmarks: CPU profiles go to %s; look with go tool pprof -top %s/server-kernrpc.pprof\n", o.profileDir, o.profileDir)
 	}
 
-	cells := len(o.payloads) * len(o.callers)
-	est := time.Duration(cells*o.rounds*len(o.systems)) * (o.warmup + o.duration + 50*time.Millisecond)
-	fmt.Fprintf(stderr, "benchmarks: %d cells × %d systems × %d rounds, about %s\n", cells, len(o.systems), o.rounds, est.Round(time.Second))
+	cells := o.cells()
+	fmt.Fprintf(stderr, "benchmarks: modes %s: %d cells × %d systems × %d rounds, about %s\n",
+		strings.Join(o.modes, ", "), len(cells), len(o.systems), o.rounds, estimate(cells, o).Round(time.Second))
 	b, err := runBenchmarks(ctx, exe, o)
 	if err == nil && o.codecs {
 		b.codecs, err = measureCodecs(ctx, o.progress)
@@ -126,20 +144,27 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
-		fmt.Fprint(stderr, examples)
+		def, _, _ := parseFlags(nil, io.Discard)
+		fmt.Fprintf(stderr, examples, estimate(def.cells(), def).Round(10*time.Second))
 	}
 	o := options{progress: stderr}
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per round")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per system and cell; results add all rounds up")
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured calls before each round, on the round's fresh client")
-	payloads := fs.String("payloads", "16,64KiB", "payload sizes, comma-separated; B, KiB and MiB suffixes")
-	callers := fs.String("callers", "1,4,64", "concurrent callers per client, comma-separated")
+	modes := fs.String("mode", "all", "modes to run, comma-separated: "+strings.Join(modeOrder, ", ")+", or all")
+	payloads := fs.String("payloads", "16,64KiB", "long mode: payload sizes, comma-separated; B, KiB and MiB suffixes")
+	callers := fs.String("callers", "1,4,64", "long mode: concurrent callers sharing one client, comma-separated")
+	shortCallers := fs.String("short-callers", "1,4", "short mode: concurrent callers, each making a client per call, comma-separated")
+	fs.IntVar(&o.clients, "clients", 16, "many mode: client processes against the one server")
+	fs.IntVar(&o.clientCallers, "client-callers", 4, "many mode: concurrent callers per client process, sharing its one client")
 	systemList := fs.String("systems", strings.Join(defaultSystems, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
 	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
 		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
 	floors := fs.Bool("floors", false, "measure what the machine allows without a framework: add "+strings.Join(floorSystems, ", ")+
 		" (a plain ping-pong per caller over loopback TCP and over the shm-ring transport) to -systems")
-	fs.BoolVar(&o.server.aliasRequests, "alias-requests", true, "kernrpc servers decode protobuf requests in place (the codec's alias_requests option; the echo handler only reads its request); false measures the default copying decode")
+	fs.BoolVar(&o.server.aliasRequests, "alias-requests", true, "the tuned kernrpc servers (kernrpc-tuned, kernrpc-shm-tuned) decode protobuf requests in place "+
+		"(the codec's alias_requests option; the echo handler only reads its request); false leaves them only the vtprotobuf messages. "+
+		"The default-path systems never set it")
 	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles: client.pprof (this process) and server-<system>.pprof")
 	out := fs.String("out", "", "results file (default benchmarks/results/<UTC date-time>.md; - for none)")
 	if err := fs.Parse(args); err != nil {
@@ -151,6 +176,15 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	var err error
 	if o.duration <= 0 || o.warmup < 0 || o.rounds < 1 {
 		return o, "", errors.New("-duration must be positive, -warmup not negative and -rounds at least 1")
+	}
+	if o.modes, err = parseModes(*modes); err != nil {
+		return o, "", fmt.Errorf("-mode: %w", err)
+	}
+	if o.clients < 1 || o.clients > 256 || o.clientCallers < 1 || o.clientCallers > 10000 {
+		return o, "", fmt.Errorf("-clients must be from 1 to 256 (got %d) and -client-callers from 1 to 10000 (got %d)", o.clients, o.clientCallers)
+	}
+	if o.shortCallers, err = parseList(*shortCallers, parseCallers); err != nil {
+		return o, "", fmt.Errorf("-short-callers: %w", err)
 	}
 	if o.payloads, err = parseList(*payloads, parseSize); err != nil {
 		return o, "", fmt.Errorf("-payloads: %w", err)

@@ -18,10 +18,16 @@ type options struct {
 	duration time.Duration // measured time per round
 	warmup   time.Duration // unmeasured calls before each round's window
 	rounds   int
-	payloads []int
-	callers  []int
-	systems  []*system
-	progress io.Writer // where progress lines go (stderr)
+	modes    []string // modeOrder's, in its order
+	payloads []int    // long mode
+	callers  []int    // long mode
+	// shortCallers are the short mode's concurrent callers.
+	shortCallers []int
+	// clients and clientCallers shape the many mode: client processes,
+	// and callers per process.
+	clients, clientCallers int
+	systems                []*system
+	progress               io.Writer // where progress lines go (stderr)
 	// profileDir, when set, receives CPU profiles: client.pprof for this
 	// process (every system's client), server-<system>.pprof per server.
 	profileDir string
@@ -33,8 +39,10 @@ type options struct {
 
 // cell is one point of the matrix: every system runs it, rounds interleaved.
 type cell struct {
-	payload int // bytes
-	callers int // concurrent callers sharing one client
+	mode    string // modeLong, modeShort or modeMany
+	payload int    // bytes
+	callers int    // concurrent callers sharing one client (per process in many mode)
+	clients int    // client processes, in many mode; 0 otherwise
 }
 
 // result is one system's rounds of one cell, added up. Rates are totals
@@ -83,23 +91,16 @@ type benchmark struct {
 	finished time.Time
 }
 
-func (o *options) cells() []cell {
-	var cs []cell
-	for _, p := range o.payloads {
-		for _, c := range o.callers {
-			cs = append(cs, cell{payload: p, callers: c})
-		}
-	}
-	return cs
-}
-
 // runBenchmarks starts one server process per system (re-executing exe),
 // runs every cell, and stops the servers whatever happens. Within a cell the
 // systems take turns round by round, so that a noisy second on the machine
 // hits all of them alike rather than one system's whole measurement.
 func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, error) {
+	if o.clients < 1 {
+		o.clients = 1 // many mode with the zero options of a test
+	}
 	b := &benchmark{opts: o, cells: o.cells(), results: map[cell][]*result{}, started: time.Now()}
-	servers := make([]*serverProcess, len(o.systems))
+	servers := make([]*childProcess, len(o.systems))
 	defer func() {
 		for _, s := range servers {
 			if s != nil {
@@ -115,7 +116,6 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 		servers[i] = s
 	}
 
-	totalRounds := len(b.cells) * o.rounds * len(o.systems)
 	done := 0
 	for ci, c := range b.cells {
 		results := make([]*result, len(o.systems))
@@ -126,19 +126,25 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 		for round := 1; round <= o.rounds; round++ {
 			for i, sys := range o.systems {
 				res := results[i]
-				rr, err := runRound(ctx, sys, servers[i], c, o)
+				var rr *roundResult
+				var err error
+				if c.mode == modeMany {
+					rr, err = runManyRound(ctx, exe, sys, servers[i], c, o)
+				} else {
+					rr, err = runRound(ctx, sys, servers[i], c, o)
+				}
 				if err != nil {
-					return nil, fmt.Errorf("%s, %s, %d callers, round %d: %w", sys.label, sizeName(c.payload), c.callers, round, err)
+					return nil, fmt.Errorf("%s, %s, round %d: %w", sys.label, c, round, err)
 				}
 				res.add(rr)
 				done++
-				left := time.Duration(totalRounds-done) * (o.warmup + o.duration + 50*time.Millisecond)
+				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*len(o.systems)-(round-1)*len(o.systems)-i-1)*roundTime(c, o)
 				noisy := ""
 				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
 				}
-				fmt.Fprintf(o.progress, "cell %d/%d (%s, callers %d)  round %d/%d  %-8s %8s calls/s  p99 %6s µs  (cell so far %s calls/s)  ~%s left%s\n",
-					ci+1, len(b.cells), sizeName(c.payload), c.callers, round, o.rounds, sys.label,
+				fmt.Fprintf(o.progress, "cell %d/%d (%s)  round %d/%d  %-16s %8s calls/s  p99 %6s µs  (cell so far %s calls/s)  ~%s left%s\n",
+					ci+1, len(b.cells), c, round, o.rounds, sys.label,
 					fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()), left.Round(time.Second), noisy)
 			}
 		}
@@ -183,22 +189,26 @@ const (
 )
 
 // runRound makes a fresh client, runs c.callers callers through a warm-up
-// and a measured window, and returns what the window saw.
+// and a measured window, and returns what the window saw. In the short
+// mode there is no shared client: each call makes and closes its own.
 //
 // The window's edges are where the counters are read: the server's stats
 // (which allocate in the harness, to parse the answer) are taken outside
 // the client's snapshots, and nothing between the two client snapshots
 // allocates except the callers' calls, so the client's allocations per call
 // are the framework's own.
-func runRound(ctx context.Context, sys *system, srv *serverProcess, c cell, o options) (*roundResult, error) {
+func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o options) (*roundResult, error) {
 	// Garbage from the previous round (another system's) is collected now,
 	// not on this system's CPU time.
 	runtime.GC()
-	cli, err := sys.dial(ctx, srv.addr)
-	if err != nil {
-		return nil, err
+	var cli echoClient
+	if c.mode == modeLong {
+		var err error
+		if cli, err = sys.dial(ctx, srv.addr); err != nil {
+			return nil, err
+		}
+		defer cli.Close()
 	}
-	defer cli.Close()
 
 	var phase atomic.Int32
 	hists := make([]*histogram, c.callers)
@@ -210,7 +220,12 @@ func runRound(ctx context.Context, sys *system, srv *serverProcess, c cell, o op
 		for j := range payload {
 			payload[j] = byte(i + j)
 		}
-		call := cli.newCaller(payload)
+		var call callFunc
+		if cli != nil {
+			call = cli.newCaller(payload)
+		} else {
+			call = shortCaller(sys, srv.addr, payload)
+		}
 		h := hists[i]
 		wg.Go(func() {
 			if err := callLoop(ctx, call, len(payload), &phase, h); err != nil {
@@ -321,7 +336,7 @@ func waitGroupTimeout(wg *sync.WaitGroup, d time.Duration) error {
 
 // dumpHang writes the goroutine stacks of the harness and of the server to
 // files, for finding out where a hanging call is stuck, and says where.
-func dumpHang(ctx context.Context, sys *system, srv *serverProcess) string {
+func dumpHang(ctx context.Context, sys *system, srv *childProcess) string {
 	base := filepath.Join(os.TempDir(), fmt.Sprintf("kernrpc-bench-hang-%s-%d", sys.name, os.Getpid()))
 	msg := "goroutine stacks: client in " + base + "-client.txt"
 	if err := dumpGoroutines(base + "-client.txt"); err != nil {
@@ -331,6 +346,24 @@ func dumpHang(ctx context.Context, sys *system, srv *serverProcess) string {
 		return msg + "; server stacks not written: " + err.Error()
 	}
 	return msg + ", server in " + base + "-server.txt"
+}
+
+// roundTime is about how long one round of c takes, for progress lines.
+func roundTime(c cell, o options) time.Duration {
+	d := o.warmup + o.duration + 50*time.Millisecond
+	if c.mode == modeMany {
+		d += time.Duration(c.clients) * 30 * time.Millisecond // starting the client processes
+	}
+	return d
+}
+
+// estimate is about how long cells take with every system and round.
+func estimate(cells []cell, o options) time.Duration {
+	var d time.Duration
+	for _, c := range cells {
+		d += time.Duration(o.rounds*len(o.systems)) * roundTime(c, o)
+	}
+	return d
 }
 
 // noisyShare is the share of the machine's CPU time other processes may

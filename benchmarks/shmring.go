@@ -1,60 +1,28 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"runtime"
 	"slices"
 
 	"github.com/kernrpc/kernrpc"
-	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/plugins/transport/shmring"
 )
 
 // kernrpc over the shm-ring transport: kernrpc.go's echo service and
 // client with the transport swapped, the server in its child process on
-// the same host, the two attached through shared memory. The child is
-// given a host:port address with port 0, which shm-ring turns into a fresh
-// abstract socket name, as TCP picks a free port. It runs by default on
-// Linux, the only system shm-ring supports.
+// the same host, the two attached through shared memory; the default path
+// and the tuned one, as over tcp-lv. The child is given a host:port
+// address with port 0, which shm-ring turns into a fresh abstract socket
+// name, as TCP picks a free port. The default path runs by default on
+// Linux, the only system shm-ring supports; the tuned one when named in
+// -systems.
 
 func init() {
-	registerSystem(&system{name: "kernrpc-shm", label: "kernrpc/shm-ring", serve: serveShmRing, dial: dialShmRing})
+	registerKernRPC("kernrpc-shm", "kernrpc/shm-ring", kernrpcVariant{transport: shmring.Name, codec: kernrpc.DefaultCodec})
+	registerKernRPC("kernrpc-shm-tuned", "kernrpc/shm-ring tuned",
+		kernrpcVariant{transport: shmring.Name, codec: kernrpc.DefaultCodec, vt: true, tuned: true})
 	if runtime.GOOS == "linux" {
-		i := slices.Index(defaultSystems, "kernrpc") + 1
+		i := slices.Index(defaultSystems, "kernrpc-tuned") + 1
 		defaultSystems = slices.Insert(defaultSystems, i, "kernrpc-shm")
 	}
-}
-
-func serveShmRing(ctx context.Context, addr string, so serveOptions) (string, func(context.Context) error, error) {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = kernrpcService
-	cfg.Address = addr
-	cfg.Transport.Name = shmring.Name
-	cfg.Codec = serverCodec(kernrpc.DefaultCodec, so)
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		return "", nil, fmt.Errorf("kernrpc over shm-ring: new server: %w", err)
-	}
-	kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-		return req, nil
-	})
-	if err := srv.Start(ctx); err != nil {
-		return "", nil, fmt.Errorf("kernrpc over shm-ring: start: %w", err)
-	}
-	return srv.Addr(), srv.Shutdown, nil
-}
-
-func dialShmRing(_ context.Context, addr string) (echoClient, error) {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Transport.Name = shmring.Name
-	cfg.Registry = kernrpc.PluginConfig{
-		Name:    "memory",
-		Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},
-	}
-	cli, err := kernrpc.NewClient(cfg, kernrpcService)
-	if err != nil {
-		return nil, fmt.Errorf("kernrpc over shm-ring: new client for %s: %w", addr, err)
-	}
-	return kernrpcClient{cli}, nil
 }

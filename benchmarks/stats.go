@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"math/bits"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -104,4 +107,55 @@ func (h *histogram) quantile(q float64) time.Duration {
 		}
 	}
 	return time.Duration(h.max)
+}
+
+// encode writes h on one line, for a client child to send it to the
+// harness: "<n> <sum> <max> <bucket>:<count>,..." with the non-empty
+// buckets only.
+func (h *histogram) encode() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %d %d ", h.n, h.sum, h.max)
+	sep := ""
+	for i, c := range h.counts {
+		if c != 0 {
+			fmt.Fprintf(&b, "%s%d:%d", sep, i, c)
+			sep = ","
+		}
+	}
+	if sep == "" {
+		b.WriteString("-")
+	}
+	return b.String()
+}
+
+// decode reads what encode wrote into the empty histogram h.
+func (h *histogram) decode(s string) error {
+	f := strings.Fields(s)
+	if len(f) != 4 {
+		return fmt.Errorf("histogram %q: want \"<n> <sum> <max> <buckets>\"", s)
+	}
+	var err error
+	vals := []*uint64{&h.n, &h.sum, &h.max}
+	for i, p := range vals {
+		if *p, err = strconv.ParseUint(f[i], 10, 64); err != nil {
+			return fmt.Errorf("histogram %q: %w", s, err)
+		}
+	}
+	var total uint64
+	if f[3] != "-" {
+		for pair := range strings.SplitSeq(f[3], ",") {
+			bs, cs, _ := strings.Cut(pair, ":")
+			b, err1 := strconv.Atoi(bs)
+			c, err2 := strconv.ParseUint(cs, 10, 64)
+			if err1 != nil || err2 != nil || b < 0 || b >= histBuckets {
+				return fmt.Errorf("histogram %q: bad bucket %q", s, pair)
+			}
+			h.counts[b] += c
+			total += c
+		}
+	}
+	if total != h.n {
+		return fmt.Errorf("histogram %q: buckets hold %d values, not %d", s, total, h.n)
+	}
+	return nil
 }

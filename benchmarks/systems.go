@@ -11,8 +11,8 @@ import (
 // with it, and how the harness calls that server. Each peer file (grpc.go,
 // netrpc.go, kernrpc.go) registers one from init.
 type system struct {
-	name  string // as given to -systems and -serve: kernrpc, grpc, netrpc
-	label string // as shown in tables: kernrpc, grpc-go, net/rpc
+	name  string // as given to -systems and -serve: kernrpc, kernrpc-tuned, grpc, netrpc
+	label string // as shown in tables: kernrpc, kernrpc tuned, grpc-go, net/rpc
 	// serve starts an echo server listening on addr (host:port, port 0 for
 	// any) and returns the address clients dial and a function that stops
 	// the server. It runs in the child process.
@@ -25,8 +25,9 @@ type system struct {
 // serveOptions are the harness flags that configure servers; the harness
 // passes them on to its children.
 type serveOptions struct {
-	// aliasRequests turns on the protobuf codec's alias_requests on kernrpc
-	// servers: requests are decoded in place, as the echo handler allows.
+	// aliasRequests turns on the protobuf codec's alias_requests on the
+	// tuned kernrpc servers: requests are decoded in place, as the echo
+	// handler allows. The default-path servers ignore it.
 	aliasRequests bool
 }
 
@@ -43,13 +44,21 @@ type echoClient interface {
 type callFunc func(ctx context.Context) (echoed int, err error)
 
 // systemOrder is the order systems run in within a cell and appear in
-// tables; kernrpc first, then its peers.
-var systemOrder = []string{"kernrpc", "kernrpc-shm", "kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers", "grpc", "netrpc", "bare-tcp", "bare-shm"}
+// tables; kernrpc first (its default path, then tuned), then its peers.
+var systemOrder = []string{
+	"kernrpc", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned",
+	"kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers",
+	"grpc", "netrpc", "bare-tcp", "bare-shm",
+}
+
+// peerSystems are the other frameworks, which every kernrpc system is
+// compared with first.
+var peerSystems = []string{"grpc", "netrpc"}
 
 // defaultSystems are what a run compares unless -systems says otherwise:
-// kernrpc as configured by default against its peers. -codecs adds
-// kernrpc with each other codec.
-var defaultSystems = []string{"kernrpc", "grpc", "netrpc"}
+// kernrpc on its default path and tuned, against its peers (shmring.go
+// adds shm-ring on Linux). -codecs adds kernrpc with each other codec.
+var defaultSystems = []string{"kernrpc", "kernrpc-tuned", "grpc", "netrpc"}
 
 var systems = map[string]*system{}
 

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The many mode: -clients client processes, each one client of the system
+// shared by -client-callers callers, against the one server process, as
+// many small services calling one do. The harness re-executes itself for
+// each client process as
+//
+//	benchmarks -client=kernrpc -addr=127.0.0.1:40123 -callers=4 -payload=16
+//
+// Protocol on the client child's stdin and stdout, one line each:
+//
+//	child:   ready                  its callers are calling (warm-up)
+//	harness: start                  the measured window opens
+//	harness: stop                   and closes
+//	child:   result <calls> <window ns> <mallocs> <cpu ns> <histogram>
+//	   or:   error <what failed>
+//
+// The child exits when its stdin closes, like a server child. The round's
+// calls/s are all processes' calls over the harness's window; the server's
+// CPU per call is its CPU time over that window (read by the harness just
+// before "start" and after the last "result") ÷ those calls.
+
+// clientFlag marks a client child; like serveFlag, -h does not show it.
+const clientFlag = "-client="
+
+// isClientChild reports whether args ask for a client child.
+func isClientChild(args []string) bool {
+	for _, a := range args {
+		if strings.HasPrefix(a, clientFlag) || strings.HasPrefix(a, "-"+clientFlag) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientMain runs one client child and returns the exit code.
+func clientMain(args []string) int {
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	name := fs.String("client", "", "system to call: "+strings.Join(systemOrder, ", "))
+	addr := fs.String("addr", "", "the server's address")
+	callers := fs.Int("callers", 1, "concurrent callers sharing this process's client")
+	payload := fs.Int("payload", modePayload, "payload bytes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	sys, ok := systems[*name]
+	if !ok || *addr == "" || *callers < 1 || *payload < 0 || *payload > maxPayload {
+		fmt.Fprintf(os.Stderr, "benchmarks -client: want a known -client (%s), an -addr, -callers ≥ 1 and -payload up to %d; got %q %q %d %d\n",
+			strings.Join(systemOrder, ", "), maxPayload, *name, *addr, *callers, *payload)
+		return 2
+	}
+	slog.SetLogLoggerLevel(slog.LevelWarn) // as in a server child
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	if err := runClientChild(ctx, sys, *addr, *callers, *payload, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "benchmarks -client=%s: %v\n", *name, err)
+		return 1
+	}
+	return 0
+}
+
+// runClientChild is the client child's side of the protocol above.
+func runClientChild(ctx context.Context, sys *system, addr string, callers, size int, in io.Reader, out io.Writer) error {
+	cli, err := sys.dial(ctx, addr)
+	if err != nil {
+		fmt.Fprintf(out, "error %s\n", oneLine(err))
+		return err
+	}
+	defer cli.Close()
+
+	var phase atomic.Int32
+	hists := make([]*histogram, callers)
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for i := range hists {
+		hists[i] = new(histogram)
+		payload := make([]byte, size)
+		for j := range payload {
+			payload[j] = byte(i + j)
+		}
+		call, h := cli.newCaller(payload), hists[i]
+		wg.Go(func() {
+			if err := callLoop(ctx, call, len(payload), &phase, h); err != nil {
+				errs <- err
+			}
+		})
+	}
+	stopped := false
+	stopCallers := func() error {
+		stopped = true
+		phase.Store(phaseStop)
+		return waitGroupTimeout(&wg, childWait)
+	}
+	defer func() {
+		if !stopped {
+			stopCallers()
+		}
+	}()
+	fmt.Fprintln(out, "ready")
+
+	sc := bufio.NewScanner(in)
+	// Bytes, not Text: reading "stop" must not allocate inside the window.
+	if !sc.Scan() || string(sc.Bytes()) != "start" {
+		return nil // the harness went away or gave up on this round
+	}
+	start := readProcStats()
+	phase.Store(phaseMeasure)
+	t0 := time.Now()
+	if !sc.Scan() {
+		return nil
+	}
+	phase.Store(phaseStop)
+	elapsed := time.Since(t0)
+	end := readProcStats()
+	err = stopCallers()
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	if err != nil {
+		fmt.Fprintf(out, "error %s\n", oneLine(err))
+	} else {
+		var h histogram
+		for _, hh := range hists {
+			h.merge(hh)
+		}
+		d := end.sub(start)
+		fmt.Fprintf(out, "result %d %d %d %d %s\n", h.n, elapsed.Nanoseconds(), d.mallocs, d.cpu.Nanoseconds(), h.encode())
+	}
+	for sc.Scan() { // wait for the harness to close stdin
+	}
+	return nil
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// runManyRound starts c.clients client processes against srv, lets them
+// warm up, opens the window on all of them at once, and adds up what they
+// measured. The processes are fresh every round, as runRound's client is.
+func runManyRound(ctx context.Context, exe string, sys *system, srv *childProcess, c cell, o options) (*roundResult, error) {
+	runtime.GC()
+	args := []string{clientFlag + sys.name, "-addr=" + srv.addr,
+		"-callers=" + strconv.Itoa(c.callers), "-payload=" + strconv.Itoa(c.payload)}
+	clients := make([]*childProcess, 0, c.clients)
+	defer func() {
+		for _, p := range clients {
+			p.stop()
+		}
+	}()
+	for range c.clients {
+		p, err := startChild(ctx, exe, sys, "client", args)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, p)
+	}
+	for i, p := range clients {
+		l, err := p.readLine(ctx)
+		if err == nil && l != "ready" {
+			err = errors.New(strings.TrimPrefix(l, "error "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("client process %d of %d did not start calling: %w", i+1, len(clients), err)
+		}
+	}
+	timer := time.NewTimer(o.warmup)
+	defer timer.Stop()
+	if err := sleep(ctx, timer, nil); err != nil {
+		return nil, err
+	}
+	srvStart, err := srv.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	busyStart, haveBusy := machineBusy()
+	if err := tellAll(clients, "start"); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	timer.Reset(o.duration)
+	err = sleep(ctx, timer, nil)
+	werr := tellAll(clients, "stop")
+	elapsed := time.Since(t0)
+	busyEnd, _ := machineBusy()
+	if err = errors.Join(err, werr); err != nil {
+		return nil, err
+	}
+
+	rr := &roundResult{elapsed: elapsed}
+	for i, p := range clients {
+		l, err := p.readLine(ctx)
+		if err == nil {
+			err = rr.addClient(l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("client process %d of %d: %w", i+1, len(clients), err)
+		}
+	}
+	srvEnd, err := srv.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rr.server = srvEnd.sub(srvStart)
+	if haveBusy {
+		rr.others = max(0, busyEnd-busyStart-rr.client.cpu-rr.server.cpu)
+	}
+	if rr.hist.n == 0 {
+		return nil, fmt.Errorf("no call completed in %s; lengthen -duration", o.duration)
+	}
+	return rr, nil
+}
+
+// tellAll writes line to every child's stdin.
+func tellAll(ps []*childProcess, line string) error {
+	var errs []error
+	for i, p := range ps {
+		if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+			errs = append(errs, fmt.Errorf("client process %d: %s: %w", i+1, line, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addClient adds a client child's "result" line to the round.
+func (rr *roundResult) addClient(line string) error {
+	if msg, ok := strings.CutPrefix(line, "error "); ok {
+		return errors.New(msg)
+	}
+	f := strings.SplitN(line, " ", 6)
+	if len(f) != 6 || f[0] != "result" {
+		return fmt.Errorf("answer %q is not \"result <calls> <ns> <mallocs> <cpu ns> <histogram>\"", line)
+	}
+	var v [4]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("answer %q: field %d is not a count", line, i+2)
+		}
+		v[i] = n
+	}
+	var h histogram
+	if err := h.decode(f[5]); err != nil {
+		return fmt.Errorf("answer %q: %w", line, err)
+	}
+	if h.n != uint64(v[0]) {
+		return fmt.Errorf("answer %q: %d calls but a histogram of %d", line, v[0], h.n)
+	}
+	rr.hist.merge(&h)
+	rr.client.mallocs += uint64(v[2])
+	rr.client.cpu += time.Duration(v[3])
+	return nil
+}
