@@ -109,15 +109,16 @@ func (p *childProcess) stats(ctx context.Context) (procStats, error) {
 		return procStats{}, fmt.Errorf("%s server: read stats: %w", p.sys.label, err)
 	}
 	f := strings.Fields(l)
-	if len(f) != 3 || f[0] != "stats" {
-		return procStats{}, fmt.Errorf("%s server: stats answer %q is not \"stats <mallocs> <cpu ns>\"", p.sys.label, l)
+	if len(f) != 4 || f[0] != "stats" {
+		return procStats{}, fmt.Errorf("%s server: stats answer %q is not \"stats <mallocs> <cpu ns> <logs>\"", p.sys.label, l)
 	}
 	mallocs, err1 := strconv.ParseUint(f[1], 10, 64)
 	cpu, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	logs, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return procStats{}, fmt.Errorf("%s server: stats answer %q: %w", p.sys.label, l, err)
 	}
-	return procStats{mallocs: mallocs, cpu: time.Duration(cpu)}, nil
+	return procStats{mallocs: mallocs, cpu: time.Duration(cpu), logs: logs}, nil
 }
 
 // stop asks the child to exit by closing its stdin, and kills it if it has

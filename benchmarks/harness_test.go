@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -182,7 +183,7 @@ func TestShortAndManyModes(t *testing.T) {
 	}
 	md := b.markdown("go test")
 	for _, want := range []string{"## Short connections", "### short, 16 B payload", "## Many clients", "### many, 16 B payload",
-		"| clients × callers", "| 2 × 2 "} {
+		"| clients × callers", "| 2 × 2 ", "Server log records at INFO and above in the measured windows: kernrpc "} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -399,5 +400,24 @@ func TestMeasuringAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(10, func() { readProcStats() }); n != 0 {
 		t.Errorf("readProcStats allocated %.1f times, want 0", n)
+	}
+}
+
+// The server child's log handler counts every record at INFO and above and
+// prints only warnings and errors, so that the report can say how many a
+// server wrote without them filling the terminal.
+func TestCountingHandler(t *testing.T) {
+	var out strings.Builder
+	h := &countingHandler{slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})}
+	l := slog.New(h).With("component", "test")
+	before := serverLogs.Load()
+	l.Debug("not counted")
+	l.Info("connection closed")
+	l.WithGroup("g").Warn("slow")
+	if got := serverLogs.Load() - before; got != 2 {
+		t.Errorf("counted %d records, want 2 (INFO and WARN, not DEBUG)", got)
+	}
+	if s := out.String(); strings.Contains(s, "connection closed") || !strings.Contains(s, "slow") || !strings.Contains(s, "component=test") {
+		t.Errorf("printed %q: want the warning with its attributes, not the info", s)
 	}
 }

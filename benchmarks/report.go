@@ -107,6 +107,7 @@ func (b *benchmark) modeSection(w *strings.Builder, mode string) {
 				fmtAllocs(r.perCall(float64(r.client.mallocs))), fmtAllocs(r.perCall(float64(r.server.mallocs))),
 				fmtCPU(r.perCall(micros(r.client.cpu))), fmtCPU(r.perCall(micros(r.server.cpu))))
 		})
+		b.logLine(w, mode, p)
 	}
 	if pairs := b.ratioPairs(); len(pairs) > 0 {
 		fmt.Fprintf(w, "### %s: ratios\n\n", mode)
@@ -118,6 +119,24 @@ func (b *benchmark) modeSection(w *strings.Builder, mode string) {
 		}
 		t.write(w)
 	}
+}
+
+// logLine says how many log records at INFO and above each server wrote
+// in the measured windows of a mode and payload: connecting and
+// disconnecting should cost none (the short mode makes a connection per
+// call).
+func (b *benchmark) logLine(w *strings.Builder, mode string, payload int) {
+	var parts []string
+	for i, s := range b.opts.systems {
+		var n uint64
+		for _, c := range b.cells {
+			if c.mode == mode && c.payload == payload {
+				n += b.results[c][i].server.logs
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", s.label, n))
+	}
+	fmt.Fprintf(w, "Server log records at INFO and above in the measured windows: %s.\n\n", strings.Join(parts, " · "))
 }
 
 // floorOf names, for each bare ping-pong, the kernrpc systems over the same

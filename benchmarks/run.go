@@ -177,6 +177,7 @@ func (r *result) add(rr *roundResult) {
 	r.client.cpu += rr.client.cpu
 	r.server.mallocs += rr.server.mallocs
 	r.server.cpu += rr.server.cpu
+	r.server.logs += rr.server.logs
 	r.others += rr.others
 	r.roundQPS = append(r.roundQPS, rr.qps())
 }

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,9 @@ import (
 //
 //	child:   <listening address>          once, when serving
 //	harness: stats
-//	child:   stats <mallocs> <cpu ns>     runtime.MemStats.Mallocs, user+system CPU
+//	child:   stats <mallocs> <cpu ns> <logs>
+//	                                      runtime.MemStats.Mallocs, user+system CPU,
+//	                                      log records at INFO and above so far
 //	harness: dump <file>                  when a call hangs, for the diagnosis
 //	child:   dumped                       its goroutine stacks are in <file>
 //
@@ -74,8 +77,9 @@ func serveMain(args []string) int {
 		return 2
 	}
 	// Info logs (kernrpc's "serving", "stopped") would interleave with the
-	// harness's progress lines; warnings and errors still show.
-	slog.SetLogLoggerLevel(slog.LevelWarn)
+	// harness's progress lines; warnings and errors still show. All are
+	// counted: a server that logs per connection shows in the short mode.
+	slog.SetDefault(slog.New(&countingHandler{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}))
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
 
@@ -113,7 +117,7 @@ func answerStats(in io.Reader, out io.Writer) error {
 		switch cmd {
 		case "stats":
 			s := readProcStats()
-			_, err = fmt.Fprintf(out, "stats %d %d\n", s.mallocs, s.cpu.Nanoseconds())
+			_, err = fmt.Fprintf(out, "stats %d %d %d\n", s.mallocs, s.cpu.Nanoseconds(), serverLogs.Load())
 		case "dump":
 			if derr := dumpGoroutines(arg); derr != nil {
 				_, err = fmt.Fprintf(out, "dump failed: %v\n", derr)
@@ -130,15 +134,42 @@ func answerStats(in io.Reader, out io.Writer) error {
 	return sc.Err()
 }
 
+// serverLogs counts the server child's log records at INFO and above.
+var serverLogs atomic.Uint64
+
+// countingHandler counts the records at INFO and above, through slog or
+// the log package (which slog.SetDefault routes here), and passes on those
+// its Handler takes.
+type countingHandler struct{ slog.Handler }
+
+func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	serverLogs.Add(1)
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &countingHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h *countingHandler) WithGroup(name string) slog.Handler {
+	return &countingHandler{h.Handler.WithGroup(name)}
+}
+
 // procStats is what a process has spent so far; the difference of two
 // snapshots over a measured window is divided by the calls made in it.
 type procStats struct {
 	mallocs uint64        // heap objects allocated
 	cpu     time.Duration // user + system CPU time
+	logs    uint64        // log records at INFO and above (server children only)
 }
 
 func (s procStats) sub(o procStats) procStats {
-	return procStats{mallocs: s.mallocs - o.mallocs, cpu: s.cpu - o.cpu}
+	return procStats{mallocs: s.mallocs - o.mallocs, cpu: s.cpu - o.cpu, logs: s.logs - o.logs}
 }
 
 // Preallocated so that taking a snapshot allocates nothing in the window it
