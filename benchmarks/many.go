@@ -43,14 +43,7 @@ import (
 const clientFlag = "-client="
 
 // isClientChild reports whether args ask for a client child.
-func isClientChild(args []string) bool {
-	for _, a := range args {
-		if strings.HasPrefix(a, clientFlag) || strings.HasPrefix(a, "-"+clientFlag) {
-			return true
-		}
-	}
-	return false
-}
+func isClientChild(args []string) bool { return hasChildFlag(args, clientFlag) }
 
 // clientMain runs one client child and returns the exit code.
 func clientMain(args []string) int {

@@ -43,9 +43,13 @@ import (
 const serveFlag = "-serve="
 
 // isServe reports whether args ask for the child side.
-func isServe(args []string) bool {
+func isServe(args []string) bool { return hasChildFlag(args, serveFlag) }
+
+// hasChildFlag reports whether args hold flag (given as "-name="), with
+// one dash or two.
+func hasChildFlag(args []string, flag string) bool {
 	for _, a := range args {
-		if strings.HasPrefix(a, serveFlag) || strings.HasPrefix(a, "-"+serveFlag) {
+		if strings.HasPrefix(a, flag) || strings.HasPrefix(a, "-"+flag) {
 			return true
 		}
 	}
