@@ -66,11 +66,12 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 			t.Errorf("%s: no calls measured", name)
 		case p50 <= 0 || p99 < p50 || r.hist.mean() <= 0:
 			t.Errorf("%s: latencies not sane: mean %s p50 %s p99 %s", name, r.hist.mean(), p50, p99)
-		case (r.client.mallocs == 0 && !isFloor(sys[i].name)) || r.server.mallocs == 0:
+		case (r.client.mallocs == 0 && !allocFreeCaller(sys[i].name)) || r.server.mallocs == 0:
 			// Every system allocates something over hundreds of calls (at
 			// least its connection's buffers on the server), so zero means
-			// the counters were not read; only a bare ping-pong's caller
-			// allocates nothing at all.
+			// the counters were not read; only a bare ping-pong's caller,
+			// and tuned kernrpc over shm-ring's (0.02 allocations a call),
+			// may allocate nothing in a run this short.
 			t.Errorf("%s: allocations not measured: client %d server %d", name, r.client.mallocs, r.server.mallocs)
 		case r.client.cpu <= 0 || r.server.cpu <= 0:
 			t.Errorf("%s: CPU time not measured: client %s server %s", name, r.client.cpu, r.server.cpu)
@@ -134,6 +135,10 @@ func splitRow(line string) []string {
 }
 
 func isFloor(name string) bool { return slices.Contains(floorSystems, name) }
+
+// allocFreeCaller: a system whose caller may make no allocation at all
+// in a tiny run.
+func allocFreeCaller(name string) bool { return isFloor(name) || name == "kernrpc-shm-tuned" }
 
 // TestShortAndManyModes runs the short and many modes at the smallest
 // scale against kernrpc and its two peers, and checks what makes each
