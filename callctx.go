@@ -26,6 +26,7 @@ type callCtx struct {
 	handled bool // went through the filters' Invoke
 	sc      *serverConn
 	desc    *methodDesc
+	stream  *ServerStream // set for a stream, under sc.mu
 	info    kernel.CallInfo
 	out     kernel.Frame // the response frame, kept here so sending it does not allocate
 	// vals are the first answers ContextValuers gave: written under mu,
@@ -65,8 +66,13 @@ func (c *callCtx) Err() error {
 type callInfoKey struct{}
 
 func (c *callCtx) Value(key any) any {
-	if key == (callInfoKey{}) {
+	switch key {
+	case callInfoKey{}:
 		return &c.info
+	case serverStreamKey{}:
+		if c.stream != nil {
+			return c.stream
+		}
 	}
 	if c.desc != nil && len(c.desc.valuers) > 0 {
 		if val, ok := c.callValue(key); ok {

@@ -105,3 +105,16 @@ func (fc *filterChains) forMethod(method string) kernel.Invoker {
 	}
 	return inv
 }
+
+// streamChain builds the stream invoker that runs filters in order around
+// last.
+func streamChain(filters []kernel.StreamFilter, last kernel.StreamInvoker) kernel.StreamInvoker {
+	next := last
+	for i := len(filters) - 1; i >= 0; i-- {
+		f, n := filters[i], next
+		next = func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream) error {
+			return f.InvokeStream(ctx, info, st, n)
+		}
+	}
+	return next
+}

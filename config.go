@@ -37,6 +37,7 @@ type Config struct {
 	Filters   []FilterConfig `json:"filters"`
 	Server    ServerConfig   `json:"server"`
 	Client    ClientConfig   `json:"client"`
+	Streams   StreamConfig   `json:"streams"`
 
 	// Source is the file the config came from, for error messages.
 	Source string `json:"-"`
@@ -115,6 +116,27 @@ type ClientConfig struct {
 	Retries *int `json:"retries"`
 }
 
+// StreamConfig sizes the flow-control windows of streaming calls, on
+// both sides: how much a peer may send before this side's application has
+// read it (docs/protocol.md, "Flow control").
+type StreamConfig struct {
+	// Window is what one stream may have in flight toward this side.
+	// Default 256KiB.
+	Window kernel.Size `json:"window"`
+	// ConnectionWindow is what all the streams of one connection may have
+	// in flight toward this side together: the most a peer can make this
+	// side hold for streams whose application does not read. Default
+	// 16MiB; at least Window.
+	ConnectionWindow kernel.Size `json:"connection_window"`
+}
+
+// Defaults of StreamConfig.
+const (
+	DefaultStreamWindow     = 256 << 10
+	DefaultConnectionWindow = 16 << 20
+	maxWindow               = 1<<31 - 1 // credit travels as a uint32; keep well inside it
+)
+
 // DefaultConfig returns a config with every default filled in.
 func DefaultConfig() *Config {
 	c := &Config{}
@@ -162,6 +184,12 @@ func (c *Config) applyDefaults() {
 	if c.Client.DialTimeout == 0 {
 		c.Client.DialTimeout = kernel.Duration(5 * time.Second)
 	}
+	if c.Streams.Window == 0 {
+		c.Streams.Window = DefaultStreamWindow
+	}
+	if c.Streams.ConnectionWindow == 0 {
+		c.Streams.ConnectionWindow = DefaultConnectionWindow
+	}
 	if c.Client.Retries == nil {
 		two := 2
 		c.Client.Retries = &two
@@ -192,6 +220,12 @@ func (c *Config) validate() error {
 	}
 	if c.Server.DrainPeriod < 0 {
 		return c.errorf("server.drain_period", "must not be negative, got %s", c.Server.DrainPeriod)
+	}
+	if w := c.Streams.Window; w < 1<<10 || w > maxWindow {
+		return c.errorf("streams.window", "must be between 1KiB and 2GiB, got %s (0 means the default, 256KiB)", w)
+	}
+	if w := c.Streams.ConnectionWindow; w < c.Streams.Window || w > maxWindow {
+		return c.errorf("streams.connection_window", "must be between streams.window (%s) and 2GiB, got %s (0 means the default, 16MiB)", c.Streams.Window, w)
 	}
 	for i, f := range c.Filters {
 		if f.Name == "" {

@@ -109,6 +109,12 @@ func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context,
 // fresh value to decode a request into, and handler answers it. Handle is
 // the typed front end; Register suits gateways and reflection.
 func (s *Server) Register(method string, newRequest func() any, handler func(ctx context.Context, req any) (any, error)) error {
+	return s.register(method, &methodDesc{newRequest: newRequest, invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
+		return handler(ctx, req)
+	}})
+}
+
+func (s *Server) register(method string, d *methodDesc) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -119,9 +125,7 @@ func (s *Server) Register(method string, newRequest func() any, handler func(ctx
 	case s.methods[method] != nil:
 		return fmt.Errorf("kernrpc: Register %q: method registered twice", method)
 	}
-	s.methods[method] = &methodDesc{newRequest: newRequest, invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
-		return handler(ctx, req)
-	}}
+	s.methods[method] = d
 	return nil
 }
 
@@ -147,6 +151,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.started = true
 	for name, d := range s.methods {
+		if d.stream != nil {
+			d.stream.invoke = streamChain(filtersAs[kernel.StreamFilter](s.filters, name), streamTerminal)
+			continue
+		}
 		d.invoke = chainFor(s.filters, name, d.invoke)
 		d.admit = filtersAs[kernel.Admitter](s.filters, name)
 		d.observe = filtersAs[kernel.CallObserver](s.filters, name)
@@ -322,6 +330,9 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	}
 	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
 	if err := s.waitInFlight(ctx); err != nil {
+		if n := s.abortStreams("its shutdown timeout passed first"); n > 0 {
+			s.log.Warn("shutting down: ended the streams still open with Unavailable", "streams", n)
+		}
 		errs = append(errs, err)
 	}
 	s.cancelBase()

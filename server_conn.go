@@ -15,6 +15,7 @@ import (
 // chain, and how slow its calls have lately been.
 type methodDesc struct {
 	newRequest func() any
+	stream     *streamMethod // set for a streaming method, which has no newRequest
 	// invoke runs the filters that apply to the method around its handler,
 	// and admit are those of them that decide before the request is
 	// decoded; both are built at Start, once every method and filter is
@@ -80,6 +81,7 @@ type serverConn struct {
 
 	idle         idleWatch
 	replayLogged atomic.Bool
+	flow         *connFlow // made by the first stream frame; see connFlow
 
 	mu        sync.Mutex
 	calls     map[uint64]*callCtx
@@ -127,6 +129,10 @@ func (sc *serverConn) readLoop() {
 			}
 			desc := sc.srv.methods[f.Method]
 			c.desc = desc
+			if f.Flags&kernel.FlagStream != 0 || desc != nil && desc.stream != nil {
+				sc.openStream(c, f, desc)
+				continue
+			}
 			if desc.latelySlow() {
 				go sc.readLoop()
 				sc.serve(c, f, false)
@@ -143,6 +149,11 @@ func (sc *serverConn) readLoop() {
 			if c != nil {
 				c.cancel(context.Canceled)
 			}
+		case kernel.FrameStreamData:
+			sc.streamData(f)
+			continue
+		case kernel.FrameWindowUpdate:
+			sc.windowUpdate(f)
 		case kernel.FrameGoAway:
 			// The client is leaving; its calls still get answers.
 		default:

@@ -150,9 +150,6 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	if c.refused {
 		return nil, codec, nil, &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the call was not processed, send it elsewhere", Retryable: true}
 	}
-	if f.Flags&kernel.FlagStream != 0 {
-		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "%s: streaming calls are not supported by this server yet", f.Method)
-	}
 	desc := c.desc
 	if desc == nil {
 		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())

@@ -182,15 +182,24 @@ type Size int64
 // MarshalJSON writes s the way a person would in a config file: "4MiB" or
 // "64KiB" when it is a whole number of those, else an integer.
 func (s Size) MarshalJSON() ([]byte, error) {
+	str := s.String()
+	if str[len(str)-1] == 'B' {
+		return []byte(`"` + str + `"`), nil
+	}
+	return []byte(str), nil
+}
+
+// String is s as a config file would write it: "4MiB", or bytes.
+func (s Size) String() string {
 	for _, u := range []struct {
 		suffix string
 		mult   int64
 	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
 		if s != 0 && int64(s)%u.mult == 0 {
-			return []byte(`"` + strconv.FormatInt(int64(s)/u.mult, 10) + u.suffix + `"`), nil
+			return strconv.FormatInt(int64(s)/u.mult, 10) + u.suffix
 		}
 	}
-	return []byte(strconv.FormatInt(int64(s), 10)), nil
+	return strconv.FormatInt(int64(s), 10)
 }
 
 // UnmarshalJSON reads an integer or a string with a unit: B, KiB, MiB, GiB

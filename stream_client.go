@@ -1,0 +1,467 @@
+package kernrpc
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// ClientStream is one streaming call from the client's side. SendMsg and
+// RecvMsg pass through the client's stream filters. One goroutine may
+// send while another receives, but two must not send (or receive) at
+// once, nor CloseSend while another sends.
+//
+// A stream frees itself once RecvMsg has returned its end (io.EOF or the
+// final status). Close, or cancelling the context it was opened with,
+// abandons it: call one of them when you stop reading a stream early.
+type ClientStream struct {
+	core   streamCore
+	client *Client
+	cc     *clientConn
+	info   kernel.CallInfo
+	inst   *kernel.Instance
+	msgs   kernel.Stream
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool // stops watching ctx
+
+	headerReady chan struct{} // closed once the headers are in
+	header      kernel.Metadata
+	trailer     kernel.Metadata // set before the stream's end is visible
+	over        chan struct{}   // closed once the caller is done with it
+	overOnce    sync.Once
+	headerOnce  sync.Once
+	opened      chan error // with stream filters: the open's outcome
+	bound       bool       // the filters' goroutine reached the chain's end
+}
+
+// NewStream opens a stream to method, untyped: OpenStream and
+// OpenServerStream are the typed front ends. ctx bounds the whole stream:
+// its deadline reaches the server, and cancelling it ends the stream on
+// both sides. Metadata attached with WithMetadata goes with the opening.
+func (c *Client) NewStream(ctx context.Context, method string) (*ClientStream, error) {
+	if c.closed.Load() {
+		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cs := &ClientStream{client: c, ctx: ctx, cancel: cancel, headerReady: make(chan struct{}), over: make(chan struct{})}
+	cs.info = kernel.CallInfo{Method: method, Side: kernel.ClientSide, Codec: c.codec.Name(), Metadata: OutgoingMetadata(ctx).Clone()}
+	cs.msgs = clientMsgs{cs}
+	filters := c.streamFilters(method)
+	if len(filters) == 0 {
+		if err := c.openStream(ctx, cs, &cs.info); err != nil {
+			cancel()
+			return nil, err
+		}
+		return cs, nil
+	}
+	cs.opened = make(chan error, 1)
+	go cs.runFilters(streamChain(filters, cs.openFromChain))
+	if err := <-cs.opened; err != nil {
+		cancel()
+		return nil, err
+	}
+	return cs, nil
+}
+
+// streamFilters lists the client's filters that apply to streams of
+// method, call stage first.
+func (c *Client) streamFilters(method string) []kernel.StreamFilter {
+	var fs []kernel.StreamFilter
+	if c.callChains != nil {
+		fs = filtersAs[kernel.StreamFilter](c.callChains.filters, method)
+	}
+	if c.attemptChains != nil {
+		fs = append(fs, filtersAs[kernel.StreamFilter](c.attemptChains.filters, method)...)
+	}
+	return fs
+}
+
+// runFilters runs the stream filters around the stream's whole life on a
+// goroutine of its own: they return once the caller is done with it.
+func (cs *ClientStream) runFilters(chain kernel.StreamInvoker) {
+	err := chain(cs.ctx, &cs.info, clientMsgs{cs})
+	if !cs.bound {
+		if err == nil {
+			err = kernel.Errorf(kernel.Internal, "a client stream filter returned without opening the stream of %s or an error; call next, or return a *kernel.Status", cs.info.Method)
+		}
+		cs.opened <- err
+	}
+}
+
+// openFromChain ends the client's stream filter chain: it opens the
+// stream, hands it to the caller, and waits until the caller is done.
+func (cs *ClientStream) openFromChain(ctx context.Context, info *kernel.CallInfo, st kernel.Stream) error {
+	cs.msgs, cs.bound = st, true
+	if err := cs.client.openStream(ctx, cs, info); err != nil {
+		cs.opened <- err
+		return err
+	}
+	cs.opened <- nil
+	<-cs.over
+	info.ResponseMetadata = cs.trailer
+	return cs.finalStatus()
+}
+
+// openStream picks an instance and opens the stream on one of its
+// connections, trying another when the first could not take it.
+func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.CallInfo) error {
+	retries := *c.cfg.Client.Retries
+	for tries := 0; ; tries++ {
+		inst, err := c.pick(ctx, nil, info)
+		if err != nil {
+			return err
+		}
+		var p *connPool
+		var cc *clientConn
+		if p, err = c.pool(inst.Address); err == nil {
+			if cc, err = p.get(ctx, nil); err == nil {
+				err = cc.openStream(ctx, cs, info)
+			}
+		}
+		if err == nil {
+			cs.inst = inst
+			info.Instance, info.Peer, info.Attempt = inst, inst.Address, tries+1
+			return nil
+		}
+		c.pickDone(inst, err)
+		if !kernel.IsRetryable(err) || tries >= retries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// openStream registers cs on cc and sends the request that opens it.
+func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *kernel.CallInfo) error {
+	c := cs.client
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return c.ctxStatus(ctx, nil, "before the stream of "+info.Method+" was opened")
+	}
+	cc.mu.Lock()
+	if cc.dead != nil || cc.draining {
+		cc.mu.Unlock()
+		return &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the stream was not opened", Retryable: true}
+	}
+	if cc.flow == nil {
+		cc.flow = newConnFlow(int64(c.cfg.Streams.ConnectionWindow))
+	}
+	cc.nextID++
+	id := cc.nextID
+	if cc.streams == nil {
+		cc.streams = make(map[uint64]*ClientStream)
+	}
+	cc.streams[id] = cs
+	cs.cc = cc
+	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
+	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, controlWriter(cc.conn)
+	cs.core.sent = true // the headers went with the request
+	cc.startStreamReaderLocked()
+	cc.mu.Unlock()
+
+	req := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: id, Method: info.Method,
+		Codec: c.codec.Name(), Metadata: info.Metadata, Credit: uint32(cs.core.recvWin.window)}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Timeout = max(time.Until(dl), time.Microsecond)
+	}
+	err := cc.flow.announce(cc.conn.WriteFrame)
+	if err == nil {
+		err = cc.conn.WriteFrame(req)
+	}
+	if err != nil {
+		cc.removeStream(id)
+		cs.core.end(errStreamClosed)
+		if st := cs.core.writeFailed(err); kernel.StatusOf(st).Code != kernel.Unavailable {
+			return st
+		}
+		cc.fail(err)
+		return &kernel.Status{Code: kernel.Unavailable, Message: "open a stream on " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
+	}
+	cs.stop = context.AfterFunc(ctx, cs.ctxDone)
+	return nil
+}
+
+// controlWriter is how control frames go out on conn: queued for its
+// writer where it has one, so that they never wait on the caller.
+func controlWriter(conn kernel.Conn) func(*kernel.Frame) error {
+	if q, ok := conn.(kernel.FrameQueuer); ok {
+		return q.QueueFrame
+	}
+	return conn.WriteFrame
+}
+
+var errStreamClosed = kernel.Errorf(kernel.Canceled, "the stream was closed")
+
+// ctxDone ends a stream whose context ended, telling the server.
+func (cs *ClientStream) ctxDone() {
+	st := cs.ctxStatus()
+	if cs.core.end(st) {
+		cs.cc.removeStream(cs.core.id)
+		_ = cs.cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.core.id})
+		cs.client.pickDone(cs.inst, st)
+	}
+	cs.markOver()
+}
+
+func (cs *ClientStream) ctxStatus() error {
+	return cs.client.ctxStatus(cs.ctx, nil, "while the stream of "+cs.info.Method+" to "+cs.cc.conn.RemoteAddr()+" was open")
+}
+
+// markOver records that the caller is done with the stream.
+func (cs *ClientStream) markOver() {
+	cs.overOnce.Do(func() {
+		if cs.stop != nil {
+			cs.stop()
+		}
+		close(cs.over)
+	})
+}
+
+// final takes the server's closing Response: the status and trailers.
+func (cs *ClientStream) final(f *kernel.Frame) {
+	var st error = io.EOF
+	if f.Code != kernel.OK {
+		st = &kernel.Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&kernel.FlagRetryable != 0}
+	}
+	cs.finish(st, f.Metadata)
+	f.Release()
+}
+
+// finish ends the stream from the server's side (its status, or the
+// connection's loss): messages already received can still be read.
+func (cs *ClientStream) finish(st error, trailer kernel.Metadata) {
+	cs.cc.removeStream(cs.core.id)
+	cs.core.mu.Lock()
+	if cs.core.ended != nil || cs.core.final != nil {
+		cs.core.mu.Unlock()
+		return
+	}
+	cs.trailer = trailer
+	cs.core.final, cs.core.peerDone = st, true
+	cs.core.mu.Unlock()
+	cs.gotHeader(nil)
+	cs.core.sendWin.wakeAll() // a sender waiting for credit sees the end
+	cs.core.signal()
+	var err error
+	if st != io.EOF {
+		err = st
+	}
+	cs.client.pickDone(cs.inst, err)
+}
+
+// gotHeader records the server's headers, once: from its first message,
+// or none when it ends the stream first.
+func (cs *ClientStream) gotHeader(md kernel.Metadata) {
+	cs.headerOnce.Do(func() {
+		cs.header = md
+		close(cs.headerReady)
+	})
+}
+
+// finalStatus is the stream's outcome for the filters: nil for OK.
+func (cs *ClientStream) finalStatus() error {
+	cs.core.mu.Lock()
+	defer cs.core.mu.Unlock()
+	err := cs.core.final
+	if err == nil {
+		err = cs.core.ended
+	}
+	if err == io.EOF {
+		return nil
+	}
+	return err
+}
+
+// Context is the stream's context.
+func (cs *ClientStream) Context() context.Context { return cs.ctx }
+
+// Info describes the stream: method, the instance it went to, metadata.
+func (cs *ClientStream) Info() *kernel.CallInfo { return &cs.info }
+
+// SendMsg sends m, waiting while the server has granted no credit (it
+// reads slowly) until the stream's context ends. After the server ended
+// the stream it returns io.EOF (status OK) or the final status.
+func (cs *ClientStream) SendMsg(m any) error { return cs.msgs.SendMsg(m) }
+
+// RecvMsg reads the server's next message into m. At the end it returns
+// io.EOF if the server ended the stream with OK, else its status.
+func (cs *ClientStream) RecvMsg(m any) error { return cs.msgs.RecvMsg(m) }
+
+// CloseSend tells the server no more messages will come; its RecvMsg
+// returns io.EOF once it has read them all.
+func (cs *ClientStream) CloseSend() error { return cs.core.closeSend() }
+
+// Header waits for the server's header metadata, sent with its first
+// message or its final status.
+func (cs *ClientStream) Header() (kernel.Metadata, error) {
+	select {
+	case <-cs.headerReady:
+		return cs.header, nil
+	case <-cs.ctx.Done():
+		return nil, cs.ctxStatus()
+	}
+}
+
+// Trailer is the metadata the server sent with its final status; nil
+// until RecvMsg has returned the stream's end.
+func (cs *ClientStream) Trailer() kernel.Metadata {
+	select {
+	case <-cs.headerReady:
+	default:
+		return nil
+	}
+	cs.core.mu.Lock()
+	defer cs.core.mu.Unlock()
+	if cs.core.final == nil {
+		return nil
+	}
+	return cs.trailer
+}
+
+// Close abandons the stream if it is still open (the server's handler
+// sees its context cancelled) and frees it. It is idempotent.
+func (cs *ClientStream) Close() error {
+	cs.cancel()
+	cs.ctxDone()
+	return nil
+}
+
+// clientMsgs is the innermost kernel.Stream of a client: the wire.
+type clientMsgs struct{ cs *ClientStream }
+
+func (m clientMsgs) SendMsg(v any) error { return m.cs.core.send(v) }
+
+func (m clientMsgs) RecvMsg(v any) error {
+	cs := m.cs
+	err := cs.core.recv(v, cs.core.finalErr)
+	if err != nil {
+		// The caller has seen the end, or an error that ends the stream
+		// here (a message that does not decode): then the server is told.
+		cs.core.mu.Lock()
+		serverEnded := cs.core.final != nil
+		cs.core.mu.Unlock()
+		if cs.core.end(err) && !serverEnded {
+			cs.cc.removeStream(cs.core.id)
+			_ = cs.cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.core.id})
+			cs.client.pickDone(cs.inst, err)
+		}
+		cs.markOver()
+	}
+	return err
+}
+
+// startStreamReaderLocked makes sure a goroutine reads for the
+// connection's streams; cc.mu is held.
+func (cc *clientConn) startStreamReaderLocked() {
+	if cc.srCtx == nil || cc.srCtx.Err() != nil {
+		cc.srCtx, cc.srCancel = context.WithCancel(context.Background())
+	}
+	if !cc.srRunning {
+		cc.srRunning = true
+		go cc.streamReader()
+	}
+}
+
+// streamReader takes the reader role whenever it is free, for as long as
+// streams are open: a stream's messages and credit must be read even
+// when no caller waits on the connection. Callers waiting for answers
+// still take turns with it, so unary calls keep their lone-caller path
+// once the streams are gone.
+func (cc *clientConn) streamReader() {
+	me := &attempt{wake: make(chan struct{}, 1)}
+	cc.mu.Lock()
+	for {
+		if len(cc.streams) == 0 || cc.dead != nil {
+			cc.srRunning = false
+			cc.leaveLocked(me)
+			cc.mu.Unlock()
+			return
+		}
+		ctx := cc.srCtx
+		if cc.reader == nil || cc.reader == me {
+			cc.waiters.remove(me)
+			cc.reader = me
+			cc.mu.Unlock()
+			cc.readFor(ctx, me)
+			cc.mu.Lock()
+			continue
+		}
+		if !me.queued {
+			cc.waiters.push(me)
+		}
+		cc.mu.Unlock()
+		select {
+		case <-me.wake:
+		case <-ctx.Done():
+		}
+		cc.mu.Lock()
+	}
+}
+
+// removeStream forgets a stream that ended.
+func (cc *clientConn) removeStream(id uint64) {
+	cc.mu.Lock()
+	if _, ok := cc.streams[id]; ok {
+		delete(cc.streams, id)
+		if len(cc.streams) == 0 && cc.srCancel != nil {
+			cc.srCancel()
+		}
+		cc.closeIfIdleLocked()
+	}
+	cc.mu.Unlock()
+}
+
+// streamData hands a StreamData frame to its stream, on the reader. An
+// error means the server broke the protocol.
+func (cc *clientConn) streamData(f *kernel.Frame) error {
+	cc.mu.Lock()
+	cs := cc.streams[f.CallID]
+	flow := cc.flow
+	cc.mu.Unlock()
+	if f.Flags&kernel.FlagEndStream != 0 || flow == nil {
+		// A server ends its side with the final Response; and stream data
+		// on a connection that never opened a stream has no window.
+		f.Release()
+		if flow == nil {
+			return errUnaskedStreamData
+		}
+		return nil
+	}
+	cost := kernel.StreamCost(len(f.Payload))
+	if !flow.accept(cost) {
+		f.Release()
+		return errBeyondCredit
+	}
+	if cs == nil {
+		f.Release()
+		flow.consumed(cost, controlWriter(cc.conn))
+		return nil
+	}
+	cs.gotHeader(f.Metadata)
+	if !cs.core.deliver(f) {
+		return errBeyondCredit
+	}
+	return nil
+}
+
+var (
+	errBeyondCredit      = kernel.Errorf(kernel.Internal, "the server sent stream data beyond the credit it was granted")
+	errUnaskedStreamData = kernel.Errorf(kernel.Internal, "the server sent stream data on a connection with no stream")
+)
+
+// windowUpdate grants credit to the connection (call id 0) or a stream.
+func (cc *clientConn) windowUpdate(f *kernel.Frame) {
+	cc.mu.Lock()
+	cs := cc.streams[f.CallID]
+	flow := cc.flow
+	cc.mu.Unlock()
+	switch {
+	case f.CallID == 0 && flow != nil:
+		flow.send.announce(int64(f.Credit))
+	case cs != nil:
+		cs.core.sendWin.announce(int64(f.Credit))
+	}
+	f.Release()
+}

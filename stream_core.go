@@ -1,0 +1,299 @@
+package kernrpc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// streamCore is what both ends of a stream share: the messages received
+// and not yet read, the credit each direction has, and how the stream
+// ended. The side's own type (serverStream, ClientStream) adds the rest.
+type streamCore struct {
+	id    uint64
+	conn  kernel.Conn
+	flow  *connFlow
+	codec kernel.Codec
+	ctx   context.Context // the stream's: its end ends every wait
+	// ctxStatus turns ctx's error into the status a wait returns.
+	ctxStatus func() error
+	// writeCtl sends control frames (WindowUpdate), never waiting on the
+	// peer where the transport allows.
+	writeCtl func(*kernel.Frame) error
+
+	sendWin sendWindow
+	out     kernel.Frame // the StreamData frame being sent; one sender at a time
+	sent    bool         // a message went out: headers go with the first only
+	header  kernel.Metadata
+
+	mu       sync.Mutex
+	queue    []queuedMsg
+	recvWin  recvWindow
+	peerDone bool  // the peer sent its last message
+	ended    error // set once the stream is over for this side: what later calls return
+	final    error // client: how the server ended it, io.EOF for OK; later sends return it
+	sendDone bool  // CloseSend was called (client) or the stream ended
+	wake     chan struct{}
+	nrecv    atomic.Int64 // messages delivered, for tests and figures
+}
+
+// queuedMsg is one received message waiting for RecvMsg.
+type queuedMsg struct {
+	frame *kernel.Frame // still lent by the transport; nil when data is a copy
+	data  []byte
+	cost  int64
+}
+
+func (s *streamCore) init(id uint64, conn kernel.Conn, flow *connFlow, codec kernel.Codec, window int64) {
+	s.id, s.conn, s.flow, s.codec = id, conn, flow, codec
+	s.recvWin.window = window
+	s.wake = make(chan struct{}, 1)
+}
+
+func (s *streamCore) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver queues a message frame the reader took off the connection,
+// which has counted it against the connection's window. It never blocks:
+// the sender's credit bounds the queue. It reports false if the peer sent
+// without credit on the stream.
+func (s *streamCore) deliver(f *kernel.Frame) bool {
+	cost := kernel.StreamCost(len(f.Payload))
+	s.mu.Lock()
+	if s.ended != nil || s.peerDone {
+		s.mu.Unlock()
+		// Read by nobody: the connection's credit comes back at once.
+		f.Release()
+		s.flow.consumed(cost, s.writeCtl)
+		return true
+	}
+	if !s.recvWin.accept(cost) {
+		s.mu.Unlock()
+		f.Release()
+		return false
+	}
+	m := queuedMsg{data: f.Payload, cost: cost}
+	if atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn && !codecAliases(s.codec) {
+		m.frame = f
+	} else {
+		atomic.AddInt32(&s.flow.held, -1)
+		m.data = append([]byte(nil), f.Payload...)
+		f.Release()
+	}
+	s.queue = append(s.queue, m)
+	s.mu.Unlock()
+	s.signal()
+	return true
+}
+
+// peerFinished records that the peer will send no more messages.
+func (s *streamCore) peerFinished() {
+	s.mu.Lock()
+	s.peerDone = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// end marks the stream over for this side with err (what later SendMsg
+// and RecvMsg calls return), dropping what was not read. It reports false
+// if it had already ended.
+func (s *streamCore) end(err error) bool {
+	s.mu.Lock()
+	if s.ended != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.ended, s.sendDone = err, true
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	s.sendWin.wakeAll()
+	s.drop(q)
+	s.signal()
+	return true
+}
+
+// drop releases messages nobody will read, giving their credit back to
+// the connection.
+func (s *streamCore) drop(q []queuedMsg) {
+	var cost int64
+	for i := range q {
+		cost += q[i].cost
+		s.releaseMsg(&q[i])
+	}
+	if cost > 0 {
+		s.flow.consumed(cost, s.writeCtl)
+	}
+}
+
+func (s *streamCore) releaseMsg(m *queuedMsg) {
+	if m.frame != nil {
+		m.frame.Release()
+		m.frame = nil
+		atomic.AddInt32(&s.flow.held, -1)
+	}
+}
+
+// recv decodes the next message into m. At the peer's end it returns
+// atEnd's answer (io.EOF, or the final status on the client).
+func (s *streamCore) recv(m any, atEnd func() error) error {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			q := s.queue[0]
+			s.queue[0] = queuedMsg{}
+			s.queue = s.queue[1:]
+			if len(s.queue) == 0 {
+				s.queue = s.queue[:0:0]
+			}
+			grant := int64(0)
+			if !s.peerDone {
+				grant = s.recvWin.consumed(q.cost)
+			}
+			s.mu.Unlock()
+			err := s.codec.Unmarshal(q.data, m)
+			s.releaseMsg(&q)
+			s.grant(grant, q.cost)
+			s.nrecv.Add(1)
+			if err != nil {
+				return kernel.Errorf(kernel.Internal, "decode stream message with %s: %v", s.codec.Name(), err)
+			}
+			return nil
+		}
+		if err := s.ended; err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if s.peerDone {
+			s.mu.Unlock()
+			return atEnd()
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-s.ctx.Done():
+			return s.ctxStatus()
+		}
+	}
+}
+
+// finalErr is how the server ended the stream, for a client's RecvMsg at
+// the end.
+func (s *streamCore) finalErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final
+}
+
+// grant sends the credit a read earned back to the sender: on the stream,
+// once half its window is read, and on the connection.
+func (s *streamCore) grant(stream, cost int64) {
+	if stream > 0 {
+		_ = s.writeCtl(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: s.id, Credit: uint32(stream)})
+	}
+	s.flow.consumed(cost, s.writeCtl)
+}
+
+// send encodes m and sends it as one StreamData frame once both windows
+// allow it.
+func (s *streamCore) send(m any) error {
+	if err := s.sendErr(); err != nil {
+		return err
+	}
+	payload, err := encodeInto(s.conn, s.codec, m)
+	if err != nil {
+		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
+	}
+	cost := kernel.StreamCost(len(payload))
+	if err := s.waitCredit(cost); err != nil {
+		s.conn.Recycle(payload)
+		return err
+	}
+	f := &s.out
+	*f = kernel.Frame{Type: kernel.FrameStreamData, CallID: s.id, Payload: payload}
+	if !s.sent {
+		s.sent, f.Metadata = true, s.header
+	}
+	if err := s.conn.WriteFrame(f); err != nil {
+		s.sendWin.refund(cost)
+		s.flow.send.refund(cost)
+		return s.writeFailed(err)
+	}
+	return nil
+}
+
+// sendErr says why this side may not send any more, if it may not.
+func (s *streamCore) sendErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended != nil {
+		return s.ended
+	}
+	if s.final != nil {
+		return s.final
+	}
+	if s.sendDone {
+		return kernel.Errorf(kernel.FailedPrecondition, "SendMsg after CloseSend on stream %d", s.id)
+	}
+	return nil
+}
+
+// waitCredit takes cost from the stream's window and the connection's,
+// waiting while either is spent, until the stream ends or its context does.
+func (s *streamCore) waitCredit(cost int64) error {
+	for {
+		ok, wait := s.sendWin.take(cost)
+		if ok {
+			if ok, wait = s.flow.send.take(cost); ok {
+				return nil
+			}
+			s.sendWin.refund(cost)
+		}
+		select {
+		case <-wait:
+		case <-s.ctx.Done():
+			return s.ctxStatus()
+		}
+		if err := s.sendErr(); err != nil {
+			return err
+		}
+	}
+}
+
+// writeFailed turns a failed write into the stream's error: a frame
+// refused alone (too large) fails this message; anything else means the
+// connection is gone.
+func (s *streamCore) writeFailed(err error) error {
+	var st *kernel.Status
+	if errors.As(err, &st) && s.conn.Err() == nil {
+		return st
+	}
+	return kernel.Errorf(kernel.Unavailable, "stream %d: connection to %s lost: %v", s.id, s.conn.RemoteAddr(), err)
+}
+
+// closeSend half-closes this side: the peer's RecvMsg returns io.EOF once
+// it has read every message sent before.
+func (s *streamCore) closeSend() error {
+	s.mu.Lock()
+	if s.ended != nil || s.sendDone {
+		s.mu.Unlock()
+		return nil
+	}
+	s.sendDone = true
+	s.mu.Unlock()
+	f := &kernel.Frame{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: s.id}
+	if !s.sent {
+		s.sent, f.Metadata = true, s.header
+	}
+	if err := s.conn.WriteFrame(f); err != nil {
+		return s.writeFailed(err)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package kernrpc
+
+import (
+	"sync"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Flow control for streams (docs/protocol.md, "Flow control"): a sender
+// spends credit on every message it sends, on the stream and on the
+// connection, and the receiver grants it back as its application reads.
+// A side may send a message when what it sent and has not had granted
+// back, plus the message, fits the receiver's window, or when what it has
+// outstanding is at most half the window (so that a message larger than
+// the window still goes). The receiver grants credit back once more than
+// half the window has been read, so a sender that waits always gets some.
+// A receiver therefore holds at most max(window, window/2 + one message)
+// per stream and per connection.
+
+// sendWindow is the credit a sender has left on a stream or a connection.
+type sendWindow struct {
+	mu     sync.Mutex
+	known  bool  // the receiver announced its window
+	window int64 // the receiver's window, as announced
+	used   int64 // sent, and not granted back yet
+	// wake is closed, and replaced, whenever credit comes back or the
+	// window becomes known: every sender waiting on it looks again.
+	wake chan struct{}
+}
+
+func (w *sendWindow) wakeLocked() {
+	if w.wake != nil {
+		close(w.wake)
+		w.wake = nil
+	}
+}
+
+// announce records the receiver's window (its first grant), or, once
+// known, grants n more.
+func (w *sendWindow) announce(n int64) {
+	w.mu.Lock()
+	if !w.known {
+		w.known, w.window = true, n
+	} else {
+		w.used -= n
+	}
+	w.wakeLocked()
+	w.mu.Unlock()
+}
+
+// wakeAll wakes every sender waiting on w, to look at why it should stop.
+func (w *sendWindow) wakeAll() {
+	w.mu.Lock()
+	w.wakeLocked()
+	w.mu.Unlock()
+}
+
+// take spends cost if the window allows it, else returns a channel closed
+// when it may, and takes nothing.
+func (w *sendWindow) take(cost int64) (ok bool, wait <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.known && (w.used <= w.window/2 || w.used+cost <= w.window) {
+		w.used += cost
+		return true, nil
+	}
+	if w.wake == nil {
+		w.wake = make(chan struct{})
+	}
+	return false, w.wake
+}
+
+// refund gives back credit taken for a message that was not sent.
+func (w *sendWindow) refund(cost int64) {
+	w.mu.Lock()
+	w.used -= cost
+	w.wakeLocked()
+	w.mu.Unlock()
+}
+
+// recvWindow is what a receiver granted and what its application has read
+// since it last granted credit back. The owner guards it.
+type recvWindow struct {
+	window      int64 // as announced to the sender
+	outstanding int64 // received and not granted back
+	unread      int64 // read (or dropped) since the last grant
+}
+
+// accept counts a received message of cost, reporting false if the sender
+// had no credit for it: a broken rule.
+func (w *recvWindow) accept(cost int64) bool {
+	if w.outstanding > w.window/2 && w.outstanding+cost > w.window {
+		return false
+	}
+	w.outstanding += cost
+	return true
+}
+
+// consumed notes that cost was read and returns the credit to grant back
+// now, once more than half the window has been read: a grant per message
+// would cost a frame per message. A sender waiting for credit has more
+// than half the window outstanding, so reading it all always grants.
+func (w *recvWindow) consumed(cost int64) (grant int64) {
+	w.unread += cost
+	if w.unread <= w.window/2 {
+		return 0
+	}
+	grant = w.unread
+	w.unread, w.outstanding = 0, w.outstanding-grant
+	return grant
+}
+
+// connFlow is one connection's flow control across its streams: the
+// credit the peer's connection window leaves us, and our own window.
+type connFlow struct {
+	send sendWindow
+
+	mu   sync.Mutex
+	recv recvWindow
+	// announceMu orders our connection window's announcement before every
+	// stream frame we send; announced is set once it is out.
+	announceMu sync.Mutex
+	announced  bool
+	// held counts received payloads the streams keep in transport memory
+	// (lent) rather than in copies: a few save a copy each, many would
+	// hold a ring-buffer transport's space.
+	held int32
+}
+
+// maxHeldPerConn bounds the payloads a connection's streams keep lent.
+const maxHeldPerConn = 16
+
+func newConnFlow(window int64) *connFlow {
+	return &connFlow{recv: recvWindow{window: window}}
+}
+
+// announce sends our connection window once, before the caller's first
+// stream frame.
+func (fl *connFlow) announce(write func(*kernel.Frame) error) error {
+	fl.announceMu.Lock()
+	defer fl.announceMu.Unlock()
+	if fl.announced {
+		return nil
+	}
+	if err := write(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: uint32(fl.recv.window)}); err != nil {
+		return err
+	}
+	fl.announced = true
+	return nil
+}
+
+// accept counts a message received on any stream of the connection.
+func (fl *connFlow) accept(cost int64) bool {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.recv.accept(cost)
+}
+
+// consumed notes a message read or dropped and grants the connection's
+// credit back when due.
+func (fl *connFlow) consumed(cost int64, write func(*kernel.Frame) error) {
+	fl.mu.Lock()
+	grant := fl.recv.consumed(cost)
+	fl.mu.Unlock()
+	if grant > 0 {
+		_ = write(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: uint32(grant)})
+	}
+}

@@ -1,0 +1,318 @@
+package kernrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// streamMethod is a registered streaming method.
+type streamMethod struct {
+	kind    kernel.StreamKind
+	handler func(ctx context.Context, st *ServerStream) error
+	invoke  kernel.StreamInvoker // the stream filters around handler, built at Start
+}
+
+// ServerStream is one streaming call as its handler sees it. SendMsg and
+// RecvMsg pass through the server's stream filters; one goroutine may send
+// while another receives, but two must not send (or receive) at once.
+type ServerStream struct {
+	core   streamCore
+	c      *callCtx
+	method *streamMethod
+	msgs   kernel.Stream // the filters' view, which the handler's calls go through
+}
+
+// RegisterStream adds a streaming handler for method, without generics:
+// HandleServerStream, HandleClientStream and HandleBidiStream are the
+// typed front ends. Register every method before Start.
+func (s *Server) RegisterStream(method string, kind kernel.StreamKind, handler func(ctx context.Context, st *ServerStream) error) error {
+	if kind < kernel.ClientStreaming || kind > kernel.BidiStreaming {
+		return fmt.Errorf("kernrpc: RegisterStream %q: unknown stream kind %d", method, kind)
+	}
+	return s.register(method, &methodDesc{stream: &streamMethod{kind: kind, handler: handler}})
+}
+
+// Context is the stream's context: cancelled when the client cancels, the
+// deadline it sent passes, the connection dies, or the server shuts down.
+// A stream filter may have derived the one the handler was given from it.
+func (ss *ServerStream) Context() context.Context { return ss.c }
+
+// Info describes the stream: method, peer, codec, the client's metadata.
+func (ss *ServerStream) Info() *kernel.CallInfo { return &ss.c.info }
+
+// SendMsg sends m to the client, waiting while the client has granted no
+// credit (it reads slowly) until the stream's context ends.
+func (ss *ServerStream) SendMsg(m any) error { return ss.msgs.SendMsg(m) }
+
+// RecvMsg reads the client's next message into m; io.EOF means the client
+// has closed its side (CloseSend) and every message was read.
+func (ss *ServerStream) RecvMsg(m any) error { return ss.msgs.RecvMsg(m) }
+
+// SetHeader adds metadata that goes to the client with the first message
+// (or, if none is sent, with the final status).
+func (ss *ServerStream) SetHeader(md kernel.Metadata) {
+	if ss.core.header == nil {
+		ss.core.header = make(kernel.Metadata, len(md))
+	}
+	for k, v := range md {
+		ss.core.header[k] = v
+	}
+}
+
+// SetTrailer adds metadata that goes to the client with the final status.
+func (ss *ServerStream) SetTrailer(md kernel.Metadata) {
+	for k, v := range md {
+		ss.c.info.SetResponseMetadata(k, v)
+	}
+}
+
+// serverMsgs is the innermost kernel.Stream: the wire.
+type serverMsgs struct{ ss *ServerStream }
+
+func (m serverMsgs) SendMsg(v any) error { return m.ss.core.send(v) }
+func (m serverMsgs) RecvMsg(v any) error { return m.ss.core.recv(v, eof) }
+
+type serverStreamKey struct{}
+
+// streamTerminal ends the server's stream filter chain: the handler.
+func streamTerminal(ctx context.Context, info *kernel.CallInfo, st kernel.Stream) error {
+	ss, _ := ctx.Value(serverStreamKey{}).(*ServerStream)
+	if ss == nil {
+		return kernel.Errorf(kernel.Internal, "a stream filter called next with a context that does not come from the stream; pass on the ctx it received, or one derived from it")
+	}
+	ss.msgs = st
+	return ss.method.handler(ctx, ss)
+}
+
+// openStream answers a Request that opens a stream (or names a streaming
+// method): it refuses it, or starts the handler on a goroutine of its own.
+// It runs on the read loop and never blocks.
+func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) {
+	defer f.Release()
+	s := sc.srv
+	c.info.Method, c.info.Side, c.info.Peer, c.info.Metadata = f.Method, kernel.ServerSide, sc.conn.RemoteAddr(), f.Metadata
+	codec := s.codec
+	var err error
+	if f.Codec != "" && f.Codec != codec.Name() {
+		codec, err = s.codecFor(f.Codec)
+	}
+	switch {
+	case err != nil:
+	case c.refused:
+		err = &kernel.Status{Code: kernel.Unavailable, Message: "server is shutting down; the stream was not opened, open it elsewhere", Retryable: true}
+	case desc == nil:
+		err = kernel.Errorf(kernel.Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
+	case desc.stream == nil:
+		err = kernel.Errorf(kernel.Unimplemented, "%s is a unary method; call it with Call, not as a stream", f.Method)
+	case f.Flags&kernel.FlagStream == 0:
+		err = kernel.Errorf(kernel.Unimplemented, "%s is a %s method; open a stream to call it", f.Method, desc.stream.kind)
+	case f.Credit == 0:
+		err = kernel.Errorf(kernel.InvalidArgument, "the request opening a stream of %s grants no credit (protocol: its credit field is the client's stream window)", f.Method)
+	}
+	if err != nil {
+		sc.answerStream(c, err)
+		sc.end(c)
+		return
+	}
+	c.info.Codec = codec.Name()
+	ss := &ServerStream{c: c, method: desc.stream}
+	ss.msgs = serverMsgs{ss}
+	flow := sc.connFlow()
+	ss.core.init(c.id, sc.conn, flow, codec, s.streamWindow())
+	ss.core.ctx, ss.core.ctxStatus, ss.core.writeCtl = c, ss.ctxStatus, sc.send
+	ss.core.sendWin.announce(int64(f.Credit))
+	sc.mu.Lock()
+	c.stream = ss
+	sc.mu.Unlock()
+	if f.Timeout > 0 {
+		c.deadline = time.Now().Add(f.Timeout)
+		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
+	}
+	if err := flow.announce(sc.send); err == nil {
+		_ = sc.send(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: c.id, Credit: uint32(ss.core.recvWin.window)})
+	}
+	go sc.runStream(ss)
+}
+
+// connFlow returns the connection's flow control, made by the first
+// stream frame; only the reading goroutine calls it.
+func (sc *serverConn) connFlow() *connFlow {
+	if sc.flow == nil {
+		sc.flow = newConnFlow(sc.srv.connWindow())
+	}
+	return sc.flow
+}
+
+// send writes a control frame without waiting on the peer where the
+// transport allows it: the read loop sends them.
+func (sc *serverConn) send(f *kernel.Frame) error {
+	if q, ok := sc.conn.(kernel.FrameQueuer); ok {
+		return q.QueueFrame(f)
+	}
+	return sc.conn.WriteFrame(f)
+}
+
+// answerStream ends a stream (or refuses to open one) with err's status.
+func (sc *serverConn) answerStream(c *callCtx, err error) {
+	out := &kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id}
+	if err != nil {
+		st := kernel.StatusOf(err)
+		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
+			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran the stream of %s", c.info.Method).(*kernel.Status)
+		}
+		out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
+		if st.Code == kernel.OK {
+			out.Code = kernel.Unknown
+		}
+		if st.Retryable {
+			out.Flags |= kernel.FlagRetryable
+		}
+	}
+	out.Metadata = c.info.ResponseMetadata
+	if err := sc.send(out); err != nil {
+		sc.srv.log.Debug("stream's final status not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+	}
+}
+
+// streamData hands a StreamData frame to its stream, on the read loop.
+func (sc *serverConn) streamData(f *kernel.Frame) {
+	sc.mu.Lock()
+	var ss *ServerStream
+	if c := sc.calls[f.CallID]; c != nil {
+		ss = c.stream
+	}
+	sc.mu.Unlock()
+	if f.Flags&kernel.FlagEndStream != 0 {
+		f.Release()
+		if ss != nil {
+			ss.core.peerFinished()
+		}
+		return
+	}
+	cost := kernel.StreamCost(len(f.Payload))
+	flow := sc.connFlow()
+	ok := flow.accept(cost)
+	switch {
+	case ok && ss == nil:
+		// A stream that ended here meanwhile: what it carried is read by
+		// nobody, and the connection's credit comes back at once.
+		f.Release()
+		flow.consumed(cost, sc.send)
+		return
+	case ok:
+		ok = ss.core.deliver(f)
+	default:
+		f.Release()
+	}
+	if !ok {
+		sc.srv.log.Warn("closing a connection whose client sent stream data beyond the credit it was granted",
+			"call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+		_ = sc.conn.Close()
+	}
+}
+
+// windowUpdate grants credit to the connection (call id 0) or a stream.
+func (sc *serverConn) windowUpdate(f *kernel.Frame) {
+	if f.CallID == 0 {
+		sc.connFlow().send.announce(int64(f.Credit))
+		return
+	}
+	sc.mu.Lock()
+	var ss *ServerStream
+	if c := sc.calls[f.CallID]; c != nil {
+		ss = c.stream
+	}
+	sc.mu.Unlock()
+	if ss != nil {
+		ss.core.sendWin.announce(int64(f.Credit))
+	}
+}
+
+// runStream runs a stream's filters and handler, then sends its status.
+func (sc *serverConn) runStream(ss *ServerStream) {
+	c := ss.c
+	defer sc.end(c)
+	err := sc.invokeStream(ss)
+	if ss.core.end(errStreamOver) {
+		if len(ss.core.header) > 0 && !ss.core.sent {
+			ss.SetTrailer(ss.core.header)
+		}
+		sc.answerStream(c, err)
+	}
+}
+
+// errStreamOver is what a handler's late SendMsg or RecvMsg returns.
+var errStreamOver = kernel.Errorf(kernel.FailedPrecondition, "the stream is over: its handler returned")
+
+func (sc *serverConn) invokeStream(ss *ServerStream) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("stream handler panicked", "method", ss.c.info.Method, "panic", r, "stack", string(debug.Stack()))
+			err = kernel.Errorf(kernel.Internal, "handler for stream %s panicked: %v", ss.c.info.Method, r)
+		}
+	}()
+	return ss.method.invoke(ss.c, &ss.c.info, serverMsgs{ss})
+}
+
+// abort ends a stream the server will not wait for any longer: the client
+// gets st at once, and the handler's context is cancelled.
+func (ss *ServerStream) abort(sc *serverConn, st *kernel.Status) {
+	if ss.core.end(st) {
+		sc.answerStream(ss.c, st)
+	}
+	ss.c.cancel(errServerShutdown)
+}
+
+// errServerShutdown cancels the streams a shutdown ended.
+var errServerShutdown = errors.New("the server shut down")
+
+// ctxStatus is the status a wait of the handler returns once the stream's
+// context has ended.
+func (ss *ServerStream) ctxStatus() error {
+	switch err := ss.c.Err(); {
+	case errors.Is(err, context.DeadlineExceeded):
+		return kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent for the stream of %s passed", ss.c.info.Method)
+	case errors.Is(err, errServerShutdown):
+		return kernel.Errorf(kernel.Unavailable, "the server shut down before the stream of %s ended", ss.c.info.Method)
+	default:
+		return kernel.Errorf(kernel.Canceled, "the client canceled the stream of %s, or its connection closed", ss.c.info.Method)
+	}
+}
+
+// abortStreams ends every stream still open once a shutdown stopped
+// waiting for them.
+func (s *Server) abortStreams(why string) int {
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, sc := range conns {
+		sc.mu.Lock()
+		var open []*ServerStream
+		for _, c := range sc.calls {
+			if c.stream != nil {
+				open = append(open, c.stream)
+			}
+		}
+		sc.mu.Unlock()
+		for _, ss := range open {
+			ss.abort(sc, &kernel.Status{Code: kernel.Unavailable, Message: "the server shut down before the stream of " + ss.c.info.Method + " ended (" + why + ")"})
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) streamWindow() int64 { return int64(s.cfg.Streams.Window) }
+func (s *Server) connWindow() int64   { return int64(s.cfg.Streams.ConnectionWindow) }
+
+func eof() error { return io.EOF }
