@@ -624,6 +624,9 @@ func TestHelperServerProcess(t *testing.T) {
 	}
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
+	if tr := os.Getenv("KERNRPC_HELPER_TRANSPORT"); tr != "" {
+		cfg.Transport.Name = tr
+	}
 	if f := os.Getenv("KERNRPC_HELPER_FILTER"); f != "" {
 		cfg.Filters = []kernrpc.FilterConfig{{Name: f, Side: "server"}}
 	}
@@ -636,6 +639,7 @@ func TestHelperServerProcess(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	streamHandlers(srv)
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -647,10 +651,10 @@ func startServerProcess(t *testing.T) (*exec.Cmd, string) {
 	return startServerProcessTB(t)
 }
 
-func startServerProcessTB(t testing.TB) (*exec.Cmd, string) {
+func startServerProcessTB(t testing.TB, env ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServerProcess$")
-	cmd.Env = append(os.Environ(), "KERNRPC_HELPER_SERVER=1")
+	cmd.Env = append(append(os.Environ(), "KERNRPC_HELPER_SERVER=1"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -147,7 +147,7 @@ func (sc *serverConn) readLoop() {
 			c := sc.calls[f.CallID]
 			sc.mu.Unlock()
 			if c != nil {
-				c.cancel(context.Canceled)
+				c.cancel(cancelCause(f))
 			}
 		case kernel.FrameStreamData:
 			sc.streamData(f)
@@ -161,6 +161,15 @@ func (sc *serverConn) readLoop() {
 		}
 		f.Release()
 	}
+}
+
+// cancelCause is what a Cancel frame ends a call's context with: the
+// client says when it was its deadline that passed.
+func cancelCause(f *kernel.Frame) error {
+	if f.Code == kernel.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return context.Canceled
 }
 
 const (

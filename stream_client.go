@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"time"
@@ -194,12 +195,23 @@ func controlWriter(conn kernel.Conn) func(*kernel.Frame) error {
 
 var errStreamClosed = kernel.Errorf(kernel.Canceled, "the stream was closed")
 
+// cancelFrame tells the server a call or stream was given up, and why: a
+// deadline that passed reads as DeadlineExceeded there too, whichever of
+// the Cancel and the server's own copy of the deadline comes first.
+func cancelFrame(id uint64, ctx context.Context) *kernel.Frame {
+	f := &kernel.Frame{Type: kernel.FrameCancel, CallID: id}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		f.Code = kernel.DeadlineExceeded
+	}
+	return f
+}
+
 // ctxDone ends a stream whose context ended, telling the server.
 func (cs *ClientStream) ctxDone() {
 	st := cs.ctxStatus()
 	if cs.core.end(st) {
 		cs.cc.removeStream(cs.core.id)
-		_ = cs.cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.core.id})
+		_ = cs.cc.conn.WriteFrame(cancelFrame(cs.core.id, cs.ctx))
 		cs.client.pickDone(cs.inst, st)
 	}
 	cs.markOver()

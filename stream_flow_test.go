@@ -1,0 +1,213 @@
+package kernrpc_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
+	"github.com/kernrpc/kernrpc/kernel"
+	"log/slog"
+)
+
+// floodHandlers registers Flood.Out, which sends 64 KiB messages until
+// its context ends, counting them in sent.
+func floodHandlers(sent *atomic.Int64, size int) func(*kernrpc.Server) {
+	return func(srv *kernrpc.Server) {
+		kernrpc.HandleServerStream(srv, "Flood.Out", func(ctx context.Context, _ *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			m := &echopb.Echo{Payload: make([]byte, size)}
+			for {
+				if err := st.Send(m); err != nil {
+					return err
+				}
+				sent.Add(1)
+			}
+		})
+		kernrpc.HandleClientStream(srv, "Flood.In", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) (*echopb.Echo, error) {
+			<-ctx.Done() // never reads
+			return nil, ctx.Err()
+		})
+	}
+}
+
+// settled waits until n stops changing for a while and returns it.
+func settled(n *atomic.Int64) int64 {
+	last := int64(-1)
+	for range 100 {
+		time.Sleep(20 * time.Millisecond)
+		if v := n.Load(); v == last && v > 0 {
+			return v
+		} else {
+			last = v
+		}
+	}
+	return last
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// A client that stops reading a server stream stops the server's handler
+// in Send once the window is spent: what it holds meanwhile is bounded by
+// the window, however long the server would go on.
+func TestStreamReceiverStopsReading(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		const size = 64 << 10
+		var sent atomic.Int64
+		startServer(t, cfg, floodHandlers(&sent, size))
+		cli := newClient(t, cfg)
+		before := heapInUse()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.Out", &echopb.Echo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := settled(&sent)
+		grew := int64(heapInUse()) - int64(before)
+		window := int64(cfg.Streams.Window)
+		// The sender may go past half the window by one message.
+		if limit := (window + 2*kernel.StreamCost(size)) / kernel.StreamCost(size); n > limit {
+			t.Fatalf("server sent %d messages of 64 KiB to a client that reads none; the %d-byte window allows %d", n, window, limit)
+		}
+		t.Logf("receiver not reading: sender stopped after %d messages (%d KiB); the heap grew by %d KiB", n, n*size>>10, grew>>10)
+		if grew > 4<<20 {
+			t.Errorf("heap grew by %d KiB while the stream was stalled; want it bounded by the %d KiB window", grew>>10, window>>10)
+		}
+		// Reading resumes the flow.
+		for i := range n + 10 {
+			if _, err := st.Recv(); err != nil {
+				t.Fatalf("message %d after resuming: %v", i, err)
+			}
+		}
+	})
+}
+
+// A server that stops reading a client stream stops the client in Send,
+// which honours the stream's context.
+func TestStreamSenderBlocksOnSlowServer(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		var unused atomic.Int64
+		startServer(t, cfg, floodHandlers(&unused, 0))
+		cli := newClient(t, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.In")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent atomic.Int64
+		done := make(chan error, 1)
+		go func() {
+			m := &echopb.Echo{Payload: make([]byte, 32<<10)}
+			for {
+				if err := st.Send(m); err != nil {
+					done <- err
+					return
+				}
+				sent.Add(1)
+			}
+		}()
+		n := settled(&sent)
+		if max := int64(cfg.Streams.Window)/(32<<10) + 2; n > max {
+			t.Fatalf("client sent %d messages of 32 KiB to a server that reads none; the window allows %d", n, max)
+		}
+		cancel()
+		if err := receive(t, done, 2*time.Second, "Send still blocked after the stream's context was cancelled"); kernel.CodeOf(err) != kernel.Canceled {
+			t.Fatalf("blocked Send ended with %v, want Canceled", err)
+		}
+	})
+}
+
+// Many stalled streams together hold no more than the connection window.
+func TestStreamConnectionWindowBoundsAllStreams(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		const size = 16 << 10
+		cfg.Streams.Window, cfg.Streams.ConnectionWindow = 64<<10, 512<<10
+		var sent atomic.Int64
+		startServer(t, cfg, floodHandlers(&sent, size))
+		cli := newClient(t, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for i := range 64 {
+			if _, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.Out", &echopb.Echo{}); err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+		}
+		n := settled(&sent)
+		held := n * kernel.StreamCost(size)
+		// 64 streams of 64 KiB windows would allow 4 MiB; the connection's
+		// 512 KiB (plus one message past half of it) is the bound.
+		if limit := int64(cfg.Streams.ConnectionWindow) + kernel.StreamCost(size); held > limit {
+			t.Fatalf("64 stalled streams hold %d bytes; the connection window allows %d", held, limit)
+		}
+		t.Logf("64 stalled streams: %d messages, %d KiB held", n, held>>10)
+	})
+}
+
+// A client that sends beyond the credit it was granted breaks the
+// protocol: the server closes its connection and says why.
+func TestStreamBeyondCreditClosesConnection(t *testing.T) {
+	var logs enginetest.LogBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	cfg := testConfig(t)
+	cfg.Streams.Window = 1 << 10
+	srv := startServer(t, cfg, func(srv *kernrpc.Server) {
+		var n atomic.Int64
+		floodHandlers(&n, 0)(srv)
+	})
+	tr, err := kernel.NewTransport("tcp-lv", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tr.Dial(context.Background(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	frames := []*kernel.Frame{
+		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
+		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 1, Method: "Flood.In", Credit: 1 << 20},
+	}
+	for range 4 {
+		frames = append(frames, &kernel.Frame{Type: kernel.FrameStreamData, CallID: 1, Payload: make([]byte, 1<<10)})
+	}
+	for _, f := range frames {
+		if err := conn.WriteFrame(f); err != nil {
+			break
+		}
+	}
+	read := make(chan error, 1)
+	go func() {
+		for {
+			f, err := conn.ReadFrame(context.Background())
+			if err != nil {
+				read <- err
+				return
+			}
+			f.Release()
+		}
+	}()
+	select {
+	case <-read:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the server kept a connection whose client sent beyond its credit")
+	}
+	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(logs.String(), "beyond the credit") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "beyond the credit") {
+		t.Fatalf("no log line says why the connection was closed:\n%s", logs.String())
+	}
+}

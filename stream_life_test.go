@@ -1,0 +1,353 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+type echoStream = kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
+
+// handlerSaw registers Stream.Watch, whose handler sends one message,
+// waits for its context to end and reports the context's error on saw.
+func handlerSaw(saw chan error) func(*kernrpc.Server) {
+	return func(srv *kernrpc.Server) {
+		streamHandlers(srv)
+		kernrpc.HandleBidiStream(srv, "Stream.Watch", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			if err := st.Send(&echopb.Echo{Text: "open"}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			saw <- ctx.Err()
+			return ctx.Err()
+		})
+	}
+}
+
+func openWatch(t *testing.T, ctx context.Context, cli *kernrpc.Client) echoStream {
+	t.Helper()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Stream.Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.Text != "open" {
+		t.Fatalf("first message: %v %v", m, err)
+	}
+	return st
+}
+
+func TestStreamCancelledByClient(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		saw := make(chan error, 1)
+		startServer(t, cfg, handlerSaw(saw))
+		cli := newClient(t, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		st := openWatch(t, ctx, cli)
+		cancel()
+		if _, err := st.Recv(); kernel.CodeOf(err) != kernel.Canceled {
+			t.Fatalf("Recv after cancel = %v, want Canceled", err)
+		}
+		if err := st.Send(&echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
+			t.Fatalf("Send after cancel = %v, want Canceled", err)
+		}
+		if err := receive(t, saw, 2*time.Second, "the handler's context did not end after the client cancelled"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler's context ended with %v, want Canceled", err)
+		}
+	})
+}
+
+func TestStreamEndedByServer(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		startServer(t, cfg, func(srv *kernrpc.Server) {
+			kernrpc.HandleBidiStream(srv, "Stream.Abort", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+				if _, err := st.Recv(); err != nil {
+					return err
+				}
+				st.SetTrailer(kernel.Metadata{"why": "enough"})
+				return kernel.Errorf(kernel.Aborted, "the server has had enough")
+			})
+		})
+		cli := newClient(t, cfg)
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Stream.Abort")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&echopb.Echo{Text: "one"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv()
+		if kernel.CodeOf(err) != kernel.Aborted || !strings.Contains(err.Error(), "had enough") {
+			t.Fatalf("Recv = %v, want the handler's Aborted", err)
+		}
+		if st.Trailer()["why"] != "enough" {
+			t.Errorf("trailer = %v", st.Trailer())
+		}
+		// The stream is over: sending more fails with the same status.
+		if err := st.Send(&echopb.Echo{}); kernel.CodeOf(err) != kernel.Aborted {
+			t.Errorf("Send after the server ended = %v, want Aborted", err)
+		}
+	})
+}
+
+func TestStreamDeadlineMidStream(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		saw := make(chan error, 1)
+		startServer(t, cfg, handlerSaw(saw))
+		cli := newClient(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		st := openWatch(t, ctx, cli)
+		start := time.Now()
+		_, err := st.Recv()
+		if kernel.CodeOf(err) != kernel.DeadlineExceeded {
+			t.Fatalf("Recv past the deadline = %v, want DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Fatalf("Recv returned %v after the deadline", waited)
+		}
+		if err := receive(t, saw, 2*time.Second, "the handler's context did not end at the deadline"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("handler's context ended with %v, want DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestStreamServerKilled(t *testing.T) {
+	for _, tr := range streamTransports {
+		t.Run(tr, func(t *testing.T) {
+			cmd, addr := startServerProcessTB(t, "KERNRPC_HELPER_TRANSPORT="+tr)
+			cfg := testConfig(t)
+			cfg.Transport.Name = tr
+			if tr != "tcp-lv" {
+				cfg.Transport.Options = nil
+			}
+			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+			cli := newClient(t, cfg)
+			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := st.Recv(); err != nil || m.Text != "waiting" {
+				t.Fatalf("first message: %v %v", m, err)
+			}
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			got := make(chan error, 1)
+			go func() { _, err := st.Recv(); got <- err }()
+			err = receive(t, got, 5*time.Second, "Recv still waiting after the server process was killed")
+			if kernel.CodeOf(err) != kernel.Unavailable {
+				t.Fatalf("Recv after the server died = %v, want Unavailable", err)
+			}
+		})
+	}
+}
+
+func TestStreamClientGone(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		saw := make(chan error, 1)
+		startServer(t, cfg, handlerSaw(saw))
+		cli, err := kernrpc.NewClient(cfg, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		openWatch(t, context.Background(), cli)
+		_ = cli.Close() // its connections go with it
+		if err := receive(t, saw, 3*time.Second, "the handler's context did not end after its client went away"); err == nil {
+			t.Fatal("handler's context ended without an error")
+		}
+	})
+}
+
+func TestThousandStreamsOnOneConnection(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		startServer(t, cfg, streamHandlers)
+		cli := newClient(t, cfg) // pool_size 1: one connection
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		const streams, msgs = 1000, 10
+		streamsOpen := make([]echoStream, streams)
+		for i := range streamsOpen {
+			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Echo")
+			if err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+			streamsOpen[i] = st
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, streams)
+		for i, st := range streamsOpen {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range msgs {
+					text := strconv.Itoa(i) + "/" + strconv.Itoa(j)
+					if err := st.Send(&echopb.Echo{Text: text}); err != nil {
+						errs <- err
+						return
+					}
+					m, err := st.Recv()
+					if err != nil || m.Text != text {
+						errs <- errors.Join(err, errors.New("stream "+strconv.Itoa(i)+" got "+m.GetText()+", want "+text))
+						return
+					}
+				}
+				if err := st.CloseSend(); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+					errs <- errors.Join(err, errors.New("stream "+strconv.Itoa(i)+" did not end with OK"))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestShutdownWaitsForStreams(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		srv := startServer(t, cfg, streamHandlers)
+		cli := newClient(t, cfg)
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&echopb.Echo{Text: "before"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		down := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			down <- srv.Shutdown(ctx)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		select {
+		case err := <-down:
+			t.Fatalf("Shutdown returned (%v) while a stream was open", err)
+		default:
+		}
+		// The open stream is still served while the server drains.
+		for i := range 5 {
+			if err := st.Send(&echopb.Echo{Text: strconv.Itoa(i)}); err != nil {
+				t.Fatalf("send while draining: %v", err)
+			}
+			if m, err := st.Recv(); err != nil || m.Text != strconv.Itoa(i) {
+				t.Fatalf("echo while draining: %v %v", m, err)
+			}
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("stream ended with %v, want OK", err)
+		}
+		if err := receive(t, down, 3*time.Second, "Shutdown did not return once the last stream ended"); err != nil {
+			t.Fatalf("Shutdown after every stream finished: %v", err)
+		}
+	})
+}
+
+func TestShutdownEndsStreamsAtItsDeadline(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		saw := make(chan error, 1)
+		srv := startServer(t, cfg, handlerSaw(saw))
+		cli := newClient(t, cfg)
+		st := openWatch(t, context.Background(), cli)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := srv.Shutdown(ctx)
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("Shutdown reported no error though a stream outlived its timeout")
+		}
+		if took > time.Second {
+			t.Fatalf("Shutdown with a 300ms context took %v", took)
+		}
+		_, err = st.Recv()
+		if kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), "shut down") {
+			t.Fatalf("open stream ended with %v, want Unavailable saying the server shut down", err)
+		}
+		if err := receive(t, saw, 2*time.Second, "the handler's context was not cancelled"); err == nil {
+			t.Fatal("handler's context ended without an error")
+		}
+	})
+}
+
+func TestStreamMethodMismatch(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+	cases := []struct{ name, method, want string }{
+		{"unknown method", "Nope.Nope", "not served"},
+		{"unary method opened as a stream", "Echo.Echo", "unary method"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, tc.method)
+			if err == nil {
+				_, err = st.Recv()
+			}
+			if kernel.CodeOf(err) != kernel.Unimplemented || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want Unimplemented saying %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("stream method called unary", func(t *testing.T) {
+		err := cli.Call(ctx, "Count.Echo", &echopb.Echo{}, &echopb.Echo{})
+		if kernel.CodeOf(err) != kernel.Unimplemented || !strings.Contains(err.Error(), "open a stream") {
+			t.Fatalf("got %v, want Unimplemented saying to open a stream", err)
+		}
+	})
+	t.Run("server stream without its request", func(t *testing.T) {
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.CloseSend()
+		if _, err := st.Recv(); kernel.CodeOf(err) != kernel.InvalidArgument {
+			t.Fatalf("got %v, want InvalidArgument", err)
+		}
+	})
+}
+
+func TestStreamConfigErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		set  func(*kernrpc.Config)
+		key  string
+	}{
+		{"window too small", func(c *kernrpc.Config) { c.Streams.Window = 10 }, "streams.window"},
+		{"connection window below window", func(c *kernrpc.Config) { c.Streams.Window, c.Streams.ConnectionWindow = 1 << 20, 1 << 10 }, "streams.connection_window"},
+		{"window beyond credit", func(c *kernrpc.Config) { c.Streams.Window = 1 << 32 }, "streams.window"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tc.set(cfg)
+			if _, err := kernrpc.NewServer(cfg); err == nil || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("NewServer: %v, want an error naming %s", err, tc.key)
+			}
+			if _, err := kernrpc.NewClient(cfg, "echo"); err == nil || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("NewClient: %v, want an error naming %s", err, tc.key)
+			}
+		})
+	}
+}
