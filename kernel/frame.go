@@ -25,8 +25,8 @@ const (
 	FramePing         FrameType = 4 // keepalive probe; the payload is echoed in the Pong
 	FramePong         FrameType = 5 // keepalive answer
 	FrameGoAway       FrameType = 6 // the sender is shutting down: send new calls elsewhere
-	FrameStreamData   FrameType = 7 // reserved for streaming calls: one message of a stream
-	FrameWindowUpdate FrameType = 8 // reserved for streaming calls: flow-control credit
+	FrameStreamData   FrameType = 7 // one message of a stream, or (END_STREAM, empty) the client's half-close
+	FrameWindowUpdate FrameType = 8 // flow-control credit for a stream, or call id 0: the connection
 	maxFrameType                = FrameWindowUpdate
 )
 
@@ -44,7 +44,8 @@ type FrameFlags uint8
 
 const (
 	// FlagEndStream marks the last frame a side sends on a call. Unary
-	// requests and responses always carry it; streams (reserved) send it once.
+	// requests and responses always carry it; on a stream, the client's
+	// empty StreamData that half-closes it and the server's final Response.
 	FlagEndStream FrameFlags = 1 << 0
 	// FlagStream marks a request that opens a stream rather than a unary call.
 	FlagStream FrameFlags = 1 << 1
@@ -83,7 +84,7 @@ const (
 	tagCode     = 4 // uvarint
 	tagMessage  = 5
 	tagMetadata = 6 // one pair: uvarint key length, key, value
-	tagCredit   = 7 // uvarint, reserved for stream flow control
+	tagCredit   = 7 // uvarint bytes of stream flow-control credit
 )
 
 // ErrMalformedFrame is wrapped by every frame decoding error.
@@ -163,7 +164,7 @@ type Frame struct {
 	Code     Code          // responses
 	Message  string        // responses: the status message
 	Metadata Metadata      // requests and responses
-	Credit   uint32        // reserved for stream flow control
+	Credit   uint32        // WindowUpdate: bytes granted; a stream's Request: the client's stream window
 	Payload  []byte
 
 	owner FrameOwner

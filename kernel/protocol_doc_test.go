@@ -44,3 +44,51 @@ func TestProtocolDocExample(t *testing.T) {
 		t.Fatalf("decoded %+v", back)
 	}
 }
+
+// TestProtocolDocStreamExample keeps the stream example in docs/protocol.md
+// true: its bytes are what AppendFrameHeader produces for each frame of a
+// server stream, in order, and the credit rule's costs hold.
+func TestProtocolDocStreamExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "### Example: a server stream")
+	if !ok {
+		t.Fatal("docs/protocol.md has no stream example")
+	}
+	_, block, _ := strings.Cut(rest, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	var hexDigits strings.Builder
+	for _, line := range strings.Split(block, "\n") {
+		code, _, _ := strings.Cut(line, "  ")
+		hexDigits.WriteString(strings.ReplaceAll(code, " ", ""))
+	}
+	doced, err := hex.DecodeString(hexDigits.String())
+	if err != nil {
+		t.Fatalf("example is not hex: %v", err)
+	}
+	frames := []*Frame{
+		{Type: FrameWindowUpdate, Credit: 16 << 20},
+		{Type: FrameRequest, Flags: FlagStream, CallID: 1, Method: "Count.Up", Codec: "protobuf", Credit: 256 << 10},
+		{Type: FrameStreamData, CallID: 1, Payload: []byte{0x12, 0x01, 0x33}},
+		{Type: FrameStreamData, Flags: FlagEndStream, CallID: 1},
+		{Type: FrameWindowUpdate, Credit: 16 << 20},
+		{Type: FrameWindowUpdate, CallID: 1, Credit: 256 << 10},
+		{Type: FrameStreamData, CallID: 1, Payload: []byte{0x12, 0x01, 0x30}},
+		{Type: FrameResponse, Flags: FlagEndStream, CallID: 1},
+	}
+	var want []byte
+	for _, f := range frames {
+		want = append(AppendFrameHeader(want, f), f.Payload...)
+	}
+	if !bytes.Equal(doced, want) {
+		t.Fatalf("docs/protocol.md stream example is out of date:\n doc: % x\n code: % x", doced, want)
+	}
+	// The message frames cost what the comments say: their length field.
+	for _, i := range []int{2, 6} {
+		if cost, n := StreamCost(len(frames[i].Payload)), FrameHeaderLen(frames[i])-FramePrefixLen+len(frames[i].Payload); cost != int64(n) {
+			t.Errorf("frame %d costs %d, but its length is %d", i, cost, n)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// tap is a filter with a stream form: it counts the messages of every
+// stream it sees, adds request metadata on the client, refuses streams of
+// Count.Refused, and records how each stream ended.
+type tap struct {
+	mu     sync.Mutex
+	ended  []tapped
+	unary  int
+	opened chan struct{}
+}
+
+type tapped struct {
+	method     string
+	side       kernel.Side
+	sent, recv int
+	err        error
+	trailer    kernel.Metadata
+	metadata   kernel.Metadata
+}
+
+func (tp *tap) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	tp.mu.Lock()
+	tp.unary++
+	tp.mu.Unlock()
+	return next(ctx, info, req)
+}
+
+type tapKey struct{}
+
+func (tp *tap) InvokeStream(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+	if info.Method == "Count.Refused" {
+		return kernel.Errorf(kernel.PermissionDenied, "tap refuses %s", info.Method)
+	}
+	if info.Side == kernel.ClientSide {
+		info.SetRequestMetadata("tapped", "yes")
+	}
+	w := &countingStream{Stream: st}
+	err := next(context.WithValue(ctx, tapKey{}, "tap was here"), info, w)
+	tp.mu.Lock()
+	tp.ended = append(tp.ended, tapped{info.Method, info.Side, w.sent, w.recv, err, info.ResponseMetadata, info.Metadata})
+	tp.mu.Unlock()
+	return err
+}
+
+type countingStream struct {
+	kernel.Stream
+	sent, recv int
+}
+
+func (c *countingStream) SendMsg(m any) error {
+	err := c.Stream.SendMsg(m)
+	if err == nil {
+		c.sent++
+	}
+	return err
+}
+
+func (c *countingStream) RecvMsg(m any) error {
+	err := c.Stream.RecvMsg(m)
+	if err == nil {
+		c.recv++
+	}
+	return err
+}
+
+func (tp *tap) waitEnded(t *testing.T, n int) []tapped {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		tp.mu.Lock()
+		got := append([]tapped(nil), tp.ended...)
+		tp.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+	}
+	t.Fatalf("fewer than %d streams ended through the filter", n)
+	return nil
+}
+
+var _ kernel.StreamFilter = (*tap)(nil)
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-tap", New: func(any) (kernel.Filter, error) { return &tap{}, nil }})
+}
+
+func TestStreamFiltersSeeEveryStream(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-tap"}, {Name: "retry", Side: "client"}}
+	srv := startServer(t, cfg, func(srv *kernrpc.Server) {
+		streamHandlers(srv)
+		kernrpc.HandleServerStream(srv, "Count.Context", func(ctx context.Context, req *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			v, _ := ctx.Value(tapKey{}).(string)
+			md := kernrpc.IncomingMetadata(st.Context())
+			return st.Send(&echopb.Echo{Text: v + "/" + md["tapped"]})
+		})
+		kernrpc.HandleBidiStream(srv, "Count.Refused", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			return nil
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+	serverTap, _ := kernrpc.FindPlugin[*tap](srv.Plugins(), "test-tap")
+	clientTap, _ := kernrpc.FindPlugin[*tap](cli.Plugins(), "test-tap")
+
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := st.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := clientTap.waitEnded(t, 1)[0]
+	server := serverTap.waitEnded(t, 1)[0]
+	if client.sent != 1 || client.recv != 7 || client.err != nil || client.trailer["sent"] != "7" {
+		t.Errorf("client filter saw %+v; want 1 sent, 7 received, OK, trailer sent=7", client)
+	}
+	if server.sent != 7 || server.recv != 1 || server.err != nil || server.metadata["tapped"] != "yes" {
+		t.Errorf("server filter saw %+v; want 7 sent, 1 received, OK, the client filter's metadata", server)
+	}
+
+	t.Run("context and metadata reach the handler", func(t *testing.T) {
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Context", &echopb.Echo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.Recv()
+		if err != nil || m.Text != "tap was here/yes" {
+			t.Fatalf("handler saw %q, %v; want the filter's context value and metadata", m.GetText(), err)
+		}
+		_, _ = st.Recv()
+	})
+	t.Run("a filter refuses a stream", func(t *testing.T) {
+		_, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Refused")
+		if kernel.CodeOf(err) != kernel.PermissionDenied {
+			t.Fatalf("OpenStream = %v, want the client filter's PermissionDenied", err)
+		}
+	})
+	t.Run("the final status reaches the filters", func(t *testing.T) {
+		before := len(clientTap.waitEnded(t, 2))
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "nan"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); kernel.CodeOf(err) != kernel.InvalidArgument {
+			t.Fatalf("Recv = %v", err)
+		}
+		got := clientTap.waitEnded(t, before+1)[before]
+		if kernel.CodeOf(got.err) != kernel.InvalidArgument {
+			t.Fatalf("client filter's next returned %v, want the server's InvalidArgument", got.err)
+		}
+	})
+	t.Run("unary-only filters stay out of streams", func(t *testing.T) {
+		// retry has no stream form; a stream still works beside it, and
+		// unary calls still go through the tap's Invoke.
+		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: strconv.Itoa(1)}, &echopb.Echo{}); err != nil {
+			t.Fatal(err)
+		}
+		clientTap.mu.Lock()
+		defer clientTap.mu.Unlock()
+		if clientTap.unary != 1 {
+			t.Fatalf("tap's Invoke saw %d unary calls, want 1", clientTap.unary)
+		}
+	})
+}
