@@ -335,7 +335,7 @@ func TestStreamConfigErrors(t *testing.T) {
 		key  string
 	}{
 		{"window too small", func(c *kernrpc.Config) { c.Streams.Window = 10 }, "streams.window"},
-		{"connection window below window", func(c *kernrpc.Config) { c.Streams.Window, c.Streams.ConnectionWindow = 1 << 20, 1 << 10 }, "streams.connection_window"},
+		{"connection window below window", func(c *kernrpc.Config) { c.Streams.Window, c.Streams.ConnectionWindow = 1<<20, 1<<10 }, "streams.connection_window"},
 		{"window beyond credit", func(c *kernrpc.Config) { c.Streams.Window = 1 << 32 }, "streams.window"},
 	}
 	for _, tc := range cases {
