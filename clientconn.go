@@ -312,6 +312,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 				if cs := cc.streams[f.CallID]; cs != nil {
 					cc.mu.Unlock()
 					cs.final(f)
+					yieldToWoken(cc.conn)
 					continue
 				}
 				cc.mu.Unlock()
@@ -349,8 +350,10 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 				cc.fail(err)
 				return
 			}
+			yieldToWoken(cc.conn)
 		case kernel.FrameWindowUpdate:
 			cc.windowUpdate(f)
+			yieldToWoken(cc.conn)
 		case kernel.FrameGoAway:
 			cc.serverGoingAway(f.CallID, true)
 			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())

@@ -151,9 +151,11 @@ func (sc *serverConn) readLoop() {
 			}
 		case kernel.FrameStreamData:
 			sc.streamData(f)
+			yieldToWoken(sc.conn)
 			continue
 		case kernel.FrameWindowUpdate:
 			sc.windowUpdate(f)
+			yieldToWoken(sc.conn)
 		case kernel.FrameGoAway:
 			// The client is leaving; its calls still get answers.
 		default:

@@ -3,6 +3,7 @@ package kernrpc
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -296,4 +297,16 @@ func (s *streamCore) closeSend() error {
 		return s.writeFailed(err)
 	}
 	return nil
+}
+
+// yieldToWoken lets the goroutine a reader just woke (a stream's
+// receiver or sender) run before the reader waits for the next frame: it
+// is queued on the reader's P, and a transport that polls or naps for the
+// next frame (shm-ring) keeps that P meanwhile. Frames already buffered
+// are read first; they may wake more.
+func yieldToWoken(conn kernel.Conn) {
+	if b, ok := conn.(kernel.BufferedReader); ok && b.Buffered() > 0 {
+		return
+	}
+	runtime.Gosched()
 }
