@@ -102,6 +102,46 @@ type FilterConfig struct {
 //     DecodeOptions error) with that Key, or option "KEY" in its text. The
 //     key appearing as a word is not enough: "limit" is in "over the
 //     limit" whatever the option.
+//   - Stream: only for a filter that implements kernel.StreamFilter (else
+//     skipped, saying so: the engine applies it to unary calls only). Its
+//     InvokeStream is given an in-memory kernel.Stream, and next stands in
+//     for the handler (server) or the caller's use of the stream (client):
+//   - Stream/Messages: messages pass through whole and in order both ways,
+//     sent and received at once as on a bidirectional stream; none, one
+//     way only, and 64 each way. InvokeStream returns when next does, not
+//     before.
+//   - Stream/Metadata: request metadata (the unusual entries and methods
+//     above), method, side and codec reach next unchanged; on the client
+//     the trailers next writes into info.ResponseMetadata reach the
+//     caller's CallInfo.
+//   - Stream/FinalStatus: a stream next ends with a status (a 16 KiB
+//     multi-line one too) does not end OK: the filter returns it, wraps it
+//     or replaces it with a *kernel.Status of its own.
+//   - Stream/NextOnce: next is called at most once, also when it fails as
+//     a retryable Unavailable: a stream cannot be opened, or its handler
+//     run, twice.
+//   - Stream/Refused: a stream without FilterConfig.Metadata (its metadata
+//     nil) does not panic the filter; a refusal is a *kernel.Status and
+//     comes before next, never after it has run; a filter that needs no
+//     metadata lets it through, and one FilterConfig.RejectsEveryCall
+//     declares refuses every stream without calling next.
+//   - Stream/CancelledContext/Before: with the stream's context already
+//     cancelled, next is not called with a live context, and the stream
+//     does not end OK. Stream/CancelledContext/During: cancelling it while
+//     next waits for a message reaches next's context, and InvokeStream
+//     returns.
+//   - Stream/Concurrent: eight streams through one filter at once each
+//     keep their own messages. Run with -race: one goroutine sends while
+//     another receives, as the engine allows, so a wrapper's counters must
+//     be safe for that.
+//   - Stream/Leaks: once streams that passed, failed and were cancelled
+//     have ended and the filter is closed, no goroutine started while
+//     InvokeStream ran is left.
+//   - In every stream check, InvokeStream must not return nil without
+//     calling next (the client's caller would get no stream, the server's
+//     stream would end OK with no handler run), must not refuse with
+//     anything but a *kernel.Status, and must not turn next's status into
+//     nil or into an error that neither wraps it nor is a status.
 //   - Lifecycle and Options, as for every plugin kind.
 //
 // Wherever next is called, calling it after Invoke returned, and calling
@@ -115,20 +155,8 @@ func Filter(t *testing.T, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 
 func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	t.Helper()
-	sides := []kernel.Side{kernel.ClientSide, kernel.ServerSide}
-	if cfg.Side != 0 {
-		sides = []kernel.Side{cfg.Side}
-	}
 	property := func(t tb, name string, check func(t tb, e *filterEnv)) {
-		t.Run(name, func(t tb) {
-			for _, side := range sides {
-				t.Run(filterSideName(side), func(t tb) {
-					flt := build(t, f, cfg.Options)
-					t.Cleanup(func() { closePlugin(flt) })
-					check(t, &filterEnv{filter: flt, side: side, cfg: cfg})
-				})
-			}
-		})
+		filterProperty(t, f, cfg, name, check)
 	}
 	// passing marks a check that needs the suite's calls to pass.
 	passing := func(check func(t tb, e *filterEnv)) func(t tb, e *filterEnv) {
@@ -157,11 +185,35 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 		property(t, "RejectsEveryCall", filterRejectsEveryCall)
 	}
 	t.Run("BadOptions", func(t tb) { filterBadOptions(t, f, cfg) })
+	t.Run("Stream", func(t tb) { filterStreamSuite(t, f, cfg) })
 
 	lifecycle(t, f, cfg.Options, func(t tb, flt kernel.Filter) {
 		t.Helper()
-		e := &filterEnv{filter: flt, side: sides[0], cfg: cfg}
+		e := &filterEnv{filter: flt, side: filterSides(cfg)[0], cfg: cfg}
 		filterOutcomeCheck(t, e)
+	})
+}
+
+// filterSides are the sides the suite checks: both, or the one
+// FilterConfig.Side names.
+func filterSides(cfg FilterConfig) []kernel.Side {
+	if cfg.Side != 0 {
+		return []kernel.Side{cfg.Side}
+	}
+	return []kernel.Side{kernel.ClientSide, kernel.ServerSide}
+}
+
+// filterProperty runs check as the subtest name, with a subtest per side
+// each given a fresh filter, closed when it ends.
+func filterProperty(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig, name string, check func(t tb, e *filterEnv)) {
+	t.Run(name, func(t tb) {
+		for _, side := range filterSides(cfg) {
+			t.Run(filterSideName(side), func(t tb) {
+				flt := build(t, f, cfg.Options)
+				t.Cleanup(func() { closePlugin(flt) })
+				check(t, &filterEnv{filter: flt, side: side, cfg: cfg})
+			})
+		}
 	})
 }
 
