@@ -208,13 +208,18 @@ func cancelFrame(id uint64, ctx context.Context) *kernel.Frame {
 
 // ctxDone ends a stream whose context ended, telling the server.
 func (cs *ClientStream) ctxDone() {
-	st := cs.ctxStatus()
-	if cs.core.end(st) {
+	cs.abandon(cs.ctxStatus())
+	cs.markOver()
+}
+
+// abandon ends a stream the server has not ended, telling it, unless the
+// stream had already ended here.
+func (cs *ClientStream) abandon(err error) {
+	if cs.core.end(err) {
 		cs.cc.removeStream(cs.core.id)
 		_ = cs.cc.conn.WriteFrame(cancelFrame(cs.core.id, cs.ctx))
-		cs.client.pickDone(cs.inst, st)
+		cs.client.pickDone(cs.inst, err)
 	}
-	cs.markOver()
 }
 
 func (cs *ClientStream) ctxStatus() error {
@@ -354,10 +359,10 @@ func (m clientMsgs) RecvMsg(v any) error {
 		cs.core.mu.Lock()
 		serverEnded := cs.core.final != nil
 		cs.core.mu.Unlock()
-		if cs.core.end(err) && !serverEnded {
-			cs.cc.removeStream(cs.core.id)
-			_ = cs.cc.conn.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: cs.core.id})
-			cs.client.pickDone(cs.inst, err)
+		if serverEnded {
+			cs.core.end(err)
+		} else {
+			cs.abandon(err)
 		}
 		cs.markOver()
 	}

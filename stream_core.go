@@ -31,7 +31,8 @@ type streamCore struct {
 	header  kernel.Metadata
 
 	mu       sync.Mutex
-	queue    []queuedMsg
+	queue    []queuedMsg // unread from qhead on; reused once drained
+	qhead    int
 	recvWin  recvWindow
 	peerDone bool  // the peer sent its last message
 	ended    error // set once the stream is over for this side: what later calls return
@@ -88,6 +89,13 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 		m.data = append([]byte(nil), f.Payload...)
 		f.Release()
 	}
+	if s.qhead > 0 && len(s.queue) == cap(s.queue) {
+		// Slide the unread down rather than grow: a receiver that never
+		// quite catches up must not grow the array for ever.
+		n := copy(s.queue, s.queue[s.qhead:])
+		clear(s.queue[n:])
+		s.queue, s.qhead = s.queue[:n], 0
+	}
 	s.queue = append(s.queue, m)
 	s.mu.Unlock()
 	s.signal()
@@ -112,8 +120,8 @@ func (s *streamCore) end(err error) bool {
 		return false
 	}
 	s.ended, s.sendDone = err, true
-	q := s.queue
-	s.queue = nil
+	q := s.queue[s.qhead:]
+	s.queue, s.qhead = nil, 0
 	s.mu.Unlock()
 	s.sendWin.wakeAll()
 	s.drop(q)
@@ -147,12 +155,11 @@ func (s *streamCore) releaseMsg(m *queuedMsg) {
 func (s *streamCore) recv(m any, atEnd func() error) error {
 	for {
 		s.mu.Lock()
-		if len(s.queue) > 0 {
-			q := s.queue[0]
-			s.queue[0] = queuedMsg{}
-			s.queue = s.queue[1:]
-			if len(s.queue) == 0 {
-				s.queue = s.queue[:0:0]
+		if s.qhead < len(s.queue) {
+			q := s.queue[s.qhead]
+			s.queue[s.qhead] = queuedMsg{}
+			if s.qhead++; s.qhead == len(s.queue) {
+				s.queue, s.qhead = s.queue[:0], 0
 			}
 			grant := int64(0)
 			if !s.peerDone {
@@ -222,7 +229,7 @@ func (s *streamCore) send(m any) error {
 	if !s.sent {
 		s.sent, f.Metadata = true, s.header
 	}
-	if err := s.conn.WriteFrame(f); err != nil {
+	if err := s.writeCtl(f); err != nil {
 		s.sendWin.refund(cost)
 		s.flow.send.refund(cost)
 		return s.writeFailed(err)
