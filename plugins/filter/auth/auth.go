@@ -44,6 +44,17 @@
 // (kernrpc.WithMetadata) keeps its own: the configured token is the
 // default, not an override. Put auth before retry and hedge in filters,
 // so that it stamps each call once.
+//
+// # Streams
+//
+// The filter is a kernel.StreamFilter, with the same options: on the
+// client it attaches the token to the request that opens a stream (the
+// stream's metadata), and on the server it checks it when the stream
+// opens, before the handler runs, so that a stream without a valid token
+// never reaches its handler and is answered exactly as a refused unary
+// call is, Unauthenticated with the same message. The check runs once per
+// stream, not per message: a token that expires while its stream is open
+// does not end the stream.
 package auth
 
 import (
@@ -235,22 +246,42 @@ type Filter struct {
 }
 
 var (
-	_ kernel.Filter   = (*Filter)(nil)
-	_ kernel.Admitter = (*Filter)(nil)
+	_ kernel.Filter       = (*Filter)(nil)
+	_ kernel.Admitter     = (*Filter)(nil)
+	_ kernel.StreamFilter = (*Filter)(nil)
 )
 
 // Invoke attaches the token (client) or checks it (server).
 func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	if info.Side == kernel.ClientSide {
-		if f.header != "" && info.Metadata[f.key] == "" {
-			info.SetRequestMetadata(f.key, f.header)
-		}
+		f.attach(info)
 		return next(ctx, info, req)
 	}
-	if err := f.verify(ctx, info); err != nil {
+	if err := f.verify(ctx, info, "call"); err != nil {
 		return nil, err
 	}
 	return next(ctx, info, req)
+}
+
+// InvokeStream attaches the token to the stream's opening (client) or
+// checks it before the handler runs (server). The server calls Admit for
+// unary calls only, so for a stream this is where the check runs.
+func (f *Filter) InvokeStream(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+	if info.Side == kernel.ClientSide {
+		f.attach(info)
+		return next(ctx, info, st)
+	}
+	if err := f.verify(ctx, info, "stream"); err != nil {
+		return err
+	}
+	return next(ctx, info, st)
+}
+
+// attach sets the configured token, unless the caller set its own.
+func (f *Filter) attach(info *kernel.CallInfo) {
+	if f.header != "" && info.Metadata[f.key] == "" {
+		info.SetRequestMetadata(f.key, f.header)
+	}
 }
 
 // Admit checks the token before the server decodes the request
@@ -260,18 +291,19 @@ func (f *Filter) Admit(ctx context.Context, info *kernel.CallInfo) error {
 	if info.Side == kernel.ClientSide {
 		return nil
 	}
-	return f.verify(ctx, info)
+	return f.verify(ctx, info, "call")
 }
 
-// verify answers a call without a valid token with Unauthenticated,
-// saying nothing of what was wrong with it.
-func (f *Filter) verify(ctx context.Context, info *kernel.CallInfo) error {
+// verify answers a call or stream (what) without a valid token with
+// Unauthenticated, saying nothing of what was wrong with it; the answer is
+// the same for both.
+func (f *Filter) verify(ctx context.Context, info *kernel.CallInfo, what string) error {
 	why := f.check(info.Metadata[f.key])
 	if why == "" {
 		return nil
 	}
 	if f.log.Enabled(ctx, slog.LevelDebug) {
-		f.log.LogAttrs(ctx, slog.LevelDebug, Name+": call rejected", slog.String("method", info.Method),
+		f.log.LogAttrs(ctx, slog.LevelDebug, Name+": "+what+" rejected", slog.String("method", info.Method),
 			slog.String("peer", info.Peer), slog.String("reason", why))
 	}
 	return kernel.Errorf(kernel.Unauthenticated, "%s: %s needs a valid bearer token in request metadata %q", Name, info.Method, f.key)
