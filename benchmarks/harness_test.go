@@ -325,13 +325,26 @@ func TestParseFlags(t *testing.T) {
 			return slices.Equal(o.payloads, []int{16, 64 << 10}) && slices.Equal(o.callers, []int{1, 4, 64}) &&
 				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests &&
 				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && o.clients == 16 && o.clientCallers == 4 &&
-				o.systems[0].name == "kernrpc" && o.systems[1].name == "kernrpc-tuned"
+				o.systems[0].name == "kernrpc" && o.systems[1].name == "kernrpc-tuned" &&
+				slices.Equal(o.streamSizes, []int{16, 64 << 10}) && slices.Equal(o.streams, []int{1, 16}) && o.streamDuration == 500*time.Millisecond
+		}},
+		{"the stream mode has its cells", []string{"-mode=stream", "-stream-sizes=1KiB", "-streams=2,3", "-stream-duration=1s"}, "", func(o options) bool {
+			cs := o.cells()
+			return len(cs) == 2 && cs[0] == cell{mode: modeStream, payload: 1 << 10, callers: 2} && cs[1].callers == 3 &&
+				o.windowOf(cs[0]) == time.Second && o.windowOf(cell{mode: modeLong}) == o.duration
+		}},
+		{"stream sizes checked", []string{"-stream-sizes=16,2MiB"}, "-stream-sizes: size \"2MiB\" is over 1 MiB", nil},
+		{"zero streams rejected", []string{"-streams=0"}, `-streams: bad callers count "0"`, nil},
+		{"zero stream duration rejected", []string{"-stream-duration=0s"}, "-stream-duration must be positive", nil},
+		{"the stream mode needs a system that streams", []string{"-mode=all", "-systems=netrpc"}, "the stream mode needs a system that streams", nil},
+		{"net/rpc alone runs the other modes", []string{"-mode=long,short,many", "-systems=netrpc"}, "", func(o options) bool {
+			return len(o.systems) == 1 && !slices.Contains(o.modes, modeStream)
 		}},
 		{"modes keep their order", []string{"-mode=many, long"}, "", func(o options) bool {
 			return slices.Equal(o.modes, []string{modeLong, modeMany})
 		}},
 		{"all is every mode", []string{"-mode=short,all"}, "", func(o options) bool { return slices.Equal(o.modes, modeOrder) }},
-		{"unknown mode is named", []string{"-mode=fast"}, `-mode: unknown mode "fast"; known: long, short, many, or all`, nil},
+		{"unknown mode is named", []string{"-mode=fast"}, `-mode: unknown mode "fast"; known: long, short, many, stream, or all`, nil},
 		{"empty mode rejected", []string{"-mode="}, "-mode: no mode given", nil},
 		{"zero client processes rejected", []string{"-clients=0"}, "-clients must be from 1 to 256", nil},
 		{"zero callers per client process rejected", []string{"-client-callers=0"}, "-client-callers from 1 to 10000", nil},

@@ -7,6 +7,7 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/internal/plainpb"
+	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 )
@@ -49,7 +50,7 @@ type kernrpcVariant struct {
 }
 
 func registerKernRPC(name, label string, v kernrpcVariant) {
-	registerSystem(&system{name: name, label: label, serve: v.serve, dial: v.dial})
+	registerSystem(&system{name: name, label: label, serve: v.serve, dial: v.dial, streams: true})
 }
 
 // config is the part of the configuration both sides share.
@@ -78,15 +79,31 @@ func (v kernrpcVariant) serve(ctx context.Context, addr string, so serveOptions)
 		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			return req, nil
 		})
+		handleStream(srv, (*echopb.Echo).GetText, func(p []byte) *echopb.Echo { return &echopb.Echo{Payload: p} })
 	} else {
 		kernrpc.Handle(srv, "Echo.Echo", func(_ context.Context, req *plainpb.Echo) (*plainpb.Echo, error) {
 			return req, nil
 		})
+		handleStream(srv, (*plainpb.Echo).GetText, func(p []byte) *plainpb.Echo { return &plainpb.Echo{Payload: p} })
 	}
 	if err := srv.Start(ctx); err != nil {
 		return "", nil, fmt.Errorf("kernrpc: start: %w", err)
 	}
 	return srv.Addr(), srv.Shutdown, nil
+}
+
+// handleStream registers the stream mode's method with messages of type
+// M: it sends what the request's text asks for, one message with a
+// payload of the size asked, over and over.
+func handleStream[M any](srv *kernrpc.Server, text func(*M) string, withPayload func([]byte) *M) {
+	kernrpc.HandleServerStream(srv, streamMethod, func(_ context.Context, req *M, st kernrpc.ServerStreamOf[M, M]) error {
+		size, count, err := parseStreamText(text(req))
+		if err != nil {
+			return kernel.Errorf(kernel.InvalidArgument, "%v", err)
+		}
+		msg := withPayload(make([]byte, size))
+		return sendStream(count, func() error { return st.Send(msg) })
+	})
 }
 
 // serverCodec is the codec config of a kernrpc echo server: alias_requests
@@ -137,3 +154,50 @@ func (c kernrpcClient) newCaller(payload []byte) callFunc {
 }
 
 func (c kernrpcClient) Close() error { return c.c.Close() }
+
+// openStream opens the stream mode's method. The default path reads as
+// the typed API does, a new message per Recv; tuned decodes every message
+// into one reused echopb.Echo, whose payload keeps its memory.
+func (c kernrpcClient) openStream(ctx context.Context, size, count int) (msgStream, error) {
+	text := streamText(size, count)
+	if c.vt {
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, c.c, streamMethod, &echopb.Echo{Text: text})
+		if err != nil {
+			return nil, err
+		}
+		return &kernrpcTunedStream{st: st}, nil
+	}
+	st, err := kernrpc.OpenServerStream[plainpb.Echo, plainpb.Echo](ctx, c.c, streamMethod, &plainpb.Echo{Text: text})
+	if err != nil {
+		return nil, err
+	}
+	return kernrpcStream{st}, nil
+}
+
+type kernrpcStream struct {
+	st kernrpc.ClientStreamOf[plainpb.Echo, plainpb.Echo]
+}
+
+func (s kernrpcStream) recv() (int, error) {
+	m, err := s.st.Recv()
+	if err != nil {
+		return 0, err
+	}
+	return len(m.Payload), nil
+}
+
+func (s kernrpcStream) Close() error { return s.st.Close() }
+
+type kernrpcTunedStream struct {
+	st  kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
+	msg echopb.Echo
+}
+
+func (s *kernrpcTunedStream) recv() (int, error) {
+	if err := s.st.RecvMsg(&s.msg); err != nil {
+		return 0, err
+	}
+	return len(s.msg.Payload), nil
+}
+
+func (s *kernrpcTunedStream) Close() error { return s.st.Close() }

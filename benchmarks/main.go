@@ -1,9 +1,9 @@
 // Command benchmarks measures kernrpc against grpc-go and net/rpc on the
 // same machine in the same run: echo calls over loopback, every server in
-// a process of its own, rounds of the systems interleaved, in three modes
-// (long connections, short connections, many client processes). kernrpc
-// runs on its default path (plain protoc-gen-go messages, no options) and
-// tuned. Run it from the module root:
+// a process of its own, rounds of the systems interleaved, in four modes
+// (long connections, short connections, many client processes, server
+// streaming). kernrpc runs on its default path (plain protoc-gen-go
+// messages, no options) and tuned. Run it from the module root:
 //
 //	go run ./benchmarks
 //
@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,11 +44,17 @@ Modes (-mode, comma-separated, or all):
   short  every call makes a client, calls once and closes it: -short-callers, 16 B
   many   -clients client processes (this binary again), each one client shared
          by -client-callers callers, against one server process: 16 B
+  stream server streaming: -streams concurrent streams sharing one client, each
+         asking once for messages of one of -stream-sizes, which the server sends
+         as fast as flow control allows until the round ends (-stream-duration);
+         kernrpc and grpc-go only (net/rpc and the floors cannot stream)
 
 Per cell and system it reports calls/s, latency mean/p50/p99, and per call
 the heap allocations and CPU time of the client side (the harness, or all
 client processes in the many mode) and of the server process, then ratios:
-kernrpc's default path to each peer first, then the tuned path's.
+kernrpc's default path to each peer first, then the tuned path's. The
+stream mode reports the same per message received: messages/s, MiB/s, the
+gap between two messages of a stream, and the targets against grpc-go.
 
 Flags:
 `
@@ -58,6 +65,8 @@ Examples:
   go run ./benchmarks -mode=long -payloads=16 -callers=1 -rounds=1 # a quick look
   go run ./benchmarks -mode=short -systems=kernrpc,grpc,netrpc
   go run ./benchmarks -mode=many -clients=16 -client-callers=4 -systems=kernrpc,grpc,netrpc
+  go run ./benchmarks -mode=stream                      # server streaming, about %s
+  go run ./benchmarks -mode=stream -stream-sizes=64KiB -streams=16 -systems=kernrpc,grpc -profile=/tmp/prof
   go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
   go run ./benchmarks -mode=long -systems=kernrpc -payloads=16 -callers=1 -profile=/tmp/prof
   go run ./benchmarks -mode=long -codecs -systems=kernrpc        # kernrpc's four codecs
@@ -145,7 +154,8 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 		def, _, _ := parseFlags(nil, io.Discard)
-		fmt.Fprintf(stderr, examples, estimate(def.cells(), def).Round(10*time.Second))
+		st, _, _ := parseFlags([]string{"-mode=" + modeStream}, io.Discard)
+		fmt.Fprintf(stderr, examples, estimate(def.cells(), def).Round(10*time.Second), estimate(st.cells(), st).Round(5*time.Second))
 	}
 	o := options{progress: stderr}
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per round")
@@ -157,6 +167,10 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	shortCallers := fs.String("short-callers", "1,4", "short mode: concurrent callers, each making a client per call, comma-separated")
 	fs.IntVar(&o.clients, "clients", 16, "many mode: client processes against the one server")
 	fs.IntVar(&o.clientCallers, "client-callers", 4, "many mode: concurrent callers per client process, sharing its one client")
+	streamSizes := fs.String("stream-sizes", "16,64KiB", "stream mode: message sizes, comma-separated; B, KiB and MiB suffixes")
+	streams := fs.String("streams", "1,16", "stream mode: concurrent streams sharing one client, comma-separated")
+	fs.DurationVar(&o.streamDuration, "stream-duration", 500*time.Millisecond, "stream mode: measured time per round, in place of -duration "+
+		"(a stream's rate settles at once, so the mode stays well under a minute)")
 	systemList := fs.String("systems", strings.Join(defaultSystems, ","), "systems to compare, comma-separated: "+strings.Join(systemOrder, ", "))
 	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
 		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
@@ -174,8 +188,8 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 		return o, "", fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
 	}
 	var err error
-	if o.duration <= 0 || o.warmup < 0 || o.rounds < 1 {
-		return o, "", errors.New("-duration must be positive, -warmup not negative and -rounds at least 1")
+	if o.duration <= 0 || o.streamDuration <= 0 || o.warmup < 0 || o.rounds < 1 {
+		return o, "", errors.New("-duration and -stream-duration must be positive, -warmup not negative and -rounds at least 1")
 	}
 	if o.modes, err = parseModes(*modes); err != nil {
 		return o, "", fmt.Errorf("-mode: %w", err)
@@ -192,6 +206,12 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	if o.callers, err = parseList(*callers, parseCallers); err != nil {
 		return o, "", fmt.Errorf("-callers: %w", err)
 	}
+	if o.streamSizes, err = parseList(*streamSizes, parseSize); err != nil {
+		return o, "", fmt.Errorf("-stream-sizes: %w", err)
+	}
+	if o.streams, err = parseList(*streams, parseCallers); err != nil {
+		return o, "", fmt.Errorf("-streams: %w", err)
+	}
 	names := splitList(*systemList)
 	if o.codecs {
 		names = append(names, codecSystems...)
@@ -201,6 +221,9 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	}
 	if o.systems, err = lookupSystems(names); err != nil {
 		return o, "", err
+	}
+	if slices.Contains(o.modes, modeStream) && !slices.ContainsFunc(o.systems, func(s *system) bool { return s.streams }) {
+		return o, "", errors.New("the stream mode needs a system that streams (kernrpc's or grpc) in -systems; or leave stream out of -mode")
 	}
 	return o, *out, nil
 }

@@ -18,23 +18,27 @@ import (
 //   - many: -clients client processes (this binary, re-executed), each
 //     with one client shared by -client-callers callers, against the one
 //     server process (16 B); see many.go.
+//   - stream: server streaming, -streams concurrent streams sharing one
+//     client, messages of each of -stream-sizes; see stream.go.
 const (
-	modeLong  = "long"
-	modeShort = "short"
-	modeMany  = "many"
+	modeLong   = "long"
+	modeShort  = "short"
+	modeMany   = "many"
+	modeStream = "stream"
 )
 
 // modeOrder is the order modes run in and appear in the report.
-var modeOrder = []string{modeLong, modeShort, modeMany}
+var modeOrder = []string{modeLong, modeShort, modeMany, modeStream}
 
 // modePayload is the payload of the short and many modes: small, so that
 // what they measure is connection setup and the server's per-call cost.
 const modePayload = 16
 
 var modeTitles = map[string]string{
-	modeLong:  "Long connections: the callers share one client",
-	modeShort: "Short connections: a client of its own per call (connect, call, close)",
-	modeMany:  "Many clients: client processes against one server",
+	modeLong:   "Long connections: the callers share one client",
+	modeShort:  "Short connections: a client of its own per call (connect, call, close)",
+	modeMany:   "Many clients: client processes against one server",
+	modeStream: "Server streaming: messages as fast as flow control allows",
 }
 
 // parseModes reads -mode: a comma-separated list of modes, or all.
@@ -77,6 +81,12 @@ func (o *options) cells() []cell {
 			}
 		case modeMany:
 			cs = append(cs, cell{mode: m, payload: modePayload, callers: o.clientCallers, clients: o.clients})
+		case modeStream:
+			for _, p := range o.streamSizes {
+				for _, n := range o.streams {
+					cs = append(cs, cell{mode: m, payload: p, callers: n})
+				}
+			}
 		}
 	}
 	return cs
@@ -89,6 +99,8 @@ func (c cell) String() string {
 		return fmt.Sprintf("short, %s, callers %d", sizeName(c.payload), c.callers)
 	case modeMany:
 		return fmt.Sprintf("many, %s, %d clients × %d callers", sizeName(c.payload), c.clients, c.callers)
+	case modeStream:
+		return fmt.Sprintf("stream, %s messages, %s", sizeName(c.payload), streamsName(c.callers))
 	}
 	return fmt.Sprintf("%s, callers %d", sizeName(c.payload), c.callers)
 }

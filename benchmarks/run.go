@@ -26,8 +26,13 @@ type options struct {
 	// clients and clientCallers shape the many mode: client processes,
 	// and callers per process.
 	clients, clientCallers int
-	systems                []*system
-	progress               io.Writer // where progress lines go (stderr)
+	// streamSizes and streams shape the stream mode: message sizes, and
+	// concurrent streams; streamDuration replaces duration there, since
+	// a stream's rate settles at once.
+	streamSizes, streams []int
+	streamDuration       time.Duration
+	systems              []*system
+	progress             io.Writer // where progress lines go (stderr)
 	// profileDir, when set, receives CPU profiles: client.pprof for this
 	// process (every system's client), server-<system>.pprof per server.
 	profileDir string
@@ -39,9 +44,9 @@ type options struct {
 
 // cell is one point of the matrix: every system runs it, rounds interleaved.
 type cell struct {
-	mode    string // modeLong, modeShort or modeMany
-	payload int    // bytes
-	callers int    // concurrent callers sharing one client (per process in many mode)
+	mode    string // modeLong, modeShort, modeMany or modeStream
+	payload int    // bytes (of each message in stream mode)
+	callers int    // concurrent callers sharing one client (per process in many mode; streams in stream mode)
 	clients int    // client processes, in many mode; 0 otherwise
 }
 
@@ -85,7 +90,7 @@ func (r *result) spread() float64 {
 type benchmark struct {
 	opts     options
 	cells    []cell
-	results  map[cell][]*result // indexed like opts.systems
+	results  map[cell][]*result // indexed like opts.systems; nil for a system that sat the cell's mode out
 	codecs   []codecResult      // with -codecs
 	started  time.Time
 	finished time.Time
@@ -119,13 +124,22 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 	done := 0
 	for ci, c := range b.cells {
 		results := make([]*result, len(o.systems))
-		for i := range results {
-			results[i] = &result{}
+		in := 0
+		for i, sys := range o.systems {
+			if sys.streamsIn(c.mode) {
+				results[i] = &result{}
+				in++
+			}
 		}
 		b.results[c] = results
+		turn := 0
 		for round := 1; round <= o.rounds; round++ {
 			for i, sys := range o.systems {
 				res := results[i]
+				if res == nil {
+					continue
+				}
+				turn++
 				var rr *roundResult
 				var err error
 				if c.mode == modeMany {
@@ -138,14 +152,18 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 				}
 				res.add(rr)
 				done++
-				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*len(o.systems)-(round-1)*len(o.systems)-i-1)*roundTime(c, o)
+				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*in-turn)*roundTime(c, o)
 				noisy := ""
 				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
 				}
-				fmt.Fprintf(o.progress, "cell %d/%d (%s)  round %d/%d  %-16s %8s calls/s  p99 %6s µs  (cell so far %s calls/s)  ~%s left%s\n",
-					ci+1, len(b.cells), c, round, o.rounds, sys.label,
-					fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()), left.Round(time.Second), noisy)
+				rate := fmt.Sprintf("%8s calls/s  p99 %6s µs  (cell so far %s calls/s)", fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()))
+				if c.mode == modeStream {
+					rate = fmt.Sprintf("%8s msgs/s %7s MiB/s  (cell so far %s msgs/s)",
+						fmtQPS(rr.qps()), fmtMiB(rr.qps()*float64(c.payload)/(1<<20)), fmtQPS(res.qps()))
+				}
+				fmt.Fprintf(o.progress, "cell %d/%d (%s)  round %d/%d  %-16s %s  ~%s left%s\n",
+					ci+1, len(b.cells), c, round, o.rounds, sys.label, rate, left.Round(time.Second), noisy)
 			}
 		}
 	}
@@ -203,12 +221,16 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 	// not on this system's CPU time.
 	runtime.GC()
 	var cli echoClient
-	if c.mode == modeLong {
+	if c.mode == modeLong || c.mode == modeStream {
 		var err error
 		if cli, err = sys.dial(ctx, srv.addr); err != nil {
 			return nil, err
 		}
 		defer cli.Close()
+	}
+	sc, _ := cli.(streamClient)
+	if c.mode == modeStream && sc == nil {
+		return nil, errNoStream
 	}
 
 	var phase atomic.Int32
@@ -222,14 +244,24 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 			payload[j] = byte(i + j)
 		}
 		var call callFunc
-		if cli != nil {
+		var done func() error // ends the caller's work after its loop
+		switch {
+		case c.mode == modeStream:
+			call, done = streamCaller(sc, c.payload)
+		case cli != nil:
 			call = cli.newCaller(payload)
-		} else {
+		default:
 			call = shortCaller(sys, srv.addr, payload)
 		}
 		h := hists[i]
 		wg.Go(func() {
-			if err := callLoop(ctx, call, len(payload), &phase, h); err != nil {
+			err := callLoop(ctx, call, len(payload), &phase, h)
+			if done != nil {
+				if derr := done(); err == nil && derr != nil {
+					err = fmt.Errorf("close the stream: %w", derr)
+				}
+			}
+			if err != nil {
 				errs <- err
 			}
 		})
@@ -255,7 +287,7 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 	cliStart := readProcStats()
 	phase.Store(phaseMeasure)
 	t0 := time.Now()
-	timer.Reset(o.duration)
+	timer.Reset(o.windowOf(c))
 	err = sleep(ctx, timer, errs)
 	phase.Store(phaseStop)
 	elapsed := time.Since(t0)
@@ -283,9 +315,17 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 		rr.hist.merge(h)
 	}
 	if rr.hist.n == 0 {
-		return nil, fmt.Errorf("no call completed in %s; lengthen -duration", o.duration)
+		return nil, fmt.Errorf("no call completed in %s; lengthen -duration (-stream-duration in the stream mode)", o.windowOf(c))
 	}
 	return rr, nil
+}
+
+// windowOf is the measured time of a round of c.
+func (o *options) windowOf(c cell) time.Duration {
+	if c.mode == modeStream && o.streamDuration > 0 {
+		return o.streamDuration
+	}
+	return o.duration
 }
 
 // callLoop calls until the phase says stop, recording each call's latency
@@ -351,7 +391,7 @@ func dumpHang(ctx context.Context, sys *system, srv *childProcess) string {
 
 // roundTime is about how long one round of c takes, for progress lines.
 func roundTime(c cell, o options) time.Duration {
-	d := o.warmup + o.duration + 50*time.Millisecond
+	d := o.warmup + o.windowOf(c) + 50*time.Millisecond
 	if c.mode == modeMany {
 		d += time.Duration(c.clients) * 30 * time.Millisecond // starting the client processes
 	}
@@ -362,7 +402,13 @@ func roundTime(c cell, o options) time.Duration {
 func estimate(cells []cell, o options) time.Duration {
 	var d time.Duration
 	for _, c := range cells {
-		d += time.Duration(o.rounds*len(o.systems)) * roundTime(c, o)
+		in := 0
+		for _, s := range o.systems {
+			if s.streamsIn(c.mode) {
+				in++
+			}
+		}
+		d += time.Duration(o.rounds*in) * roundTime(c, o)
 	}
 	return d
 }

@@ -20,6 +20,9 @@ type system struct {
 	// dial makes one client to addr. Every caller of a round shares it, as
 	// an application shares one grpc.ClientConn or one kernrpc client.
 	dial func(ctx context.Context, addr string) (echoClient, error)
+	// streams: the server also serves the stream mode's method, and the
+	// clients dial makes are streamClients (stream.go).
+	streams bool
 }
 
 // serveOptions are the harness flags that configure servers; the harness
