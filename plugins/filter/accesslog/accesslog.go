@@ -34,6 +34,23 @@
 //
 // A call that is not sampled costs two clock reads and a random draw, and
 // no allocation; the lines go to Options.Logger (slog.Default()).
+//
+// # Streams
+//
+// The filter is a kernel.StreamFilter: a streaming call gets one line
+// when it ends, msg=stream, by the same options (failures always, at
+// error_level; successes when slow or sampled, at level), with the
+// messages each side sent and received through it and, when every
+// message one way reports its size (as above), their bytes:
+//
+//	level=INFO msg=stream side=server method=Chat.Talk peer=127.0.0.1:50432 code=OK duration=2.1s sent_msgs=120 recv_msgs=118 sent_bytes=5230 recv_bytes=4987
+//	level=WARN msg=stream side=client method=Chat.Talk peer=127.0.0.1:7000 attempt=1 code=Canceled duration=340ms sent_msgs=3 recv_msgs=2 err="..."
+//
+// The duration is the stream's life as its side sees it: on the server
+// the handler's run, on the client from the opening until the caller has
+// read the end (or closed the stream). The sizes are added up only when
+// the logger is enabled at level or error_level, and a stream costs one
+// allocation (its counters) and an atomic add per message.
 package accesslog
 
 import (
