@@ -639,7 +639,7 @@ func TestHelperServerProcess(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
-	streamHandlers(srv)
+	newWatcher().register(srv) // one stream per process: nobody drains opened
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

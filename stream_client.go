@@ -118,13 +118,15 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 		}
 		var p *connPool
 		var cc *clientConn
+		// Before the stream is open: its end, on the connection's reader,
+		// may come at once and tells the balancer about inst.
+		cs.inst = inst
 		if p, err = c.pool(inst.Address); err == nil {
 			if cc, err = p.get(ctx, nil); err == nil {
 				err = cc.openStream(ctx, cs, info)
 			}
 		}
 		if err == nil {
-			cs.inst = inst
 			info.Instance, info.Peer, info.Attempt = inst, inst.Address, tries+1
 			return nil
 		}

@@ -18,41 +18,94 @@ import (
 
 type echoStream = kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
 
-// handlerSaw registers Stream.Watch, whose handler sends one message,
-// waits for its context to end and reports the context's error on saw.
-func handlerSaw(saw chan error) func(*kernrpc.Server) {
-	return func(srv *kernrpc.Server) {
-		streamHandlers(srv)
-		kernrpc.HandleBidiStream(srv, "Stream.Watch", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
-			if err := st.Send(&echopb.Echo{Text: "open"}); err != nil {
-				return err
-			}
-			<-ctx.Done()
-			saw <- ctx.Err()
-			return ctx.Err()
-		})
-	}
+// watchKinds are the stream kinds each lifecycle test runs for.
+var watchKinds = []kernel.StreamKind{kernel.BidiStreaming, kernel.ServerStreaming, kernel.ClientStreaming}
+
+// watcher serves Stream.Watch in each kind: its handler takes the stream's
+// first message, says so on opened (and, but for client streaming, sends
+// "open"), waits for its context to end and reports the context's error
+// on saw.
+type watcher struct {
+	saw    chan error
+	opened chan struct{}
 }
 
-func openWatch(t *testing.T, ctx context.Context, cli *kernrpc.Client) echoStream {
+func newWatcher() *watcher {
+	return &watcher{saw: make(chan error, 1), opened: make(chan struct{}, 1)}
+}
+
+func watchMethod(kind kernel.StreamKind) string { return "Stream.Watch." + kind.String() }
+
+func (w *watcher) register(srv *kernrpc.Server) {
+	streamHandlers(srv)
+	wait := func(ctx context.Context) error {
+		w.opened <- struct{}{}
+		<-ctx.Done()
+		w.saw <- ctx.Err()
+		return ctx.Err()
+	}
+	kernrpc.HandleBidiStream(srv, watchMethod(kernel.BidiStreaming), func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+		if _, err := st.Recv(); err != nil {
+			return err
+		}
+		if err := st.Send(&echopb.Echo{Text: "open"}); err != nil {
+			return err
+		}
+		return wait(ctx)
+	})
+	kernrpc.HandleServerStream(srv, watchMethod(kernel.ServerStreaming), func(ctx context.Context, _ *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+		if err := st.Send(&echopb.Echo{Text: "open"}); err != nil {
+			return err
+		}
+		return wait(ctx)
+	})
+	kernrpc.HandleClientStream(srv, watchMethod(kernel.ClientStreaming), func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) (*echopb.Echo, error) {
+		if _, err := st.Recv(); err != nil {
+			return nil, err
+		}
+		return nil, wait(ctx)
+	})
+}
+
+// open opens Stream.Watch of kind and returns once its handler waits.
+func (w *watcher) open(t *testing.T, ctx context.Context, cli *kernrpc.Client, kind kernel.StreamKind) echoStream {
 	t.Helper()
-	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Stream.Watch")
+	var st echoStream
+	var err error
+	if kind == kernel.ServerStreaming {
+		st, err = kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, watchMethod(kind), &echopb.Echo{})
+	} else if st, err = kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, watchMethod(kind)); err == nil {
+		err = st.Send(&echopb.Echo{Text: "first"})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := st.Recv(); err != nil || m.Text != "open" {
-		t.Fatalf("first message: %v %v", m, err)
+	if kind != kernel.ClientStreaming {
+		if m, err := st.Recv(); err != nil || m.Text != "open" {
+			t.Fatalf("first message: %v %v", m, err)
+		}
 	}
+	receive(t, w.opened, 3*time.Second, "the handler did not get the stream's first message")
 	return st
 }
 
-func TestStreamCancelledByClient(t *testing.T) {
+// forEachKind runs test for each transport and stream kind, with a
+// server serving Stream.Watch and a client of it.
+func forEachKind(t *testing.T, test func(t *testing.T, cfg *kernrpc.Config, srv *kernrpc.Server, cli *kernrpc.Client, w *watcher, kind kernel.StreamKind)) {
 	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
-		saw := make(chan error, 1)
-		startServer(t, cfg, handlerSaw(saw))
+		w := newWatcher()
+		srv := startServer(t, cfg, w.register)
 		cli := newClient(t, cfg)
+		for _, kind := range watchKinds {
+			t.Run(kind.String(), func(t *testing.T) { test(t, cfg, srv, cli, w, kind) })
+		}
+	})
+}
+
+func TestStreamCancelledByClient(t *testing.T) {
+	forEachKind(t, func(t *testing.T, _ *kernrpc.Config, _ *kernrpc.Server, cli *kernrpc.Client, w *watcher, kind kernel.StreamKind) {
 		ctx, cancel := context.WithCancel(context.Background())
-		st := openWatch(t, ctx, cli)
+		st := w.open(t, ctx, cli, kind)
 		cancel()
 		if _, err := st.Recv(); kernel.CodeOf(err) != kernel.Canceled {
 			t.Fatalf("Recv after cancel = %v, want Canceled", err)
@@ -60,7 +113,7 @@ func TestStreamCancelledByClient(t *testing.T) {
 		if err := st.Send(&echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
 			t.Fatalf("Send after cancel = %v, want Canceled", err)
 		}
-		if err := receive(t, saw, 2*time.Second, "the handler's context did not end after the client cancelled"); !errors.Is(err, context.Canceled) {
+		if err := receive(t, w.saw, 2*time.Second, "the handler's context did not end after the client cancelled"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("handler's context ended with %v, want Canceled", err)
 		}
 	})
@@ -100,13 +153,10 @@ func TestStreamEndedByServer(t *testing.T) {
 }
 
 func TestStreamDeadlineMidStream(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
-		saw := make(chan error, 1)
-		startServer(t, cfg, handlerSaw(saw))
-		cli := newClient(t, cfg)
+	forEachKind(t, func(t *testing.T, _ *kernrpc.Config, _ *kernrpc.Server, cli *kernrpc.Client, w *watcher, kind kernel.StreamKind) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		st := openWatch(t, ctx, cli)
+		st := w.open(t, ctx, cli, kind)
 		start := time.Now()
 		_, err := st.Recv()
 		if kernel.CodeOf(err) != kernel.DeadlineExceeded {
@@ -115,7 +165,7 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 		if waited := time.Since(start); waited > 2*time.Second {
 			t.Fatalf("Recv returned %v after the deadline", waited)
 		}
-		if err := receive(t, saw, 2*time.Second, "the handler's context did not end at the deadline"); !errors.Is(err, context.DeadlineExceeded) {
+		if err := receive(t, w.saw, 2*time.Second, "the handler's context did not end at the deadline"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("handler's context ended with %v, want DeadlineExceeded", err)
 		}
 	})
@@ -123,44 +173,54 @@ func TestStreamDeadlineMidStream(t *testing.T) {
 
 func TestStreamServerKilled(t *testing.T) {
 	for _, tr := range streamTransports {
-		t.Run(tr, func(t *testing.T) {
-			cmd, addr := startServerProcessTB(t, "KERNRPC_HELPER_TRANSPORT="+tr)
-			cfg := testConfig(t)
-			cfg.Transport.Name = tr
-			if tr != "tcp-lv" {
-				cfg.Transport.Options = nil
-			}
-			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
-			cli := newClient(t, cfg)
-			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Wait")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m, err := st.Recv(); err != nil || m.Text != "waiting" {
-				t.Fatalf("first message: %v %v", m, err)
-			}
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			got := make(chan error, 1)
-			go func() { _, err := st.Recv(); got <- err }()
-			err = receive(t, got, 5*time.Second, "Recv still waiting after the server process was killed")
-			if kernel.CodeOf(err) != kernel.Unavailable {
-				t.Fatalf("Recv after the server died = %v, want Unavailable", err)
-			}
-		})
+		for _, kind := range watchKinds {
+			t.Run(tr+"/"+kind.String(), func(t *testing.T) {
+				cmd, addr := startServerProcessTB(t, "KERNRPC_HELPER_TRANSPORT="+tr)
+				cfg := testConfig(t)
+				cfg.Transport.Name = tr
+				if tr != "tcp-lv" {
+					cfg.Transport.Options = nil
+				}
+				cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+				cli := newClient(t, cfg)
+				var st echoStream
+				var err error
+				if kind == kernel.ServerStreaming {
+					st, err = kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](context.Background(), cli, watchMethod(kind), &echopb.Echo{})
+				} else if st, err = kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, watchMethod(kind)); err == nil {
+					err = st.Send(&echopb.Echo{Text: "first"})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kind != kernel.ClientStreaming {
+					if m, err := st.Recv(); err != nil || m.Text != "open" {
+						t.Fatalf("first message: %v %v", m, err)
+					}
+				} else {
+					time.Sleep(50 * time.Millisecond) // the server's process has no side channel to say it read
+				}
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				got := make(chan error, 1)
+				go func() { _, err := st.Recv(); got <- err }()
+				err = receive(t, got, 5*time.Second, "Recv still waiting after the server process was killed")
+				if kernel.CodeOf(err) != kernel.Unavailable {
+					t.Fatalf("Recv after the server died = %v, want Unavailable", err)
+				}
+			})
+		}
 	}
 }
 
 func TestStreamClientGone(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
-		saw := make(chan error, 1)
-		startServer(t, cfg, handlerSaw(saw))
+	forEachKind(t, func(t *testing.T, cfg *kernrpc.Config, _ *kernrpc.Server, _ *kernrpc.Client, w *watcher, kind kernel.StreamKind) {
 		cli, err := kernrpc.NewClient(cfg, "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
-		openWatch(t, context.Background(), cli)
+		w.open(t, context.Background(), cli, kind)
 		_ = cli.Close() // its connections go with it
-		if err := receive(t, saw, 3*time.Second, "the handler's context did not end after its client went away"); err == nil {
+		if err := receive(t, w.saw, 3*time.Second, "the handler's context did not end after its client went away"); err == nil {
 			t.Fatal("handler's context ended without an error")
 		}
 	})
@@ -264,30 +324,34 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 }
 
 func TestShutdownEndsStreamsAtItsDeadline(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
-		saw := make(chan error, 1)
-		srv := startServer(t, cfg, handlerSaw(saw))
-		cli := newClient(t, cfg)
-		st := openWatch(t, context.Background(), cli)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		err := srv.Shutdown(ctx)
-		took := time.Since(start)
-		if err == nil {
-			t.Fatal("Shutdown reported no error though a stream outlived its timeout")
-		}
-		if took > time.Second {
-			t.Fatalf("Shutdown with a 300ms context took %v", took)
-		}
-		_, err = st.Recv()
-		if kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), "shut down") {
-			t.Fatalf("open stream ended with %v, want Unavailable saying the server shut down", err)
-		}
-		if err := receive(t, saw, 2*time.Second, "the handler's context was not cancelled"); err == nil {
-			t.Fatal("handler's context ended without an error")
-		}
-	})
+	for _, kind := range watchKinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+				w := newWatcher()
+				srv := startServer(t, cfg, w.register)
+				cli := newClient(t, cfg)
+				st := w.open(t, context.Background(), cli, kind)
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				err := srv.Shutdown(ctx)
+				took := time.Since(start)
+				if err == nil {
+					t.Fatal("Shutdown reported no error though a stream outlived its timeout")
+				}
+				if took > time.Second {
+					t.Fatalf("Shutdown with a 300ms context took %v", took)
+				}
+				_, err = st.Recv()
+				if kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), "shut down") {
+					t.Fatalf("open stream ended with %v, want Unavailable saying the server shut down", err)
+				}
+				if err := receive(t, w.saw, 2*time.Second, "the handler's context was not cancelled"); err == nil {
+					t.Fatal("handler's context ended without an error")
+				}
+			})
+		})
+	}
 }
 
 func TestStreamMethodMismatch(t *testing.T) {
