@@ -214,10 +214,10 @@ func (cs *ClientStream) ctxDone() {
 	cs.markOver()
 }
 
-// abandon ends a stream the server has not ended, telling it, unless the
-// stream had already ended here.
+// abandon ends the stream here; if the server had not ended it, the
+// server is told and the pick ends.
 func (cs *ClientStream) abandon(err error) {
-	if cs.core.end(err) {
+	if ended, first := cs.core.endFirst(err); ended && first {
 		cs.cc.removeStream(cs.core.id)
 		_ = cs.cc.conn.WriteFrame(cancelFrame(cs.core.id, cs.ctx))
 		cs.client.pickDone(cs.inst, err)
@@ -358,14 +358,7 @@ func (m clientMsgs) RecvMsg(v any) error {
 	if err != nil {
 		// The caller has seen the end, or an error that ends the stream
 		// here (a message that does not decode): then the server is told.
-		cs.core.mu.Lock()
-		serverEnded := cs.core.final != nil
-		cs.core.mu.Unlock()
-		if serverEnded {
-			cs.core.end(err)
-		} else {
-			cs.abandon(err)
-		}
+		cs.abandon(err)
 		cs.markOver()
 	}
 	return err

@@ -114,11 +114,20 @@ func (s *streamCore) peerFinished() {
 // and RecvMsg calls return), dropping what was not read. It reports false
 // if it had already ended.
 func (s *streamCore) end(err error) bool {
+	ended, _ := s.endFirst(err)
+	return ended
+}
+
+// endFirst is end that also reports whether the peer had ended the
+// stream first (a client's final status): only a side that ends a stream
+// the peer still holds open tells the peer.
+func (s *streamCore) endFirst(err error) (ended, first bool) {
 	s.mu.Lock()
 	if s.ended != nil {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
+	first = s.final == nil
 	s.ended, s.sendDone = err, true
 	q := s.queue[s.qhead:]
 	s.queue, s.qhead = nil, 0
@@ -126,7 +135,7 @@ func (s *streamCore) end(err error) bool {
 	s.sendWin.wakeAll()
 	s.drop(q)
 	s.signal()
-	return true
+	return true, first
 }
 
 // drop releases messages nobody will read, giving their credit back to
