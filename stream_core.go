@@ -219,19 +219,38 @@ func (s *streamCore) grant(stream, cost int64) {
 }
 
 // send encodes m and sends it as one StreamData frame once both windows
-// allow it.
+// allow it. With a codec that knows sizes, the credit is taken before the
+// transport lends a buffer: a sender waiting for credit then holds none
+// of its memory (a ring transport's space).
 func (s *streamCore) send(m any) error {
 	if err := s.sendErr(); err != nil {
 		return err
 	}
-	payload, err := encodeInto(s.conn, s.codec, m)
+	size := sizeHint(s.codec, m)
+	cost := kernel.StreamCost(size)
+	if size > 0 {
+		if err := s.waitCredit(cost); err != nil {
+			return err
+		}
+	}
+	payload, err := encodeSized(s.conn, s.codec, m, size)
 	if err != nil {
+		if size > 0 {
+			s.refund(cost)
+		}
 		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
 	}
-	cost := kernel.StreamCost(len(payload))
-	if err := s.waitCredit(cost); err != nil {
-		s.conn.Recycle(payload)
-		return err
+	if actual := kernel.StreamCost(len(payload)); size == 0 {
+		if err := s.waitCredit(actual); err != nil {
+			s.conn.Recycle(payload)
+			return err
+		}
+		cost = actual
+	} else if actual != cost {
+		// A size that was off by a little: settle the difference without
+		// waiting, so that both sides count what went out.
+		s.refund(cost - actual)
+		cost = actual
 	}
 	f := &s.out
 	*f = kernel.Frame{Type: kernel.FrameStreamData, CallID: s.id, Payload: payload}
@@ -239,11 +258,17 @@ func (s *streamCore) send(m any) error {
 		s.sent, f.Metadata = true, s.header
 	}
 	if err := s.writeCtl(f); err != nil {
-		s.sendWin.refund(cost)
-		s.flow.send.refund(cost)
+		s.refund(cost)
 		return s.writeFailed(err)
 	}
 	return nil
+}
+
+// refund gives back credit taken for bytes that did not go out (negative:
+// takes more).
+func (s *streamCore) refund(cost int64) {
+	s.sendWin.refund(cost)
+	s.flow.send.refund(cost)
 }
 
 // sendErr says why this side may not send any more, if it may not.
