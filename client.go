@@ -34,6 +34,7 @@ type Client struct {
 	pools           atomic.Pointer[map[string]*connPool]
 	instances       atomic.Int64                  // in the registry's last report, for clientState
 	registryUpdates atomic.Int64                  // Watch reports received, for clientState
+	streamsOpen     atomic.Int64                  // streams open on the client's connections, for clientState
 	poolsMu         sync.Mutex                    // serialises copy-on-write updates of pools
 	updated         atomic.Pointer[chan struct{}] // closed at the registry's next report
 	closed          atomic.Bool

@@ -160,6 +160,9 @@ func (cc *clientConn) fail(err error) {
 	cc.reader = nil
 	streams := cc.streams
 	cc.streams = nil
+	if cc.pool != nil {
+		cc.pool.client.streamsOpen.Add(-int64(len(streams)))
+	}
 	if cc.srCancel != nil {
 		cc.srCancel()
 	}

@@ -49,6 +49,8 @@ type Server struct {
 	admin     *adminServer // nil without server.admin_address
 	console   *console     // the status console and its call figures; nil without server.admin_address
 
+	streamsOpen   atomic.Int64 // streams whose handler runs now
+	streamsTotal  atomic.Int64 // streams opened, since start
 	refusedConns  atomic.Int64 // over max_connections, since start
 	acceptedConns atomic.Int64 // held, since start
 	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds

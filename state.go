@@ -36,6 +36,10 @@ func (st serverState) ReportState(emit func(kernel.Reading)) {
 		Kind: kernel.Counter, Labels: transport, Value: float64(s.refusedConns.Load())})
 	emit(kernel.Reading{Name: "server_connections_accepted_total", Help: "Connections the server accepted and held, since it started.",
 		Kind: kernel.Counter, Labels: transport, Value: float64(s.acceptedConns.Load())})
+	emit(kernel.Reading{Name: "server_streams_open", Help: "Streams whose handler runs now.",
+		Kind: kernel.Gauge, Labels: transport, Value: float64(s.streamsOpen.Load())})
+	emit(kernel.Reading{Name: "server_streams_total", Help: "Streams the server opened (started a handler for), since it started.",
+		Kind: kernel.Counter, Labels: transport, Value: float64(s.streamsTotal.Load())})
 	serving := 0.0
 	if st, _ := s.ServingStatus(""); st == HealthServing {
 		serving = 1
@@ -58,6 +62,8 @@ func (st clientState) ReportState(emit func(kernel.Reading)) {
 	labels := []kernel.Label{{Name: "service", Value: c.service}, {Name: "transport", Value: c.cfg.Transport.Name}}
 	emit(kernel.Reading{Name: "client_connections_open", Help: "Connections the client holds now, to all instances of the service.",
 		Kind: kernel.Gauge, Labels: labels, Value: float64(open)})
+	emit(kernel.Reading{Name: "client_streams_open", Help: "Streams open now on the client's connections to the service.",
+		Kind: kernel.Gauge, Labels: labels, Value: float64(c.streamsOpen.Load())})
 	emit(kernel.Reading{Name: "client_instances", Help: "Instances of the service the registry reported last.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
 		Value: float64(c.instances.Load())})

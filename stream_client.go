@@ -157,6 +157,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 		cc.streams = make(map[uint64]*ClientStream)
 	}
 	cc.streams[id] = cs
+	c.streamsOpen.Add(1)
 	cs.cc = cc
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
 	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, controlWriter(cc.conn)
@@ -417,6 +418,7 @@ func (cc *clientConn) removeStream(id uint64) {
 	cc.mu.Lock()
 	if _, ok := cc.streams[id]; ok {
 		delete(cc.streams, id)
+		cc.pool.client.streamsOpen.Add(-1)
 		if len(cc.streams) == 0 && cc.srCancel != nil {
 			cc.srCancel()
 		}

@@ -181,3 +181,42 @@ func TestStreamFiltersSeeEveryStream(t *testing.T) {
 		}
 	})
 }
+
+// The engine reports the streams open on each side, for the console and
+// the metrics exporters.
+func TestEngineReportsOpenStreams(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer"}}
+	srv := startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	serverObs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
+	clientObs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
+	waitReading := func(o *observer, name string, want float64) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); o.readings(t)[name].Value != want && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		if got := o.readings(t)[name]; got.Value != want || got.Help == "" {
+			t.Fatalf("%s = %+v, want %v", name, got, want)
+		}
+	}
+	streams := make([]echoStream, 3)
+	for i := range streams {
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = st
+	}
+	waitReading(clientObs, "client_streams_open", 3)
+	waitReading(serverObs, "server_streams_open", 3)
+	for _, st := range streams {
+		_ = st.CloseSend()
+		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+	}
+	waitReading(clientObs, "client_streams_open", 0)
+	waitReading(serverObs, "server_streams_open", 0)
+	waitReading(serverObs, "server_streams_total", 3)
+}

@@ -237,6 +237,9 @@ func (sc *serverConn) windowUpdate(f *kernel.Frame) {
 // runStream runs a stream's filters and handler, then sends its status.
 func (sc *serverConn) runStream(ss *ServerStream) {
 	c := ss.c
+	sc.srv.streamsTotal.Add(1)
+	sc.srv.streamsOpen.Add(1)
+	defer sc.srv.streamsOpen.Add(-1)
 	defer sc.end(c)
 	err := sc.invokeStream(ss)
 	if ss.core.end(errStreamOver) {
