@@ -87,3 +87,59 @@ func BenchmarkInvoke(b *testing.B) {
 		})
 	}
 }
+
+// nopStream takes every message and has none to give.
+type nopStream struct{}
+
+func (nopStream) SendMsg(any) error { return nil }
+func (nopStream) RecvMsg(any) error { return nil }
+
+// BenchmarkStream is the filter's cost on streams: one message sent
+// through the wrapper of a stream the filter passed on (against the bare
+// stream), from one goroutine and from all cores at once on streams of
+// one method; and a whole stream without messages, opened and ended.
+func BenchmarkStream(b *testing.B) {
+	f, err := prometheus.Factory.Build(map[string]any{}, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.(*prometheus.Filter).Close()
+	sf := f.(kernel.StreamFilter)
+	ctx := context.Background()
+	// wrapped hands over the stream as next sees it.
+	wrapped := func() kernel.Stream {
+		var got kernel.Stream
+		_ = sf.InvokeStream(ctx, &kernel.CallInfo{Method: "Chat.Talk", Side: kernel.ServerSide}, nopStream{},
+			func(_ context.Context, _ *kernel.CallInfo, st kernel.Stream) error { got = st; return nil })
+		return got
+	}
+	for _, bc := range []struct {
+		name string
+		st   func() kernel.Stream
+	}{{"message/without", func() kernel.Stream { return nopStream{} }}, {"message", wrapped}} {
+		b.Run(bc.name, func(b *testing.B) {
+			st := bc.st()
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = st.SendMsg(nil)
+			}
+		})
+		b.Run(bc.name+"-parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				st := bc.st()
+				for pb.Next() {
+					_ = st.SendMsg(nil)
+				}
+			})
+		})
+	}
+	b.Run("open-and-end", func(b *testing.B) {
+		info := &kernel.CallInfo{Method: "Chat.Talk", Side: kernel.ServerSide}
+		next := func(context.Context, *kernel.CallInfo, kernel.Stream) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = sf.InvokeStream(ctx, info, nopStream{}, next)
+		}
+	})
+}

@@ -37,8 +37,13 @@ type sideDescs struct {
 // share the first one's collector, its buckets and max_methods, so that
 // the calls of two Clients of one service add up in one series.
 type callCollector struct {
-	sides [3]methodTable // indexed by kernel.Side
-	descs [3]sideDescs
+	sides  [3]methodTable[methodMetrics] // indexed by kernel.Side
+	shapes [3]*shape
+	descs  [3]sideDescs
+	// The stream families, apart: a streaming method has no latency and
+	// no request, and its series appear with its first stream.
+	streams     [3]methodTable[streamMetrics]
+	streamDescs [3]streamDescs
 }
 
 var _ prom.Collector = (*callCollector)(nil)
@@ -51,7 +56,11 @@ func newCallCollector(buckets []float64, native bool, maxMethods int) *callColle
 		if native {
 			vec = nativeHistogram(side, buckets)
 		}
-		c.sides[side].init(newShape(buckets, vec), maxMethods)
+		sh := newShape(buckets, vec)
+		c.shapes[side] = sh
+		c.sides[side].init(func(service, method string) *methodMetrics { return newMethodMetrics(sh, service, method) }, maxMethods)
+		c.streamDescs[side] = newStreamDescs(side)
+		c.streams[side].init(newStreamMetrics, maxMethods)
 	}
 	return c
 }
@@ -119,6 +128,7 @@ func (c *callCollector) Describe(ch chan<- *prom.Desc) {
 				ch <- desc
 			}
 		}
+		c.streamDescs[side].describe(ch)
 	}
 }
 
@@ -179,7 +189,7 @@ func (c *callCollector) Collect(ch chan<- prom.Metric) {
 			if m.native == nil {
 				cum := make(map[float64]uint64, len(t.buckets)-1)
 				var sum uint64
-				for i, bound := range tab.shape.secs {
+				for i, bound := range c.shapes[side].secs {
 					sum += t.buckets[i]
 					cum[bound] = sum
 				}
@@ -192,8 +202,9 @@ func (c *callCollector) Collect(ch chan<- prom.Metric) {
 				ch <- prom.MustNewConstMetricWithCreatedTimestamp(d.attempts, prom.CounterValue, float64(t.attempts), ct, svc, meth)
 			}
 		}
-		if tab.shape.native != nil {
-			tab.shape.native.Collect(ch)
+		if native := c.shapes[side].native; native != nil {
+			native.Collect(ch)
 		}
+		c.collectStreams(ch, side)
 	}
 }

@@ -85,6 +85,7 @@ func TestDashboardUsesScrapedMetrics(t *testing.T) {
 
 	_, cli, sf, cf := echoService(t, governedYAML)
 	burst(t, cli, 5)
+	chatBurst(t, cli, 2, 3)
 	_, fams := scrape(t, serve(t, sf.Handler()))
 	_, cfams := scrape(t, serve(t, cf.Handler()))
 	for k, v := range cfams {

@@ -25,9 +25,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// echoService serves Echo.Say, which answers "hello, " + the request, and
-// Echo.Fail, which fails with FailedPrecondition, through the filter
-// configured on both sides. It returns a client and the two sides' filters.
+// echoService serves Echo.Say, which answers "hello, " + the request,
+// Echo.Fail, which fails with FailedPrecondition, and the stream Echo.Chat
+// (chatHandler), through the filter configured on both sides. It returns a client and the two sides' filters.
 func echoService(t *testing.T, yaml string) (*kernrpc.Server, *kernrpc.Client, *prometheus.Filter, *prometheus.Filter) {
 	t.Helper()
 	cfg, err := kernrpc.ParseConfig([]byte(strings.ReplaceAll(yaml, "NS", t.Name())), "svc.yaml")
@@ -44,6 +44,7 @@ func echoService(t *testing.T, yaml string) (*kernrpc.Server, *kernrpc.Client, *
 	kernrpc.Handle(srv, "Echo.Fail", func(_ context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		return nil, kernel.Errorf(kernel.FailedPrecondition, "not now")
 	})
+	chatHandler(srv)
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

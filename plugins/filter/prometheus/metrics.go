@@ -59,17 +59,36 @@ func newShape(bounds []float64, native *prom.HistogramVec) *shape {
 	for _, b := range bounds {
 		s.bounds = append(s.bounds, int64(b*1e9+0.5))
 	}
-	n := cBuckets + len(bounds) + 1
-	s.stride = (n + cacheLine - 1) / cacheLine * cacheLine
-	// About four shards per core: with calls on every core at once, the
-	// chance that two pick one shard at the same time is about 1/4 per
-	// other busy core.
+	s.stride = strideOf(cBuckets + len(bounds) + 1)
+	s.mask = shardMask()
+	return s
+}
+
+// strideOf is the uint64s a shard of n counters takes: whole cache lines.
+func strideOf(n int) int { return (n + cacheLine - 1) / cacheLine * cacheLine }
+
+// shardMask is shards - 1 for the number of shards a method's counters
+// get: about four per core, so that with calls on every core at once the
+// chance that two pick one shard at the same time is about 1/4 per other
+// busy core; a power of two.
+func shardMask() uint32 {
 	shards := 1
 	for shards < 4*runtime.NumCPU() && shards < maxShards {
 		shards *= 2
 	}
-	s.mask = uint32(shards - 1)
-	return s
+	return uint32(shards - 1)
+}
+
+// alignedCells allocates shards × stride counters, the first shard on a
+// cache line boundary whatever the allocation's alignment (one spare line
+// in front makes room), so that no two shards share a line.
+func alignedCells(shards, stride int) []atomic.Uint64 {
+	all := make([]atomic.Uint64, shards*stride+cacheLine)
+	off := 0
+	for uintptr(unsafe.Pointer(&all[off]))&(cacheLine*8-1) != 0 {
+		off++
+	}
+	return all[off : off+shards*stride]
 }
 
 // bucket is the index of the bucket counting a call of duration ns:
@@ -110,15 +129,7 @@ type methodMetrics struct {
 
 func newMethodMetrics(s *shape, service, method string) *methodMetrics {
 	m := &methodMetrics{service: service, method: method, created: time.Now(), shape: s}
-	// One spare line in front, so that the first shard starts on a line
-	// boundary whatever the allocation's alignment.
-	shards := int(s.mask) + 1
-	all := make([]atomic.Uint64, shards*s.stride+cacheLine)
-	off := 0
-	for uintptr(unsafe.Pointer(&all[off]))&(cacheLine*8-1) != 0 {
-		off++
-	}
-	m.cells = all[off : off+shards*s.stride]
+	m.cells = alignedCells(int(s.mask)+1, s.stride)
 	if s.native != nil {
 		m.native = s.native.WithLabelValues(service, method)
 	}
@@ -159,27 +170,28 @@ func codeIndex(c kernel.Code) int {
 	return int(c)
 }
 
-// methodTable maps one side's method names to their metrics. Readers load
-// the map without a lock; a new method copies it under mu, which only
-// first calls of a method take.
-type methodTable struct {
-	shape *shape
-	max   int
-	byKey atomic.Pointer[map[string]*methodMetrics]
-	full  atomic.Bool // max reached: unknown methods go to other, lock-free
-	other atomic.Pointer[methodMetrics]
-	mu    sync.Mutex
-	order []*methodMetrics // every method's, other last if any, for the scrape; under mu
+// methodTable maps one side's method names to their metrics M (a call
+// method's, methodMetrics, or a streaming method's, streamMetrics).
+// Readers load the map without a lock; a new method copies it under mu,
+// which only first calls of a method take.
+type methodTable[M any] struct {
+	newMetrics func(service, method string) *M
+	max        int
+	byKey      atomic.Pointer[map[string]*M]
+	full       atomic.Bool // max reached: unknown methods go to other, lock-free
+	other      atomic.Pointer[M]
+	mu         sync.Mutex
+	order      []*M // every method's, other last if any, for the scrape; under mu
 }
 
-func (t *methodTable) init(s *shape, max int) {
-	t.shape, t.max = s, max
-	empty := map[string]*methodMetrics{}
+func (t *methodTable[M]) init(newMetrics func(service, method string) *M, max int) {
+	t.newMetrics, t.max = newMetrics, max
+	empty := map[string]*M{}
 	t.byKey.Store(&empty)
 }
 
 // get returns the metrics of a method, resolving them on its first call.
-func (t *methodTable) get(method string) *methodMetrics {
+func (t *methodTable[M]) get(method string) *M {
 	if m := (*t.byKey.Load())[method]; m != nil {
 		return m
 	}
@@ -189,7 +201,7 @@ func (t *methodTable) get(method string) *methodMetrics {
 	return t.add(method)
 }
 
-func (t *methodTable) add(method string) *methodMetrics {
+func (t *methodTable[M]) add(method string) *M {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := *t.byKey.Load()
@@ -198,7 +210,7 @@ func (t *methodTable) add(method string) *methodMetrics {
 	}
 	if len(old) >= t.max {
 		if t.other.Load() == nil {
-			o := newMethodMetrics(t.shape, otherMethod, otherMethod)
+			o := t.newMetrics(otherMethod, otherMethod)
 			t.order = append(t.order, o)
 			t.other.Store(o)
 		}
@@ -206,8 +218,8 @@ func (t *methodTable) add(method string) *methodMetrics {
 		return t.other.Load()
 	}
 	service, name := splitMethod(method)
-	m := newMethodMetrics(t.shape, service, name)
-	next := make(map[string]*methodMetrics, len(old)+1)
+	m := t.newMetrics(service, name)
+	next := make(map[string]*M, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
@@ -218,10 +230,10 @@ func (t *methodTable) add(method string) *methodMetrics {
 }
 
 // all is every method's metrics, for a scrape.
-func (t *methodTable) all() []*methodMetrics {
+func (t *methodTable[M]) all() []*M {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]*methodMetrics(nil), t.order...)
+	return append([]*M(nil), t.order...)
 }
 
 // splitMethod splits a method name into the service and method labels:

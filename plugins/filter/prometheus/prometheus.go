@@ -22,7 +22,7 @@
 //	      native_histograms: false # also keep native (sparse) histograms, scraped over the protobuf format
 //	      go_metrics: true        # the Go runtime's metrics (go_*)
 //	      process_metrics: true   # the process's metrics (process_*: CPU, memory, descriptors)
-//	      max_methods: 1000       # distinct methods measured per side; calls of others count as method "_other"
+//	      max_methods: 1000       # distinct methods measured per side (and as many streaming ones); calls of others count as method "_other"
 //
 // # Where /metrics is served
 //
@@ -76,6 +76,23 @@
 // Invoke only. In the client's call stage (the default) the filter counts
 // calls, and kernrpc_client_attempts_total the attempts they took;
 // configured with stage: attempt it counts attempts instead.
+//
+// # Streams
+//
+// The filter is a kernel.StreamFilter, with the same options: a streaming
+// call is counted when it opens (kernrpc_<side>_streams_started_total)
+// and, by its code, when it ends (kernrpc_<side>_streams_ended_total: on
+// the server when the handler returns, on the client when the caller has
+// read the end or closed the stream), kernrpc_<side>_streams_in_flight is
+// the difference, and every message that passes is counted as it passes,
+// each way (kernrpc_<side>_stream_messages_sent_total and _received_total,
+// SendMsg or RecvMsg returning nil). Streams are neither timed nor sized:
+// a stream lives as long as its application keeps it, and its messages
+// are not yet encoded where the filter sees them. A streaming method's
+// series appear with its first stream; max_methods bounds streaming
+// methods apart from the others. A stream costs one allocation (the
+// wrapper) and a message an uncontended atomic add, on a shard the stream
+// picked when it opened (BenchmarkStream).
 //
 // # What one call costs
 //

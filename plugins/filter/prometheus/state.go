@@ -87,7 +87,8 @@ func ownFamily(name string) bool {
 		rest, ok = strings.CutPrefix(name, "kernrpc_server_")
 	}
 	switch rest {
-	case "calls_total", "call_duration_seconds", "calls_in_flight", "request_bytes_total", "response_bytes_total", "attempts_total":
+	case "calls_total", "call_duration_seconds", "calls_in_flight", "request_bytes_total", "response_bytes_total", "attempts_total",
+		"streams_started_total", "streams_ended_total", "streams_in_flight", "stream_messages_sent_total", "stream_messages_received_total":
 		return ok
 	}
 	return false
