@@ -18,6 +18,7 @@ var targets = []target{
 	{"FuzzReadFrame", "./plugins/transport/tcplv"},
 	{"FuzzSharedMemory", "./plugins/transport/shmring"},
 	{"FuzzRecordSequence", "./plugins/transport/shmring"},
+	{"FuzzStreamFrames", "."},
 	{"FuzzUnmarshal", "./plugins/codec/protobuf"},
 	{"FuzzUnmarshal", "./plugins/codec/json"},
 	{"FuzzUnmarshal", "./plugins/codec/msgpack"},
