@@ -11,6 +11,7 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
+	_ "github.com/kernrpc/kernrpc/plugins/transport/faulty"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
 )
 
@@ -193,4 +194,44 @@ func TestStreamKinds(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Streams are frames, so they work over any transport: here the faulty
+// transport holds every frame of both sides back by up to 2ms, in order,
+// stream data and credit included.
+func TestStreamsOverADelayingTransport(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Transport = kernrpc.PluginConfig{Name: "faulty", Options: map[string]any{
+		"delay": "200us", "delay_jitter": "2ms",
+		"frames": []any{"request", "response", "cancel", "stream_data", "window_update"},
+	}}
+	cfg.Streams.Window = 4 << 10 // so that credit must come back, late, many times
+	startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for i := range 200 {
+			if st.Send(&echopb.Echo{Text: strconv.Itoa(i), Payload: make([]byte, 512)}) != nil {
+				return
+			}
+		}
+		_ = st.CloseSend()
+	}()
+	for i := 0; ; i++ {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			if i != 200 {
+				t.Fatalf("stream ended after %d echoes, want 200", i)
+			}
+			return
+		}
+		if err != nil || m.Text != strconv.Itoa(i) {
+			t.Fatalf("echo %d: %v %q", i, err, m.GetText())
+		}
+	}
 }

@@ -27,7 +27,8 @@
 //	                               answers) or both
 //	frames         [request, response, cancel]
 //	                               the frame types affected, of request,
-//	                               response, cancel, goaway; others pass
+//	                               response, cancel, goaway, stream_data,
+//	                               window_update; others pass
 //	delay          0s              every affected frame is held back this
 //	delay_jitter   0s              long plus up to delay_jitter at random;
 //	                               frames keep their order, as on a stream

@@ -91,6 +91,9 @@ var frameNames = map[string]kernel.FrameType{
 	"response": kernel.FrameResponse,
 	"cancel":   kernel.FrameCancel,
 	"goaway":   kernel.FrameGoAway,
+	// A stream's messages and half-close, and the credit granted for them.
+	"stream_data":   kernel.FrameStreamData,
+	"window_update": kernel.FrameWindowUpdate,
 }
 
 // DefaultOptions returns the options a config without an options block
