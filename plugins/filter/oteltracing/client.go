@@ -12,12 +12,25 @@ import (
 // clientCall makes a span for a client call, or passes the caller's trace
 // context on if the sampler declines.
 func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	if f.clientDeclined(ctx, info) {
+		return next(ctx, info, req)
+	}
+	ms := f.methods.get(info.Method)
+	ctx, span := f.tracer.Start(ctx, ms.name, ms.client...)
+	return f.clientSpan(ctx, span, info, req, next)
+}
+
+// clientDeclined decides whether the filter records a client call (or
+// stream) of its own; when it does not, it has written into the request
+// what goes on instead: the caller's trace context as it came, or an
+// unsampled one for a trace the ratio declined to start.
+func (f *Filter) clientDeclined(ctx context.Context, info *kernel.CallInfo) bool {
 	// One lookup of the current span serves the decision and passOn.
 	current := trace.SpanFromContext(ctx)
 	if parent := current.SpanContext(); parent.IsValid() {
 		if !f.sampleChild(parent) {
 			passOn(ctx, current, info)
-			return next(ctx, info, req)
+			return true
 		}
 	} else if !f.sampleRoot() {
 		if f.sampler != sampleNever {
@@ -26,11 +39,9 @@ func (f *Filter) clientCall(ctx context.Context, info *kernel.CallInfo, req any,
 			injectSpanContext(info, unsampledRoot())
 		}
 		passBaggage(ctx, info)
-		return next(ctx, info, req)
+		return true
 	}
-	ms := f.methods.get(info.Method)
-	ctx, span := f.tracer.Start(ctx, ms.name, ms.client...)
-	return f.clientSpan(ctx, span, info, req, next)
+	return false
 }
 
 // clientAttempt makes a span for an attempt beneath the call's span, with

@@ -94,6 +94,23 @@
 // for every code but OK; on the server, as the conventions say for gRPC, only
 // for codes that are the server's fault (Unknown, DeadlineExceeded,
 // Unimplemented, Internal, Unavailable, DataLoss).
+//
+// # Streams
+//
+// The filter is a kernel.StreamFilter, with the same options and sampling:
+// a streaming call is one span on each side for its whole life, named for
+// its method, the client's (kind client) from the opening until the caller
+// has read the end or closed the stream, the server's (kind server) around
+// the handler, whose context carries it. The trace context (traceparent,
+// tracestate, baggage) goes in the metadata of the request that opens the
+// stream, as for a call, and an unrecorded stream passes its parent's on.
+// The spans have the attributes a call's have (no sizes: a stream has
+// none as a whole), and rpc.kernrpc.messages.sent and
+// rpc.kernrpc.messages.received, the messages the side sent and received
+// (SendMsg and RecvMsg returning nil), set when the stream ends; the end
+// sets the status as for a call. A span: attempt entry makes no span for
+// a stream, which the engine opens once beneath the filters: the call
+// entry's span is the stream's.
 package oteltracing
 
 import (

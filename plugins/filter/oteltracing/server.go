@@ -11,37 +11,10 @@ import (
 // server makes a span for a call a server serves, or hands the caller's
 // trace context to the handler if the sampler declines.
 func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-	// The tracestate is read only where it is needed: not for the
-	// decision, nor for a parent the handler's context gets from CallValue.
-	parent, raw, valid := remoteParent(info.Metadata)
-	var record bool
-	if valid {
-		record = f.sampleChild(parent)
-	} else {
-		record = f.sampleRoot()
-	}
+	ctx, record := f.serverContext(ctx, info)
 	if !record {
-		ctx = withBaggage(ctx, info.Metadata)
-		switch {
-		case valid:
-			if ctx.Value(valuerProbe{}) != f {
-				// Not under a server that asks CallValue (a test calling
-				// Invoke, say): the context must carry the parent itself.
-				parent, raw, _ = extractRemote(info.Metadata)
-				ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
-			}
-		case f.sampler != sampleNever:
-			// Declined for the ratio: the handler's calls say so.
-			ctx = trace.ContextWithSpanContext(ctx, unsampledRoot())
-		}
 		return next(ctx, info, req)
 	}
-	if valid {
-		// Now with its tracestate, which the decision did not need.
-		parent, _, _ = extractRemote(info.Metadata)
-		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
-	}
-	ctx = withBaggage(ctx, info.Metadata)
 	ms := f.methods.get(info.Method)
 	ctx, span := f.tracer.Start(ctx, ms.name, append(ms.server[:len(ms.server):len(ms.server)], trace.WithAttributes(serverAttributes(info)...))...)
 	resp, err := next(ctx, info, req)
@@ -57,6 +30,46 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 		endServer(span, err)
 	}
 	return resp, err
+}
+
+// serverContext decides whether the filter records a server call (or
+// stream) of its own, and returns the context next gets: with the
+// caller's trace context as its parent when it records, else carrying
+// that context on for the handler's own calls (or an unsampled one for a
+// trace the ratio declined to start).
+func (f *Filter) serverContext(ctx context.Context, info *kernel.CallInfo) (context.Context, bool) {
+	// The tracestate is read only where it is needed: not for the
+	// decision, nor for a parent the handler's context gets from CallValue.
+	parent, raw, valid := remoteParent(info.Metadata)
+	var record bool
+	if valid {
+		record = f.sampleChild(parent)
+	} else {
+		record = f.sampleRoot()
+	}
+	if !record {
+		ctx = withBaggage(ctx, info.Metadata)
+		switch {
+		case valid:
+			if ctx.Value(valuerProbe{}) != f {
+				// Not under a server that asks CallValue (a stream's
+				// context, or a test calling Invoke): the context must
+				// carry the parent itself.
+				parent, raw, _ = extractRemote(info.Metadata)
+				ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
+			}
+		case f.sampler != sampleNever:
+			// Declined for the ratio: the handler's calls say so.
+			ctx = trace.ContextWithSpanContext(ctx, unsampledRoot())
+		}
+		return ctx, false
+	}
+	if valid {
+		// Now with its tracestate, which the decision did not need.
+		parent, _, _ = extractRemote(info.Metadata)
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
+	return withBaggage(ctx, info.Metadata), true
 }
 
 // CallEnded ends the span of a call the filter recorded, once its answer
