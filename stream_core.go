@@ -44,9 +44,10 @@ type streamCore struct {
 
 // queuedMsg is one received message waiting for RecvMsg.
 type queuedMsg struct {
-	frame *kernel.Frame // still lent by the transport; nil when data is a copy
-	data  []byte
-	cost  int64
+	frame  *kernel.Frame // still lent by the transport; nil when data is a copy
+	data   []byte
+	pooled bool // data is a copy from the connection's pool
+	cost   int64
 }
 
 func (s *streamCore) init(id uint64, conn kernel.Conn, flow *connFlow, codec kernel.Codec, window int64) {
@@ -82,10 +83,15 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 		return false
 	}
 	m := queuedMsg{data: f.Payload, cost: cost}
-	if atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn && !codecAliases(s.codec) {
+	switch aliases := codecAliases(s.codec); {
+	case !aliases && atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn:
 		m.frame = f
-	} else {
+	case !aliases:
 		atomic.AddInt32(&s.flow.held, -1)
+		m.data, m.pooled = append(s.flow.copies.Get(len(f.Payload)), f.Payload...), true
+		f.Release()
+	default:
+		// Decoded values will point into the bytes: they must be theirs.
 		m.data = append([]byte(nil), f.Payload...)
 		f.Release()
 	}
@@ -156,6 +162,10 @@ func (s *streamCore) releaseMsg(m *queuedMsg) {
 		m.frame.Release()
 		m.frame = nil
 		atomic.AddInt32(&s.flow.held, -1)
+	}
+	if m.pooled {
+		s.flow.copies.Put(m.data)
+		m.data, m.pooled = nil, false
 	}
 }
 

@@ -3,6 +3,7 @@ package kernrpc
 import (
 	"sync"
 
+	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -125,13 +126,17 @@ type connFlow struct {
 	// (lent) rather than in copies: a few save a copy each, many would
 	// hold a ring-buffer transport's space.
 	held int32
+	// copies are the buffers received payloads are copied into once held
+	// is at its bound, taken back after decoding.
+	copies *bufpool.Pool
 }
 
 // maxHeldPerConn bounds the payloads a connection's streams keep lent.
 const maxHeldPerConn = 16
 
 func newConnFlow(window int64) *connFlow {
-	return &connFlow{recv: recvWindow{window: window}}
+	return &connFlow{recv: recvWindow{window: window}, copies: bufpool.New(bufpool.Limits{
+		MaxSize: 1 << 20, ClassBudget: 4 << 20, MinPerClass: 4, MaxPerClass: 256})}
 }
 
 // announce sends our connection window once, before the caller's first
