@@ -24,17 +24,20 @@ type FilterConfig struct {
 	// Side is the side the filter is configured on; 0 runs every check on
 	// both sides.
 	Side kernel.Side
-	// Metadata is request metadata every call the suite makes carries, so
-	// that a filter which lets only some calls through (one requiring a
-	// token, say) lets the suite's calls through. With Options, it must
-	// make the filter pass the suite's calls on: a filter that rejects them
-	// fails the checks of what it passes on.
+	// Metadata is request metadata every call (and stream) the suite makes
+	// carries, so that a filter which lets only some calls through (one
+	// requiring a token, say) lets the suite's calls through. With Options,
+	// it must make the filter pass the suite's calls and streams on: a
+	// filter that rejects them fails the checks of what it passes on.
+	// Stream/Refused opens a stream without it.
 	Metadata kernel.Metadata
 	// RejectsEveryCall declares a filter that is meant to reject every
 	// call, whatever its options and metadata (a kill switch, a
-	// maintenance mode). The checks of what a filter passes on are then
-	// skipped, saying so, and RejectsEveryCall checks instead that every
-	// call is rejected with a *kernel.Status without reaching next.
+	// maintenance mode), and every stream if it is a kernel.StreamFilter.
+	// The checks of what a filter passes on are then skipped, saying so,
+	// and RejectsEveryCall (Stream/Refused for streams) checks instead
+	// that every call is rejected with a *kernel.Status without reaching
+	// next.
 	RejectsEveryCall bool
 }
 
