@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,4 +220,36 @@ func TestEngineReportsOpenStreams(t *testing.T) {
 	waitReading(clientObs, "client_streams_open", 0)
 	waitReading(serverObs, "server_streams_open", 0)
 	waitReading(serverObs, "server_streams_total", 3)
+}
+
+// swallower is a broken stream filter: it returns nil without calling next.
+type swallower struct{}
+
+func (swallower) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	return next(ctx, info, req)
+}
+
+func (swallower) InvokeStream(context.Context, *kernel.CallInfo, kernel.Stream, kernel.StreamInvoker) error {
+	return nil
+}
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-swallower", New: func(any) (kernel.Filter, error) { return swallower{}, nil }})
+}
+
+// A server stream filter that neither runs the handler nor refuses must
+// not pass for a stream that ended OK.
+func TestServerStreamFilterThatSkipsTheHandler(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-swallower", Side: "server"}}
+	startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	// The end may come before the request is sent, or after.
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Up", &echopb.Echo{Text: "3"})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "without running the handler") {
+		t.Fatalf("Recv = %v, want Internal naming the filter's mistake", err)
+	}
 }

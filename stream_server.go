@@ -26,6 +26,7 @@ type ServerStream struct {
 	c      *callCtx
 	method *streamMethod
 	msgs   kernel.Stream // the filters' view, which the handler's calls go through
+	ran    bool          // the chain reached the handler (only its goroutine touches it)
 }
 
 // RegisterStream adds a streaming handler for method, without generics:
@@ -86,7 +87,7 @@ func streamTerminal(ctx context.Context, info *kernel.CallInfo, st kernel.Stream
 	if ss == nil {
 		return kernel.Errorf(kernel.Internal, "a stream filter called next with a context that does not come from the stream; pass on the ctx it received, or one derived from it")
 	}
-	ss.msgs = st
+	ss.msgs, ss.ran = st, true
 	return ss.method.handler(ctx, ss)
 }
 
@@ -260,7 +261,10 @@ func (sc *serverConn) invokeStream(ss *ServerStream) (err error) {
 			err = kernel.Errorf(kernel.Internal, "handler for stream %s panicked: %v", ss.c.info.Method, r)
 		}
 	}()
-	return ss.method.invoke(ss.c, &ss.c.info, serverMsgs{ss})
+	if err = ss.method.invoke(ss.c, &ss.c.info, serverMsgs{ss}); err == nil && !ss.ran {
+		err = kernel.Errorf(kernel.Internal, "a server stream filter returned without running the handler of %s or refusing the stream; call next, or return a *kernel.Status", ss.c.info.Method)
+	}
+	return err
 }
 
 // abort ends a stream the server will not wait for any longer: the client
