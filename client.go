@@ -182,9 +182,23 @@ func (c *Client) Plugins() []BuiltPlugin { return c.plugins.list() }
 // resp. The context's deadline and cancellation reach the server; metadata
 // attached with WithMetadata travels with the request. A failed call
 // returns a *kernel.Status.
-func (c *Client) Call(ctx context.Context, method string, req, resp any) error {
-	_, err := c.call(ctx, method, req, resp)
+func (c *Client) Call(ctx context.Context, method string, req, resp any, opts ...CallOption) error {
+	_, err := c.callWith(ctx, method, req, resp, opts)
 	return err
+}
+
+// callWith is call with call options applied.
+func (c *Client) callWith(ctx context.Context, method string, req, resp any, opts []CallOption) (kernel.Metadata, error) {
+	if len(opts) == 0 {
+		return c.call(ctx, method, req, resp)
+	}
+	ctx, o, done := applyCallOptions(ctx, opts)
+	defer done()
+	md, err := c.call(ctx, method, req, resp)
+	if o.response != nil {
+		*o.response = md
+	}
+	return md, err
 }
 
 // Call is an asynchronous call in progress (see Client.Go).
@@ -203,7 +217,7 @@ type Call struct {
 // Go starts a call and returns at once; the call is sent on done (or on a
 // new channel if done is nil) when it completes, as net/rpc does. done must
 // have room: Go panics on an unbuffered channel.
-func (c *Client) Go(ctx context.Context, method string, req, resp any, done chan *Call) *Call {
+func (c *Client) Go(ctx context.Context, method string, req, resp any, done chan *Call, opts ...CallOption) *Call {
 	if done == nil {
 		done = make(chan *Call, 1)
 	} else if cap(done) == 0 {
@@ -211,7 +225,7 @@ func (c *Client) Go(ctx context.Context, method string, req, resp any, done chan
 	}
 	call := &Call{Method: method, Request: req, Response: resp, Done: done}
 	go func() {
-		call.ResponseMetadata, call.Err = c.call(ctx, method, req, resp)
+		call.ResponseMetadata, call.Err = c.callWith(ctx, method, req, resp, opts)
 		call.Done <- call
 	}()
 	return call
@@ -219,15 +233,15 @@ func (c *Client) Go(ctx context.Context, method string, req, resp any, done chan
 
 // CallFunc starts a call and returns at once; fn runs with the finished call
 // on a goroutine of its own.
-func (c *Client) CallFunc(ctx context.Context, method string, req, resp any, fn func(*Call)) {
+func (c *Client) CallFunc(ctx context.Context, method string, req, resp any, fn func(*Call), opts ...CallOption) {
 	call := &Call{Method: method, Request: req, Response: resp}
 	go func() {
-		call.ResponseMetadata, call.Err = c.call(ctx, method, req, resp)
+		call.ResponseMetadata, call.Err = c.callWith(ctx, method, req, resp, opts)
 		fn(call)
 	}()
 }
 
 // CallWithMetadata is Call that also returns the response metadata.
-func (c *Client) CallWithMetadata(ctx context.Context, method string, req, resp any) (kernel.Metadata, error) {
-	return c.call(ctx, method, req, resp)
+func (c *Client) CallWithMetadata(ctx context.Context, method string, req, resp any, opts ...CallOption) (kernel.Metadata, error) {
+	return c.callWith(ctx, method, req, resp, opts)
 }

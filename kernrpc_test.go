@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/all"
 )
@@ -403,5 +404,33 @@ func TestReadmeConfigExample(t *testing.T) {
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCallOptions(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Meta", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("seen", kernrpc.IncomingMetadata(ctx)["k"]+"/"+kernrpc.IncomingMetadata(ctx)["ctx"])
+			if req.Text == "wait" {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx := kernrpc.WithMetadata(context.Background(), kernel.Metadata{"ctx": "c"})
+	var got kernel.Metadata
+	if err := cli.Call(ctx, "Echo.Meta", &echopb.Echo{}, &echopb.Echo{}, kernrpc.CallMetadata(kernel.Metadata{"k": "v"}), kernrpc.ReceiveMetadata(&got)); err != nil {
+		t.Fatal(err)
+	}
+	if got["seen"] != "v/c" {
+		t.Fatalf("server saw %q; want the option's metadata merged over the context's", got["seen"])
+	}
+	start := time.Now()
+	err := cli.Call(context.Background(), "Echo.Meta", &echopb.Echo{Text: "wait"}, &echopb.Echo{}, kernrpc.CallTimeout(50*time.Millisecond))
+	if kernel.CodeOf(err) != kernel.DeadlineExceeded || time.Since(start) > 2*time.Second {
+		t.Fatalf("call with CallTimeout(50ms) = %v after %v, want DeadlineExceeded soon", err, time.Since(start))
 	}
 }

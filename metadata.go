@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"context"
+	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -25,4 +26,60 @@ func WithMetadata(ctx context.Context, md kernel.Metadata) context.Context {
 func OutgoingMetadata(ctx context.Context) kernel.Metadata {
 	md, _ := ctx.Value(outgoingMDKey{}).(kernel.Metadata)
 	return md
+}
+
+// CallOption changes one call or stream: metadata to send with it, a
+// timeout, where to put the metadata the server sends back. Generated
+// clients take them; a call without any costs nothing extra.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	md       kernel.Metadata
+	timeout  time.Duration
+	response *kernel.Metadata
+}
+
+// CallMetadata sends md with the call, merged over what the context
+// carries (WithMetadata).
+func CallMetadata(md kernel.Metadata) CallOption {
+	return func(o *callOptions) {
+		if o.md == nil {
+			o.md = make(kernel.Metadata, len(md))
+		}
+		for k, v := range md {
+			o.md[k] = v
+		}
+	}
+}
+
+// CallTimeout bounds the call (or the whole stream) by d, as a context
+// with that timeout would.
+func CallTimeout(d time.Duration) CallOption {
+	return func(o *callOptions) { o.timeout = d }
+}
+
+// ReceiveMetadata stores the metadata the server answers a call with in
+// *dst once the call returns. Streams ignore it: their Header and Trailer
+// methods give theirs.
+func ReceiveMetadata(dst *kernel.Metadata) CallOption {
+	return func(o *callOptions) { o.response = dst }
+}
+
+// applyCallOptions derives the call's context from opts; done releases
+// what it made.
+func applyCallOptions(ctx context.Context, opts []CallOption) (_ context.Context, o callOptions, done func()) {
+	done = func() {}
+	if len(opts) == 0 {
+		return ctx, o, done
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.md) > 0 {
+		ctx = WithMetadata(ctx, o.md)
+	}
+	if o.timeout > 0 {
+		ctx, done = context.WithTimeout(ctx, o.timeout)
+	}
+	return ctx, o, done
 }

@@ -43,11 +43,13 @@ type ClientStream struct {
 // OpenServerStream are the typed front ends. ctx bounds the whole stream:
 // its deadline reaches the server, and cancelling it ends the stream on
 // both sides. Metadata attached with WithMetadata goes with the opening.
-func (c *Client) NewStream(ctx context.Context, method string) (*ClientStream, error) {
+func (c *Client) NewStream(ctx context.Context, method string, opts ...CallOption) (*ClientStream, error) {
 	if c.closed.Load() {
 		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, _, release := applyCallOptions(ctx, opts)
+	ctx, cancelCtx := context.WithCancel(ctx)
+	cancel := func() { cancelCtx(); release() }
 	cs := &ClientStream{client: c, ctx: ctx, cancel: cancel, headerReady: make(chan struct{}), over: make(chan struct{})}
 	cs.info = kernel.CallInfo{Method: method, Side: kernel.ClientSide, Codec: c.codec.Name(), Metadata: OutgoingMetadata(ctx).Clone()}
 	cs.msgs = clientMsgs{cs}

@@ -82,15 +82,15 @@ type ClientStreamOf[Req, Resp any] struct {
 }
 
 // OpenStream opens a bidirectional or client-streaming call of method.
-func OpenStream[Req, Resp any](ctx context.Context, c *Client, method string) (ClientStreamOf[Req, Resp], error) {
-	cs, err := c.NewStream(ctx, method)
+func OpenStream[Req, Resp any](ctx context.Context, c *Client, method string, opts ...CallOption) (ClientStreamOf[Req, Resp], error) {
+	cs, err := c.NewStream(ctx, method, opts...)
 	return ClientStreamOf[Req, Resp]{cs}, err
 }
 
 // OpenServerStream opens a server-streaming call of method with its one
 // request: read the answers with Recv until io.EOF.
-func OpenServerStream[Req, Resp any](ctx context.Context, c *Client, method string, req *Req) (ClientStreamOf[Req, Resp], error) {
-	cs, err := c.NewStream(ctx, method)
+func OpenServerStream[Req, Resp any](ctx context.Context, c *Client, method string, req *Req, opts ...CallOption) (ClientStreamOf[Req, Resp], error) {
+	cs, err := c.NewStream(ctx, method, opts...)
 	if err != nil {
 		return ClientStreamOf[Req, Resp]{}, err
 	}
