@@ -292,7 +292,10 @@ func (p *producer) rewind(minN int) bool {
 
 // find returns the index of the slot at pos, or -1.
 func (p *producer) find(pos uint64) int {
-	for i := range p.slots.n {
+	// From the newest: the slot a writer finishes is usually one it just
+	// reserved, while older ones wait behind a slot still being filled
+	// (many writers on one connection keep hundreds in flight).
+	for i := p.slots.n - 1; i >= 0; i-- {
 		if p.slots.at(i).pos == pos {
 			return i
 		}
@@ -302,7 +305,7 @@ func (p *producer) find(pos uint64) int {
 
 // findLent returns the lent slot whose buffer starts at ring offset off.
 func (p *producer) findLent(off uint64) int {
-	for i := range p.slots.n {
+	for i := p.slots.n - 1; i >= 0; i-- { // newest first, as find
 		if s := p.slots.at(i); s.state == slotLent && (s.pos%p.size)+lentPrefix == off {
 			return i
 		}
