@@ -100,6 +100,13 @@ type ServerConfig struct {
 	// index, /healthz, and the routes plugins offer (kernel.AdminHandler),
 	// such as a metrics exporter's /metrics. Keep it off public networks.
 	AdminAddress string `json:"admin_address"`
+	// Reflection serves the reflection service,
+	// kernrpc.reflection.v1.Reflection: it lists the server's services and
+	// methods and returns their file descriptors, so that tools such as
+	// "kernrpc list" and "kernrpc call" need no generated code
+	// (docs/reflection.md). It tells callers every method's message types:
+	// leave it off where that is not wanted. Default false.
+	Reflection bool `json:"reflection"`
 }
 
 // ClientConfig tunes the client side.

@@ -60,6 +60,10 @@ type Server struct {
 	// on write, so that finding a codec takes no lock.
 	others   atomic.Pointer[map[string]codecEntry]
 	othersMu sync.Mutex
+
+	// reflection holds the descriptors registered beyond
+	// protoregistry.GlobalFiles, for the reflection service (reflection.go).
+	reflection reflectionFiles
 }
 
 // NewServer builds a server from cfg: it looks up every plugin by name and
@@ -91,6 +95,9 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.filters = ps.callFilters
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.registerHealth()
+	if cfg.Server.Reflection {
+		s.registerReflection()
+	}
 	ps.observePlugins(kernel.ServerSide, serverState{s})
 	return s, nil
 }
