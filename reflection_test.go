@@ -30,7 +30,9 @@ func notesServer(t *testing.T, reflection bool, extra func(*kernrpc.Server)) *ke
 	startServer(t, cfg, func(s *kernrpc.Server) {
 		kernrpc.Handle(s, svc+"Echo", func(_ context.Context, n *testpb.Note) (*testpb.Note, error) { return n, nil })
 		kernrpc.Handle(s, svc+"Undeclared", func(_ context.Context, n *testpb.Note) (*testpb.Note, error) { return n, nil })
-		kernrpc.HandleServerStream(s, svc+"Split", func(_ context.Context, n *testpb.Note, st kernrpc.ServerStreamOf[testpb.Note, testpb.Note]) error { return nil })
+		kernrpc.HandleServerStream(s, svc+"Split", func(_ context.Context, n *testpb.Note, st kernrpc.ServerStreamOf[testpb.Note, testpb.Note]) error {
+			return nil
+		})
 		kernrpc.HandleClientStream(s, svc+"Join", func(_ context.Context, st kernrpc.ServerStreamOf[testpb.Note, testpb.Note]) (*testpb.Note, error) {
 			return &testpb.Note{}, nil
 		})
