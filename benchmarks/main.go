@@ -113,7 +113,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 
 	cells := o.cells()
 	fmt.Fprintf(stderr, "benchmarks: modes %s: %d cells × %d systems × %d rounds, about %s\n",
-		strings.Join(o.modes, ", "), len(cells), len(o.systems), o.rounds, estimate(cells, o).Round(time.Second))
+		strings.Join(o.modes, ", "), len(cells), len(o.running()), o.rounds, estimate(cells, o).Round(time.Second))
 	b, err := runBenchmarks(ctx, exe, o)
 	if err == nil && o.codecs {
 		b.codecs, err = measureCodecs(ctx, o.progress)

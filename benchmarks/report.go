@@ -16,7 +16,13 @@ import (
 func (b *benchmark) markdown(command string) string {
 	var w strings.Builder
 	o := b.opts
-	fmt.Fprintf(&w, "# Echo over loopback: %s\n\n", strings.Join(labels(o.systems), " vs "))
+	what := "Echo"
+	if slices.Equal(o.modes, []string{modeStream}) {
+		what = "Server streams"
+	} else if slices.Contains(o.modes, modeStream) {
+		what = "Echo and server streams"
+	}
+	fmt.Fprintf(&w, "# %s over loopback: %s\n\n", what, strings.Join(labels(o.running()), " vs "))
 	fmt.Fprintf(&w, "Run %s UTC, took %s.\n\n", b.started.UTC().Format("2006-01-02 15:04:05"), b.finished.Sub(b.started).Round(time.Second))
 	m := readMachine()
 	fmt.Fprintf(&w, "- Command: `%s`\n", command)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -101,6 +102,18 @@ func streamCaller(cli streamClient, size int) (call callFunc, done func() error)
 // streamsIn reports whether s takes part in mode: every system does but
 // in the stream mode, which only the systems that stream run.
 func (s *system) streamsIn(mode string) bool { return mode != modeStream || s.streams }
+
+// running lists the systems that run in at least one of the selected
+// modes: net/rpc alone in a stream-only run does not.
+func (o *options) running() []*system {
+	var out []*system
+	for _, s := range o.systems {
+		if slices.ContainsFunc(o.modes, s.streamsIn) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // errNoStream is a harness bug: a system marked as streaming whose client
 // cannot open streams.
