@@ -128,7 +128,7 @@ type ClientConfig struct {
 // read it (docs/protocol.md, "Flow control").
 type StreamConfig struct {
 	// Window is what one stream may have in flight toward this side.
-	// Default 256KiB.
+	// Default 1MiB: 16 messages of 64 KiB in flight.
 	Window kernel.Size `json:"window"`
 	// ConnectionWindow is what all the streams of one connection may have
 	// in flight toward this side together: the most a peer can make this
@@ -139,7 +139,7 @@ type StreamConfig struct {
 
 // Defaults of StreamConfig.
 const (
-	DefaultStreamWindow     = 256 << 10
+	DefaultStreamWindow     = 1 << 20
 	DefaultConnectionWindow = 16 << 20
 	maxWindow               = 1<<31 - 1 // credit travels as a uint32; keep well inside it
 )
@@ -229,7 +229,7 @@ func (c *Config) validate() error {
 		return c.errorf("server.drain_period", "must not be negative, got %s", c.Server.DrainPeriod)
 	}
 	if w := c.Streams.Window; w < 1<<10 || w > maxWindow {
-		return c.errorf("streams.window", "must be between 1KiB and 2GiB, got %s (0 means the default, 256KiB)", w)
+		return c.errorf("streams.window", "must be between 1KiB and 2GiB, got %s (0 means the default, 1MiB)", w)
 	}
 	if w := c.Streams.ConnectionWindow; w < c.Streams.Window || w > maxWindow {
 		return c.errorf("streams.connection_window", "must be between streams.window (%s) and 2GiB, got %s (0 means the default, 16MiB)", c.Streams.Window, w)

@@ -42,6 +42,10 @@ type streamCore struct {
 	nrecv    atomic.Int64 // messages delivered, for tests and figures
 }
 
+// smallCopy is the size below which a received payload that is not held
+// is copied into memory of its own rather than a pooled buffer.
+const smallCopy = 256
+
 // queuedMsg is one received message waiting for RecvMsg.
 type queuedMsg struct {
 	frame  *kernel.Frame // still lent by the transport; nil when data is a copy
@@ -86,6 +90,13 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 	switch aliases := codecAliases(s.codec); {
 	case !aliases && atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn:
 		m.frame = f
+	case !aliases && len(f.Payload) < smallCopy:
+		// A small message is cheaper copied into memory of its own than
+		// into a pooled buffer: a window holds thousands of them, far more
+		// than a pool keeps.
+		atomic.AddInt32(&s.flow.held, -1)
+		m.data = append([]byte(nil), f.Payload...)
+		f.Release()
 	case !aliases:
 		atomic.AddInt32(&s.flow.held, -1)
 		m.data, m.pooled = append(s.flow.copies.Get(len(f.Payload)), f.Payload...), true

@@ -139,7 +139,7 @@ const streamNote = "- Streams: **kernrpc** (and kernrpc/shm-ring) opens the stre
 	"`kernrpc.HandleServerStream`. grpc-go: a hand-written `grpc.ServiceDesc` with a `StreamDesc{ServerStreams: true}` in the shape " +
 	"protoc-gen-go-grpc generates, default options, `plainpb.Echo`. **kernrpc tuned** reads with `RecvMsg` into one reused " +
 	"`echopb.Echo`. Every server sends one message over and over (each send marshals it); default stream and connection windows " +
-	"(kernrpc 256 KiB and 16 MiB; grpc-go its defaults, with its BDP estimator).\n"
+	"(kernrpc 1 MiB and 16 MiB; grpc-go its defaults, with its BDP estimator).\n"
 
 // streamSection writes the stream mode's tables: per message size, speed
 // and cost per message, then the ratios.
