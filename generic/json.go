@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -22,9 +23,20 @@ func UnmarshalJSON(desc protoreflect.MessageDescriptor, data []byte) (*dynamicpb
 		return m, nil
 	}
 	if err := protojson.Unmarshal(data, m); err != nil {
-		return nil, fmt.Errorf("%w for %s: %v", ErrBadJSON, desc.FullName(), err)
+		return nil, fmt.Errorf("%w for %s: %s", ErrBadJSON, desc.FullName(), withoutProtoPrefix(err))
 	}
 	return m, nil
+}
+
+// withoutProtoPrefix is err's text without the "proto: " protobuf-go
+// puts before it (spelt with a no-break space in some builds, so that no
+// one matches on it): the message names the field and the position.
+func withoutProtoPrefix(err error) string {
+	s := err.Error()
+	for _, p := range []string{"proto: ", "proto:\u00a0"} {
+		s = strings.TrimPrefix(s, p)
+	}
+	return s
 }
 
 // MarshalJSON is m in its protojson form, compact, with the field names of

@@ -19,19 +19,42 @@ var errUnhealthy = errors.New("unhealthy")
 // health, prints a table, and fails unless all of them are serving, the
 // way grpc_health_probe does, so that scripts and probes can use it.
 func health(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("health", "health -config FILE [-addr HOST:PORT] [-service NAME]", stderr)
-	configPath := fs.String("config", "", "config file naming the transport, codec and registry")
+	fs := newFlags("health", "health [flags] ADDR [SERVICE]\n       kernrpc health -config FILE [-addr HOST:PORT] [-service NAME]\n\n"+
+		"Asks a server (ADDR), or every instance of the config's service the registry lists, for the\n"+
+		"health of SERVICE (default: the whole server with ADDR, else the config's service); exits 1\n"+
+		"unless every answer is SERVING.", stderr)
+	configPath := fs.String("config", "", "config file naming the transport, codec and registry (optional with ADDR)")
 	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
 	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
 	timeout := fs.Duration("timeout", 5*time.Second, "give up on an instance after this long")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*configPath)
+	pos, err := parseAnywhere(fs, args, 0, 2)
 	if err != nil {
 		return err
 	}
+	if len(pos) > 0 && *addr != "" {
+		return fmt.Errorf("the address is given twice: as an argument and with -addr; pass one")
+	}
+	if len(pos) == 2 && *service != "" {
+		return fmt.Errorf("the service is given twice: as an argument and with -service; pass one")
+	}
+	var cfg *kernrpc.Config
+	switch {
+	case *configPath == "" && len(pos) > 0:
+		cfg = kernrpc.DefaultConfig()
+		cfg.Service = "kernrpc-health"
+	default:
+		if cfg, err = loadConfig(*configPath); err != nil {
+			return err
+		}
+	}
 	about := cfg.Service
+	if len(pos) > 0 {
+		// A server asked by address: about the whole server, unless named.
+		*addr, about = pos[0], ""
+		if len(pos) == 2 {
+			*service = pos[1]
+		}
+	}
 	switch *service {
 	case "-":
 		about = ""
@@ -60,6 +83,9 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if !healthy {
+		if len(pos) > 0 {
+			return fmt.Errorf("%w: %s is not serving", errUnhealthy, *addr)
+		}
 		return fmt.Errorf("%w: not every instance of %q is serving", errUnhealthy, cfg.Service)
 	}
 	return nil

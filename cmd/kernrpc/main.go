@@ -1,12 +1,17 @@
-// Command kernrpc serves a kernrpc service composed from a config file,
-// calls and health-checks services, and lists the plugins compiled into
-// it: every built-in plugin, including those with modules of their own
-// (etcd, consul, prometheus, otel-tracing). It is a module of its own for
-// that reason, so that the core module requires none of them.
+// Command kernrpc serves a kernrpc service composed from a config file;
+// lists, describes, calls and loads any service through its reflection
+// service (or a descriptor set), with requests in JSON; health-checks
+// services; and lists the plugins compiled into it: every built-in
+// plugin, including those with modules of their own (etcd, consul,
+// prometheus, otel-tracing). It is a module of its own for that reason, so
+// that the core module requires none of them. See docs/reflection.md.
 //
-//	kernrpc serve -config kernrpc.yaml     serve the built-in echo service
-//	kernrpc call -config kernrpc.yaml -text hi
-//	kernrpc health -config kernrpc.yaml    ask every instance for its health
+//	kernrpc serve -config kernrpc.yaml     serve the built-in echo service, with reflection
+//	kernrpc list ADDR                      list its services and methods
+//	kernrpc describe ADDR kernrpc.echo.EchoService.Echo
+//	kernrpc call ADDR kernrpc.echo.EchoService.Echo '{"text":"hi"}'
+//	kernrpc bench ADDR kernrpc.echo.EchoService.Echo '{"text":"hi"}' -c 64 -d 10s
+//	kernrpc health ADDR [SERVICE]          ask a server for its health
 //	kernrpc plugins [-v]                   list every registered plugin
 package main
 
@@ -22,7 +27,6 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -34,26 +38,40 @@ import (
 	_ "github.com/kernrpc/kernrpc/plugins/registry/etcd"
 )
 
-const usage = `kernrpc: serve and call kernrpc services composed from plugin names.
+const usage = `kernrpc: serve, inspect, call and load kernrpc services.
 
 Usage:
-  kernrpc serve   -config FILE          serve the built-in echo service (method Echo.Echo)
-  kernrpc call    -config FILE [flags]  call a service once and print the answer
-  kernrpc health  -config FILE [flags]  ask every instance for its health; exit 1 unless all serve
-  kernrpc plugins [-v]                  list every registered plugin by kind and name
-  kernrpc help                          show this text
+  kernrpc serve    -config FILE                    serve the built-in echo service, with reflection on
+  kernrpc list     ADDR [SERVICE]                  list the services and methods a server serves
+  kernrpc describe ADDR NAME                       print a service, method or message in .proto syntax
+  kernrpc call     ADDR SERVICE.METHOD [JSON]      call a method with a JSON request; print the response
+  kernrpc bench    ADDR SERVICE.METHOD [JSON]      load a method (-c callers, -d duration); print QPS and latencies
+  kernrpc health   ADDR [SERVICE]                  ask a server for its health; exit 1 unless it serves
+  kernrpc health   -config FILE [flags]            ask every instance the registry lists
+  kernrpc call     -config FILE -addr ADDR -text T call the built-in echo service (Echo.Echo)
+  kernrpc plugins  [-v]                            list every registered plugin by kind and name
+  kernrpc help                                     show this text
 
+ADDR is HOST:PORT, or with -registry or -config, a service name to resolve.
+list, describe, call and bench read descriptors through the server's reflection
+service (server.reflection: true; kernrpc serve has it on) or from -protoset FILE.
 Run "kernrpc <command> -h" for a command's flags.
-A config example is examples/echo/kernrpc.yaml.
+A config example is examples/echo/kernrpc.yaml; see docs/reflection.md.
 `
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runIO(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run is main without the process: it returns the exit code, so tests can
-// drive every command.
+// drive every command. Standard input is empty.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runIO(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+// runIO is run with a standard input, which call and bench may read the
+// request from.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -62,8 +80,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stdout, stderr)
+	case "list":
+		err = list(ctx, args[1:], stdout, stderr)
+	case "describe":
+		err = describe(ctx, args[1:], stdout, stderr)
 	case "call":
-		err = call(ctx, args[1:], stdout, stderr)
+		err = call(ctx, args[1:], stdin, stdout, stderr)
+	case "bench":
+		err = bench(ctx, args[1:], stdin, stdout, stderr)
 	case "health":
 		err = health(ctx, args[1:], stdout, stderr)
 	case "plugins":
@@ -131,8 +155,12 @@ func loadConfig(path string) (*kernrpc.Config, error) {
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", "serve -config FILE", stderr)
+	fs := newFlags("serve", "serve -config FILE [-reflection=false]\n\n"+
+		"Serves the built-in echo service as Echo.Echo and, described by internal/echopb/echo.proto,\n"+
+		"as "+echoMethod+", with the reflection service on, so that\n"+
+		"kernrpc list, describe, call and bench work against it.", stderr)
 	configPath := fs.String("config", "", "config file (YAML or JSON) naming the transport, codec, registry, balancer and filters")
+	reflection := fs.Bool("reflection", true, "serve the reflection service (server.reflection), whatever the config says")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -140,13 +168,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.Server.Reflection = *reflection
 	srv, err := kernrpc.NewServer(cfg)
 	if err != nil {
 		return err
 	}
 	// echopb.Echo speaks every built-in codec, so this one handler serves
-	// whichever the config names and whichever a client sends.
-	kernrpc.Handle(srv, "Echo.Echo", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil })
+	// whichever the config names and whichever a client sends. Under its
+	// proto name too, where reflection finds its descriptor: generic calls
+	// (kernrpc call) need it.
+	echo := func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) { return req, nil }
+	kernrpc.Handle(srv, "Echo.Echo", echo)
+	kernrpc.Handle(srv, echoMethod, echo)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := srv.Start(ctx); err != nil {
@@ -161,6 +194,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return srv.Shutdown(sctx)
 }
 
+// echoMethod is the built-in echo method under the name its .proto gives
+// it (service kernrpc.echo.EchoService in internal/echopb/echo.proto).
+const echoMethod = "kernrpc.echo.EchoService.Echo"
+
 // codecNames lists the codecs compiled in: a server decodes a call in
 // whichever of them the client used.
 func codecNames() []string {
@@ -171,47 +208,6 @@ func codecNames() []string {
 		}
 	}
 	return names
-}
-
-func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("call", "call -config FILE [-addr HOST:PORT] [-method Echo.Echo] [-text hello]", stderr)
-	configPath := fs.String("config", "", "config file naming the transport, codec, registry and balancer")
-	addr := fs.String("addr", "", "call this address instead of resolving the service through the registry")
-	method := fs.String("method", "Echo.Echo", "method to call (the built-in echo service serves Echo.Echo)")
-	text := fs.String("text", "hello", "text to send in the echo message")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*configPath)
-	if err != nil {
-		return err
-	}
-	if *addr != "" {
-		cfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
-			"namespace": "kernrpc-call", "static": map[string]any{cfg.Service: []any{*addr}}}}
-	} else if cfg.Registry.Name == "memory" && !listsStatic(cfg.Registry.Options, cfg.Service) {
-		return fmt.Errorf("no address to call: %s names registry \"memory\", which lives inside one process, and lists no static address for %q; "+
-			"pass -addr HOST:PORT (the address \"kernrpc serve\" printed), or list the server under registry.options.static.%s",
-			cfg.Source, cfg.Service, cfg.Service)
-	}
-	cli, err := kernrpc.NewClient(cfg, cfg.Service)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	var resp echopb.Echo
-	start := time.Now()
-	if err := cli.Call(ctx, *method, &echopb.Echo{Text: *text}, &resp); err != nil {
-		if kernel.CodeOf(err) == kernel.Unavailable && *addr == "" {
-			return fmt.Errorf("%w; to call one server directly, pass -addr HOST:PORT", err)
-		}
-		return err
-	}
-	fmt.Fprintf(stdout, "%s answered %q in %s\n", *method, resp.Text, time.Since(start).Round(time.Microsecond))
-	return nil
 }
 
 // listsStatic reports whether memory registry options list static

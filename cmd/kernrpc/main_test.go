@@ -103,7 +103,7 @@ func TestBadInvocations(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	for _, cmd := range []string{"serve", "call", "health", "plugins"} {
+	for _, cmd := range []string{"serve", "list", "describe", "call", "bench", "health", "plugins"} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), []string{cmd, "-h"}, &out, &errOut); code != 0 {
 			t.Errorf("%s -h: exit %d", cmd, code)
