@@ -60,7 +60,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if !s.Described {
 			where = "(by name only: no descriptor)"
 		}
-		fmt.Fprintf(tw, "%s\t\t%s\n", s.Name, where)
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, where)
 		for _, m := range s.Methods {
 			types := ""
 			if m.Input != "" {
