@@ -227,6 +227,7 @@ func TestCallAgainstServe(t *testing.T) {
 		{"-addr", "", []string{"-addr", addr, echoM, `{"text":"a"}`, "-H", token}, `{"text":"a"}`},
 		{"a service name through -registry", "", []string{"-registry", "{name: memory, options: {static: {echo: [" + addr + "]}}}", "echo", echoM, `{"text":"r"}`, "-H", token}, `{"text":"r"}`},
 		{"flags after --", "", []string{"-H", token, "--", addr, echoM, `{"text":"-H"}`}, `{"text":"-H"}`},
+		{"a service name through -config", "", []string{"-config", writeConfig(t, "registry: {name: memory, options: {static: {echo: [\""+addr+"\"]}}}\n"), "echo", echoM, `{"text":"c"}`, "-H", token}, `{"text":"c"}`},
 	} {
 		r := runCmd(tc.stdin, append([]string{"call"}, tc.args...)...)
 		r.check(t, "call "+tc.name, 0)
