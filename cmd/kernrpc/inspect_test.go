@@ -248,6 +248,9 @@ func TestCallAgainstServe(t *testing.T) {
 	runCmd("", "call", addr, echoM, "@/nonexistent/req.json").check(t, "call with a missing request file", 1, "/nonexistent/req.json")
 	runCmd("", "call", "-codec", "msgpack", addr, echoM, `{}`).check(t, "call in msgpack", 1, `-codec "msgpack"`)
 	runCmd("", "call", "echo", echoM, `{}`).check(t, "call a service name without a registry", 1, "pass -registry or -config")
+	runCmd("", "call", "-registry", "nope", "echo", echoM).check(t, "call through an unknown registry", 1, `registry "nope": no registry of that name`)
+	runCmd("", "call", "-registry", "memory", "echo", echoM).check(t, "call through an in-process registry", 1, `registry "memory" lives inside one process`)
+	runCmd("", "call", "-config", "/nonexistent/kernrpc.yaml", addr, echoM).check(t, "call with a missing config", 1, "/nonexistent/kernrpc.yaml")
 	runCmd("", "call", "-H", "novalue", addr, echoM).check(t, "call with a bad -H", 2, `"novalue" is not key=value`)
 	runCmd("", "call", addr).check(t, "call without a method", 2, "want ADDR SERVICE.METHOD")
 	// A descriptor set of a service the server does not serve: the server
