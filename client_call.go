@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -128,6 +130,11 @@ func (cs *callState) decodeReply(codec kernel.Codec, data []byte, reply any, own
 
 // newLike returns a new zero value of the type v points to.
 func newLike(v any) any {
+	// A message made from descriptors (dynamicpb) is only usable made
+	// from its own descriptor: its zero value knows no type.
+	if m, ok := v.(protoreflect.ProtoMessage); ok {
+		return m.ProtoReflect().New().Interface()
+	}
 	t := reflect.TypeOf(v)
 	if t == nil || t.Kind() != reflect.Pointer {
 		return v
