@@ -88,13 +88,20 @@ func (grpcEcho) Stream(req *plainpb.Echo, st grpc.ServerStreamingServer[plainpb.
 }
 
 func serveGRPC(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
+	return serveGRPCWith(ctx, addr, func(srv *grpc.Server) { srv.RegisterService(&echoServiceDesc, grpcEcho{}) })
+}
+
+// serveGRPCWith serves on a default grpc.Server the services register
+// registers (the hand-written descriptor here, the generated one in
+// generated.go).
+func serveGRPCWith(ctx context.Context, addr string, register func(*grpc.Server)) (string, func(context.Context) error, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("grpc: listen %s: %w", addr, err)
 	}
 	srv := grpc.NewServer()
-	srv.RegisterService(&echoServiceDesc, grpcEcho{})
+	register(srv)
 	go srv.Serve(ln) // returns when srv stops
 	stop := func(ctx context.Context) error {
 		done := make(chan struct{})
@@ -110,12 +117,22 @@ func serveGRPC(ctx context.Context, addr string, _ serveOptions) (string, func(c
 }
 
 func dialGRPC(_ context.Context, addr string) (echoClient, error) {
+	conn, err := newGRPCConn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return grpcClient{conn}, nil
+}
+
+// newGRPCConn makes a grpc.ClientConn to addr with default options but
+// for plaintext, which loopback needs.
+func newGRPCConn(addr string) (*grpc.ClientConn, error) {
 	// passthrough: the address is already an IP:port; skip the resolver.
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("grpc: client for %s: %w", addr, err)
 	}
-	return grpcClient{conn}, nil
+	return conn, nil
 }
 
 type grpcClient struct{ conn *grpc.ClientConn }

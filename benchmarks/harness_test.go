@@ -90,7 +90,8 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 	// The default path is compared with the peers before the tuned one; each
 	// floor is compared with kernrpc over its own transport, and only with
 	// that; nothing divides by a floor's near-zero allocations.
-	checkRowsInOrder(t, md, "kernrpc / grpc-go", "kernrpc / net/rpc", "kernrpc tuned / grpc-go", "kernrpc tuned / kernrpc",
+	checkRowsInOrder(t, md, "kernrpc / grpc-go", "kernrpc / net/rpc", "kernrpc generated / grpc-go generated",
+		"kernrpc tuned / grpc-go", "kernrpc tuned / kernrpc", "kernrpc generated / kernrpc", "grpc-go generated / grpc-go",
 		"kernrpc/shm-ring / kernrpc", "kernrpc / bare TCP", "kernrpc/shm-ring / bare shm-ring")
 	if strings.Contains(md, "| kernrpc / bare shm-ring") {
 		t.Errorf("report compares kernrpc over tcp-lv with the bare shm-ring ping-pong:\n%s", md)

@@ -3,7 +3,8 @@
 // a process of its own, rounds of the systems interleaved, in four modes
 // (long connections, short connections, many client processes, server
 // streaming). kernrpc runs on its default path (plain protoc-gen-go
-// messages, no options) and tuned. Run it from the module root:
+// messages, no options), tuned, and through its generated client beside
+// grpc-go's generated client. Run it from the module root:
 //
 //	go run ./benchmarks
 //
@@ -38,6 +39,10 @@ kernrpc runs twice: "kernrpc" is the default path a new user gets (messages
 from plain protoc-gen-go, internal/plainpb, and no options); "kernrpc tuned"
 uses messages with vtprotobuf's methods (internal/echopb) and a server that
 decodes requests in place (alias_requests). grpc-go uses the plain messages.
+"kernrpc generated" and "grpc-go generated" call the echo service of
+genpb/echo.proto through each one's generated client and server
+(protoc-gen-kernrpc's, protoc-gen-go-grpc's), default options, the same
+generated message; their ratios end the long mode with issue 17's targets.
 
 Modes (-mode, comma-separated, or all):
   long   the callers share one client made before the round: -payloads × -callers

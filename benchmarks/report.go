@@ -71,6 +71,9 @@ func (b *benchmark) markdown(command string) string {
 		w.WriteString(" The codec systems (kernrpc/json, ...) use `echopb.Echo` (the flatbuffers codec needs its methods) and no options.")
 	}
 	w.WriteString("\n")
+	if b.systemIndex("kernrpc-gen") >= 0 || b.systemIndex("grpc-gen") >= 0 {
+		w.WriteString(generatedNote)
+	}
 	if slices.Contains(o.modes, modeStream) {
 		w.WriteString(streamNote)
 	}
@@ -101,7 +104,8 @@ func (b *benchmark) modeHow(mode string) string {
 			"back as fast as flow control allows (default windows) until the caller closes the stream at the round's end. " +
 			"The streams of a row share one client (one connection), made before the round, each opened in the warm-up. " +
 			"The figures are per message received; the gap is the time between two messages of one stream. " +
-			"Systems that cannot stream (net/rpc, the bare ping-pongs) sit this mode out."
+			"Systems that cannot stream (net/rpc, the bare ping-pongs) sit this mode out, and so do the generated-code systems, " +
+			"whose proto declares only the unary method."
 	}
 	return "The callers run in the harness and share one client, made before the round."
 }
@@ -149,6 +153,9 @@ func (b *benchmark) modeSection(w *strings.Builder, mode string) {
 		}
 		t.write(w)
 	}
+	if mode == modeLong {
+		b.generatedTargets(w)
+	}
 }
 
 // logLine says how many log records at INFO and above each server wrote
@@ -172,13 +179,15 @@ func (b *benchmark) logLine(w *strings.Builder, mode string, payload int) {
 
 // floorOf names, for each bare ping-pong, the kernrpc systems over the same
 // transport, which are compared with it.
-var floorOf = map[string][]string{"bare-tcp": {"kernrpc", "kernrpc-tuned"}, "bare-shm": {"kernrpc-shm", "kernrpc-shm-tuned"}}
+var floorOf = map[string][]string{"bare-tcp": {"kernrpc", "kernrpc-tuned", "kernrpc-gen"}, "bare-shm": {"kernrpc-shm", "kernrpc-shm-tuned"}}
 
 // ratioPairs lists the comparisons the report makes, as indexes into the
 // run's systems, in the order they are printed: every kernrpc system to
-// each peer framework (the default path first, then tuned), what tuning
-// buys, shm-ring against tcp-lv with the same messages, protobuf against
-// the other codecs, and kernrpc against the bare ping-pong under it.
+// each peer framework (the default path first, then kernrpc's generated
+// code to grpc-go's, then tuned), what tuning and generated code buy (and
+// what grpc-go's generated code changes), shm-ring against tcp-lv with the
+// same messages, protobuf against the other codecs, and kernrpc against the
+// bare ping-pong under it.
 func (b *benchmark) ratioPairs() [][2]int {
 	var pairs [][2]int
 	add := func(a, p string) {
@@ -187,12 +196,19 @@ func (b *benchmark) ratioPairs() [][2]int {
 		}
 	}
 	kernrpcs := []string{"kernrpc", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned"}
-	for _, k := range kernrpcs {
+	for i, k := range kernrpcs {
 		for _, peer := range peerSystems {
 			add(k, peer)
 		}
+		if i == 0 {
+			// Generated code against generated code: issue 17's targets.
+			add("kernrpc-gen", "grpc-gen")
+		}
 	}
 	add("kernrpc-tuned", "kernrpc")
+	add("kernrpc-gen", "kernrpc")
+	add("kernrpc-tuned", "kernrpc-gen")
+	add("grpc-gen", "grpc")
 	add("kernrpc-shm-tuned", "kernrpc-shm")
 	add("kernrpc-shm", "kernrpc")
 	add("kernrpc-shm-tuned", "kernrpc-tuned")

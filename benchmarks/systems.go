@@ -11,8 +11,8 @@ import (
 // with it, and how the harness calls that server. Each peer file (grpc.go,
 // netrpc.go, kernrpc.go) registers one from init.
 type system struct {
-	name  string // as given to -systems and -serve: kernrpc, kernrpc-tuned, grpc, netrpc
-	label string // as shown in tables: kernrpc, kernrpc tuned, grpc-go, net/rpc
+	name  string // as given to -systems and -serve: kernrpc, kernrpc-tuned, kernrpc-gen, grpc, grpc-gen, netrpc, ...
+	label string // as shown in tables: kernrpc, kernrpc tuned, kernrpc generated, grpc-go, grpc-go generated, net/rpc, ...
 	// serve starts an echo server listening on addr (host:port, port 0 for
 	// any) and returns the address clients dial and a function that stops
 	// the server. It runs in the child process.
@@ -49,9 +49,9 @@ type callFunc func(ctx context.Context) (echoed int, err error)
 // systemOrder is the order systems run in within a cell and appear in
 // tables; kernrpc first (its default path, then tuned), then its peers.
 var systemOrder = []string{
-	"kernrpc", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned",
+	"kernrpc", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned", "kernrpc-gen",
 	"kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers",
-	"grpc", "netrpc", "bare-tcp", "bare-shm",
+	"grpc", "grpc-gen", "netrpc", "bare-tcp", "bare-shm",
 }
 
 // peerSystems are the other frameworks, which every kernrpc system is
@@ -60,8 +60,9 @@ var peerSystems = []string{"grpc", "netrpc"}
 
 // defaultSystems are what a run compares unless -systems says otherwise:
 // kernrpc on its default path and tuned, against its peers (shmring.go
-// adds shm-ring on Linux). -codecs adds kernrpc with each other codec.
-var defaultSystems = []string{"kernrpc", "kernrpc-tuned", "grpc", "netrpc"}
+// adds shm-ring on Linux), and the echo service through each one's
+// generated code (generated.go). -codecs adds kernrpc with each other codec.
+var defaultSystems = []string{"kernrpc", "kernrpc-tuned", "kernrpc-gen", "grpc", "grpc-gen", "netrpc"}
 
 var systems = map[string]*system{}
 
