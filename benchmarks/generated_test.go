@@ -26,7 +26,7 @@ func TestGeneratedSystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := options{
-		duration: 150 * time.Millisecond, warmup: 30 * time.Millisecond, rounds: 1, modes: []string{modeLong},
+		duration: 100 * time.Millisecond, warmup: 20 * time.Millisecond, rounds: 1, modes: []string{modeLong},
 		payloads: []int{16, 64 << 10}, callers: []int{1, 64}, systems: sys, progress: io.Discard,
 	}
 	exe, err := os.Executable()
