@@ -46,17 +46,7 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		lent.Release()
 	}
 	if err != nil {
-		st := kernel.StatusOf(err)
-		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
-			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran %s", c.info.Method).(*kernel.Status)
-		}
-		out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
-		if st.Code == kernel.OK {
-			out.Code = kernel.Unknown
-		}
-		if st.Retryable {
-			out.Flags |= kernel.FlagRetryable
-		}
+		setStatus(out, c, err, c.info.Method)
 	}
 	out.Metadata = c.info.ResponseMetadata
 	write := sc.conn.WriteFrame
@@ -65,6 +55,24 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	}
 	if err := write(out); err != nil {
 		sc.answerRefused(c, write, err)
+	}
+}
+
+// setStatus writes err's status into the answer out: a deadline that
+// passed says it was the client's, a status that claims OK reads as
+// Unknown, and the message is cut to maxStatusMessage. what names the
+// call in the deadline's message.
+func setStatus(out *kernel.Frame, c *callCtx, err error, what string) {
+	st := kernel.StatusOf(err)
+	if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
+		st = &kernel.Status{Code: kernel.DeadlineExceeded, Message: "the deadline the client sent passed while the server ran " + what}
+	}
+	out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
+	if st.Code == kernel.OK {
+		out.Code = kernel.Unknown
+	}
+	if st.Retryable {
+		out.Flags |= kernel.FlagRetryable
 	}
 }
 

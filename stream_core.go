@@ -39,7 +39,6 @@ type streamCore struct {
 	final    error // client: how the server ended it, io.EOF for OK; later sends return it
 	sendDone bool  // CloseSend was called (client) or the stream ended
 	wake     chan struct{}
-	nrecv    atomic.Int64 // messages delivered, for tests and figures
 }
 
 // smallCopy is the size below which a received payload that is not held
@@ -199,7 +198,6 @@ func (s *streamCore) recv(m any, atEnd func() error) error {
 			err := s.codec.Unmarshal(q.data, m)
 			s.releaseMsg(&q)
 			s.grant(grant, q.cost)
-			s.nrecv.Add(1)
 			if err != nil {
 				return kernel.Errorf(kernel.Internal, "decode stream message with %s: %v", s.codec.Name(), err)
 			}

@@ -163,17 +163,7 @@ func (sc *serverConn) send(f *kernel.Frame) error {
 func (sc *serverConn) answerStream(c *callCtx, err error) {
 	out := &kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id}
 	if err != nil {
-		st := kernel.StatusOf(err)
-		if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
-			st = kernel.Errorf(kernel.DeadlineExceeded, "the deadline the client sent passed while the server ran the stream of %s", c.info.Method).(*kernel.Status)
-		}
-		out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
-		if st.Code == kernel.OK {
-			out.Code = kernel.Unknown
-		}
-		if st.Retryable {
-			out.Flags |= kernel.FlagRetryable
-		}
+		setStatus(out, c, err, "the stream of "+c.info.Method)
 	}
 	out.Metadata = c.info.ResponseMetadata
 	if err := sc.send(out); err != nil {
