@@ -126,6 +126,11 @@ func TestRequestsOverMaxConcurrentCallsAreRefusedUnprocessed(t *testing.T) {
 			t.Fatalf("call over the limit: %v; want ResourceExhausted, unprocessed, naming server.max_concurrent_calls", err)
 		}
 	}
+	// An admitted call is counted before its handler starts: wait for the
+	// four to be running, so that a late one cannot miss the others.
+	for deadline := time.Now().Add(5 * time.Second); running.Load() < 4 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	wg.Wait()
 	close(errs)
