@@ -4,61 +4,18 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"strconv"
 	"testing"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
-	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// BenchmarkServerStream measures one server stream's message rate: b.N
-// messages of the given size from the handler to the client, over each
-// transport. (benchmarks/ compares it with grpc-go across processes.)
-func BenchmarkServerStream(b *testing.B) {
-	for _, tr := range streamTransports {
-		for _, size := range []int{16, 64 << 10} {
-			b.Run(tr+"/"+strconv.Itoa(size)+"B", func(b *testing.B) {
-				cfg := testConfig(b)
-				if tr != "tcp-lv" {
-					cfg.Transport.Name, cfg.Transport.Options = tr, nil
-					if sp := os.Getenv("KERNRPC_BENCH_SPIN"); sp != "" {
-						cfg.Transport.Options = map[string]any{"spin": sp}
-					}
-				}
-				if w := os.Getenv("KERNRPC_BENCH_WINDOW"); w != "" {
-					n, _ := strconv.Atoi(w)
-					cfg.Streams.Window = kernel.Size(n)
-				}
-				startServer(b, cfg, streamHandlers)
-				cli := newClient(b, cfg)
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				b.ResetTimer()
-				st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Up", &echopb.Echo{Text: strconv.Itoa(b.N), Payload: make([]byte, size)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				var m echopb.Echo
-				for n := 0; ; n++ {
-					if err := st.RecvMsg(&m); errors.Is(err, io.EOF) {
-						if n != b.N {
-							b.Fatalf("%d messages, want %d", n, b.N)
-						}
-						break
-					} else if err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
-}
-
-// BenchmarkServerStreams16 is BenchmarkServerStream with 16 streams at
-// once on one connection, b.N messages in all.
-func BenchmarkServerStreams16(b *testing.B) {
+// benchStreams runs b.N messages of each size from Count.Up's handler to
+// the client, over each transport, split over streams streams of one
+// connection. (benchmarks/ compares streams with grpc-go across
+// processes.)
+func benchStreams(b *testing.B, streams int) {
 	for _, tr := range streamTransports {
 		for _, size := range []int{16, 64 << 10} {
 			b.Run(tr+"/"+strconv.Itoa(size)+"B", func(b *testing.B) {
@@ -71,27 +28,13 @@ func BenchmarkServerStreams16(b *testing.B) {
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				b.ResetTimer()
-				const streams = 16
 				errs := make(chan error, streams)
-				for range streams {
-					go func() {
-						n := b.N / streams
-						st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Up", &echopb.Echo{Text: strconv.Itoa(n), Payload: make([]byte, size)})
-						if err != nil {
-							errs <- err
-							return
-						}
-						var m echopb.Echo
-						for {
-							if err := st.RecvMsg(&m); err != nil {
-								if errors.Is(err, io.EOF) {
-									err = nil
-								}
-								errs <- err
-								return
-							}
-						}
-					}()
+				for i := range streams {
+					n := b.N / streams
+					if i == 0 {
+						n += b.N % streams
+					}
+					go func() { errs <- readStream(cli, n, size) }()
 				}
 				for range streams {
 					if err := <-errs; err != nil {
@@ -102,3 +45,29 @@ func BenchmarkServerStreams16(b *testing.B) {
 		}
 	}
 }
+
+// readStream opens Count.Up for n messages of size bytes and reads them
+// all into one reused message.
+func readStream(cli *kernrpc.Client, n, size int) error {
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Up", &echopb.Echo{Text: strconv.Itoa(n), Payload: make([]byte, size)})
+	if err != nil {
+		return err
+	}
+	var m echopb.Echo
+	for got := 0; ; got++ {
+		if err := st.RecvMsg(&m); errors.Is(err, io.EOF) {
+			if got != n {
+				return errors.New("stream ended after " + strconv.Itoa(got) + " messages, want " + strconv.Itoa(n))
+			}
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// BenchmarkServerStream is one server stream's message rate.
+func BenchmarkServerStream(b *testing.B) { benchStreams(b, 1) }
+
+// BenchmarkServerStreams16 is 16 streams at once on one connection.
+func BenchmarkServerStreams16(b *testing.B) { benchStreams(b, 16) }
