@@ -47,16 +47,26 @@ func (f *Filter) clientStream(ctx context.Context, info *kernel.CallInfo, st ker
 	// The provider's own sampler may have declined (a global provider's):
 	// its span context, unsampled, is still what goes on.
 	propagator.Inject(ctx, requestCarrier{info})
+	recorded, err := runStream(ctx, span, info, st, next)
+	if recorded {
+		endClient(span, info, err)
+	}
+	return err
+}
+
+// runStream passes the stream on under span: counting its messages into
+// span's attributes when span records (and leaving the span to the caller
+// to end), else ending span at once.
+func runStream(ctx context.Context, span trace.Span, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) (recorded bool, err error) {
 	if !span.IsRecording() {
-		err := next(ctx, info, st)
+		err = next(ctx, info, st)
 		span.End()
-		return err
+		return false, err
 	}
 	counted := &countedStream{Stream: st}
-	err := next(ctx, info, counted)
+	err = next(ctx, info, counted)
 	span.SetAttributes(counted.attributes()...)
-	endClient(span, info, err)
-	return err
+	return true, err
 }
 
 // serverStream makes a span for a stream the server handles, or hands the
@@ -68,17 +78,12 @@ func (f *Filter) serverStream(ctx context.Context, info *kernel.CallInfo, st ker
 	}
 	ms := f.methods.get(info.Method)
 	ctx, span := f.tracer.Start(ctx, ms.name, append(ms.server[:len(ms.server):len(ms.server)], trace.WithAttributes(serverAttributes(info)...))...)
-	if !span.IsRecording() {
-		err := next(ctx, info, st)
-		span.End()
-		return err
-	}
-	counted := &countedStream{Stream: st}
-	err := next(ctx, info, counted)
 	// The engine sends the stream's final status once the handler has
 	// returned; there is no answer's size to wait for.
-	span.SetAttributes(counted.attributes()...)
-	endServer(span, err)
+	recorded, err := runStream(ctx, span, info, st, next)
+	if recorded {
+		endServer(span, err)
+	}
 	return err
 }
 
