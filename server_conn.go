@@ -312,11 +312,7 @@ func (sc *serverConn) end(c *callCtx) {
 // transport allows: the read loop and Shutdown use it, and neither may
 // wait on a peer that does not read.
 func (sc *serverConn) queue(f *kernel.Frame) {
-	write := sc.conn.WriteFrame
-	if q, ok := sc.conn.(kernel.FrameQueuer); ok {
-		write = q.QueueFrame
-	}
-	if err := write(f); err != nil {
+	if err := sc.send(f); err != nil {
 		sc.srv.log.Debug("frame not sent: connection gone", "type", f.Type, "call_id", f.CallID, "err", err)
 	}
 }

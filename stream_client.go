@@ -162,7 +162,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	c.streamsOpen.Add(1)
 	cs.cc = cc
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
-	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, controlWriter(cc.conn)
+	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, cc.queueCtl
 	cs.core.sent = true // the headers went with the request
 	cc.startStreamReaderLocked()
 	cc.mu.Unlock()
@@ -189,14 +189,9 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	return nil
 }
 
-// controlWriter is how control frames go out on conn: queued for its
-// writer where it has one, so that they never wait on the caller.
-func controlWriter(conn kernel.Conn) func(*kernel.Frame) error {
-	if q, ok := conn.(kernel.FrameQueuer); ok {
-		return q.QueueFrame
-	}
-	return conn.WriteFrame
-}
+// queueCtl sends a control frame (or a stream's message) through the
+// connection's writer where it has one (queueFrame).
+func (cc *clientConn) queueCtl(f *kernel.Frame) error { return queueFrame(cc.conn, f) }
 
 var errStreamClosed = kernel.Errorf(kernel.Canceled, "the stream was closed")
 
@@ -452,7 +447,7 @@ func (cc *clientConn) streamData(f *kernel.Frame) error {
 	}
 	if cs == nil {
 		f.Release()
-		flow.consumed(cost, controlWriter(cc.conn))
+		flow.consumed(cost, cc.queueCtl)
 		return nil
 	}
 	cs.gotHeader(f.Metadata)

@@ -359,6 +359,16 @@ func (s *streamCore) closeSend() error {
 	return nil
 }
 
+// queueFrame writes f through conn's writer where the transport has one
+// (kernel.FrameQueuer), so that the caller never waits on the peer and
+// frames sent back to back share a write; else with WriteFrame.
+func queueFrame(conn kernel.Conn, f *kernel.Frame) error {
+	if q, ok := conn.(kernel.FrameQueuer); ok {
+		return q.QueueFrame(f)
+	}
+	return conn.WriteFrame(f)
+}
+
 // yieldToWoken lets the goroutine a reader just woke (a stream's
 // receiver or sender) run before the reader waits for the next frame: it
 // is queued on the reader's P, and a transport that polls or naps for the

@@ -150,14 +150,9 @@ func (sc *serverConn) connFlow() *connFlow {
 	return sc.flow
 }
 
-// send writes a control frame without waiting on the peer where the
-// transport allows it: the read loop sends them.
-func (sc *serverConn) send(f *kernel.Frame) error {
-	if q, ok := sc.conn.(kernel.FrameQueuer); ok {
-		return q.QueueFrame(f)
-	}
-	return sc.conn.WriteFrame(f)
-}
+// send writes f without waiting on the peer where the transport allows
+// it (queueFrame): the read loop sends control frames and refusals.
+func (sc *serverConn) send(f *kernel.Frame) error { return queueFrame(sc.conn, f) }
 
 // answerStream ends a stream (or refuses to open one) with err's status.
 func (sc *serverConn) answerStream(c *callCtx, err error) {
