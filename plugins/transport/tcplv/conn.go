@@ -39,8 +39,9 @@ const (
 	closeFlushTimeout = time.Second
 )
 
-// conn is one tcp-lv connection. It owns two goroutines, the writer and
-// the keepalive, which stop when it dies.
+// conn is one tcp-lv connection. It owns at most one goroutine, the
+// writer, started the first time a frame waits for it, and stopped when
+// the connection dies.
 type conn struct {
 	t      *transport
 	nc     net.Conn // frames are read from and written to it (TLS or TCP)
@@ -68,7 +69,7 @@ type conn struct {
 	pingStrike    int          // Pings too close together, with nothing between (reader only)
 
 	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
-	reading    atomic.Bool   // a ReadFrame is waiting
+	reading    atomic.Bool   // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
 	unanswered atomic.Int64  // requests written minus responses read
 
 	// Write side. wmu is held by whoever writes to the socket.
@@ -99,7 +100,16 @@ type conn struct {
 
 	death      atomic.Pointer[error] // why the connection died; the first reason wins
 	done       chan struct{}
-	goroutines sync.WaitGroup
+	goroutines sync.WaitGroup // the writer
+
+	// The writer goroutine starts on first need (startWriter): a
+	// connection whose frames all leave inline never has one.
+	writerOn atomic.Bool
+	startMu  sync.Mutex // orders a start against Close's Wait
+
+	kaTimer  *time.Timer // runs keepalive
+	kaSeen   uint64      // received when keepalive last looked (keepalive only)
+	kaPinged bool        // keepalive's last run sent a Ping (keepalive only)
 }
 
 // frameQueue is a batch of encoded frames: headers and small payloads back
@@ -129,7 +139,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		done:   make(chan struct{}),
 	}
 	c.pool.init()
-	c.br = bufio.NewReaderSize(socketReader{c}, t.readBufferSize)
+	c.br = getReader(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
 	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)
 	if accepted {
@@ -140,9 +150,43 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	} else {
 		c.frameTimer.Stop()
 	}
-	c.goroutines.Go(c.writeLoop)
-	c.goroutines.Go(c.keepalive)
+	c.kaSeen = c.received.Load()
+	// Armed once assigned: its first run may come before AfterFunc returns.
+	c.kaTimer = time.AfterFunc(time.Hour, c.keepalive)
+	c.kaTimer.Reset(t.keepaliveInterval)
 	return c
+}
+
+// freeReaders keeps the read buffers of dead connections of the default
+// size for new ones, as net/http keeps its bufio readers: a short
+// connection (connect, one call, close) would otherwise allocate and clear
+// 64 KiB on each side, which was a tenth of its CPU. It holds free memory
+// only; a reader taken from it is Reset before use.
+var freeReaders sync.Pool // of *bufio.Reader with DefaultOptions' size
+
+func getReader(r socketReader, size int) *bufio.Reader {
+	if size == defaultReadBufferSize {
+		if br, ok := freeReaders.Get().(*bufio.Reader); ok {
+			br.Reset(r)
+			return br
+		}
+	}
+	return bufio.NewReaderSize(r, size)
+}
+
+// releaseReader gives a dead connection's read buffer back. It is called
+// holding the reading flag, after the connection died, so no ReadFrame
+// touches br at the same time, and every later one returns the death
+// before touching it.
+func (c *conn) releaseReader() {
+	if c.br == nil {
+		return
+	}
+	if c.br.Size() == defaultReadBufferSize {
+		c.br.Reset(nil)
+		freeReaders.Put(c.br)
+	}
+	c.br = nil
 }
 
 // socketReader counts the reads that brought data: that is all keepalive
@@ -183,6 +227,7 @@ func (c *conn) fail(level slog.Level, err error) error {
 	close(c.done)
 	c.raw.Close()
 	c.frameTimer.Stop()
+	c.kaTimer.Stop()
 	c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	return err
 }
@@ -191,7 +236,15 @@ func (c *conn) fail(level slog.Level, err error) error {
 // connection's goroutines. It is idempotent.
 func (c *conn) Close() error {
 	c.flushAndClose(fmt.Errorf("tcp-lv: connection %s: %w", c.remote, kernel.ErrClosed))
+	// A start in progress finishes before Wait; later ones see the death.
+	c.startMu.Lock()
+	c.startMu.Unlock()
 	c.goroutines.Wait()
+	// With no reader inside ReadFrame, none can come in any more (it would
+	// find the flag taken): the read buffer can go back now.
+	if c.reading.CompareAndSwap(false, true) {
+		c.releaseReader()
+	}
 	return nil
 }
 
@@ -211,6 +264,7 @@ func (c *conn) flushAndClose(err error) bool {
 	close(c.done)
 	c.raw.Close()
 	c.frameTimer.Stop()
+	c.kaTimer.Stop()
 	return true
 }
 
@@ -428,9 +482,21 @@ func (c *conn) uncork() {
 }
 
 func (c *conn) signalWriter() {
+	if !c.writerOn.Load() {
+		c.startWriter()
+	}
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+func (c *conn) startWriter() {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	if !c.writerOn.Load() && c.Err() == nil {
+		c.goroutines.Go(c.writeLoop)
+		c.writerOn.Store(true)
 	}
 }
 

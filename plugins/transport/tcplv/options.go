@@ -71,6 +71,10 @@ type TLSOptions struct {
 	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
 }
 
+// defaultReadBufferSize is read_buffer_size's default; read buffers of
+// this size are reused across connections (see freeReaders).
+const defaultReadBufferSize = 64 << 10
+
 // DefaultOptions returns the options a config without an options block gets.
 func DefaultOptions() *Options {
 	return &Options{
@@ -78,7 +82,7 @@ func DefaultOptions() *Options {
 		KeepaliveInterval: kernel.Duration(10 * time.Second),
 		KeepaliveTimeout:  kernel.Duration(5 * time.Second),
 		WriteTimeout:      kernel.Duration(30 * time.Second),
-		ReadBufferSize:    64 << 10,
+		ReadBufferSize:    defaultReadBufferSize,
 
 		MaxMetadataEntries: kernel.DefaultMaxMetadataEntries,
 		MaxMetadataBytes:   kernel.DefaultMaxMetadataBytes,

@@ -17,14 +17,35 @@ import (
 
 // Buffered reports the received bytes ReadFrame can consume without
 // waiting; only the reader may call it.
-func (c *conn) Buffered() int { return c.br.Buffered() }
+// The reader calls it between ReadFrames too, so it takes the reading
+// flag as ReadFrame does: Close never gives the buffer back under it.
+func (c *conn) Buffered() int {
+	if !c.reading.CompareAndSwap(false, true) {
+		return 0 // Close holds the flag: dead, and the buffer given back
+	}
+	n := 0
+	if c.br != nil {
+		n = c.br.Buffered()
+	}
+	c.reading.Store(false)
+	return n
+}
 
 // ReadFrame returns the next Request, Response, Cancel, GoAway or stream
 // frame; it answers Pings and swallows Pongs on the way. When ctx ends
 // first it returns ctx's error and keeps the partly read frame for the
 // next call.
 func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	if !c.reading.CompareAndSwap(false, true) {
+		// Close holds the flag once it has given the read buffer back.
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("tcp-lv: ReadFrame called while another ReadFrame is in progress")
+	}
+	defer c.reading.Store(false)
 	if err := c.Err(); err != nil {
+		c.releaseReader()
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -41,8 +62,6 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			stop()
 		}
 	}()
-	c.reading.Store(true)
-	defer c.reading.Store(false)
 	for {
 		if !c.frameBuffered() {
 			c.uncork()
@@ -53,7 +72,9 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 		pf, err := c.readFrame()
 		if err != nil {
 			if !errors.Is(err, os.ErrDeadlineExceeded) || c.Err() != nil {
-				return nil, c.readFailed(err)
+				err = c.readFailed(err)
+				c.releaseReader()
+				return nil, err
 			}
 			// Interrupted by ctx, or by an earlier call's AfterFunc that
 			// fired late. Clearing first, then checking ctx, cannot miss a
@@ -308,37 +329,34 @@ func (c *conn) answered() {
 
 // keepalive probes the peer while the connection waits for an answer and
 // hears nothing; see the package doc for why a reader alone is not enough.
+// It runs on the keepalive timer, not a goroutine of its own, so that a
+// connection costs one goroutine fewer to start and to wait for at Close;
+// each run rearms the timer, so runs never overlap and kaSeen and kaPinged
+// need no lock.
 func (c *conn) keepalive() {
-	timer := time.NewTimer(c.t.keepaliveInterval)
-	defer timer.Stop()
-	seen := c.received.Load()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-timer.C:
-		}
-		now := c.received.Load()
-		if now != seen || !c.reading.Load() || c.unanswered.Load() <= 0 {
-			seen = now
-			timer.Reset(c.t.keepaliveInterval)
-			continue
-		}
-		_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which ends this loop
-		c.signalWriter()
-		timer.Reset(c.t.keepaliveTimeout)
-		select {
-		case <-c.done:
-			return
-		case <-timer.C:
-		}
+	if c.Err() != nil {
+		return
+	}
+	now := c.received.Load()
+	if c.kaPinged {
+		c.kaPinged = false
 		// With nobody reading, an answer may be sitting unread in the
 		// socket: only a waiting reader that heard nothing proves silence.
-		if now := c.received.Load(); now == seen && c.reading.Load() {
+		if now == c.kaSeen && c.reading.Load() {
 			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: no answer to keepalive within %s", c.remote, kernel.ErrPeerGone, c.t.keepaliveTimeout))
 			return
 		}
-		seen = c.received.Load()
-		timer.Reset(c.t.keepaliveInterval)
+		c.kaSeen = now
+		c.kaTimer.Reset(c.t.keepaliveInterval)
+		return
 	}
+	if now != c.kaSeen || !c.reading.Load() || c.unanswered.Load() <= 0 {
+		c.kaSeen = now
+		c.kaTimer.Reset(c.t.keepaliveInterval)
+		return
+	}
+	_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which the next run sees
+	c.signalWriter()
+	c.kaPinged = true
+	c.kaTimer.Reset(c.t.keepaliveTimeout)
 }

@@ -155,9 +155,10 @@ func (t *transport) handshake(ctx context.Context, tcp *net.TCPConn, tc *tls.Con
 	return nil
 }
 
-// startTCP starts a connection; accepted says this side listened.
+// startTCP starts a connection; accepted says this side listened. The
+// net package turns Nagle off on every TCP connection it makes, so the
+// small frames leave at once without a SetNoDelay syscall of ours.
 func (t *transport) startTCP(tcp *net.TCPConn, tc *tls.Conn, accepted bool) *conn {
-	tcp.SetNoDelay(true)
 	if tc != nil {
 		return newConn(t, tc, tcp, accepted)
 	}

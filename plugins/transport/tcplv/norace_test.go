@@ -1,0 +1,5 @@
+//go:build !race
+
+package tcplv
+
+const raceEnabled = false
