@@ -537,6 +537,30 @@ func TestNoGoroutineOutlivesItsRegistries(t *testing.T) {
 	}
 }
 
+// A client's registry only resolves and watches: it starts no goroutine,
+// so a short-lived client starts and stops none. The store's expiry
+// reaper starts with the first lease.
+func TestWatchingAloneStartsNoGoroutine(t *testing.T) {
+	r := open(t, map[string]any{"namespace": "ns-" + t.Name(), "static": map[string]any{"echo": []any{"127.0.0.1:1"}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := r.Watch(ctx, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, ch, time.Second)
+	if r.store.reaper != nil || r.keeper != nil {
+		t.Fatalf("a registry that only watched started a goroutine (reaper %v, lease keeper %v)", r.store.reaper != nil, r.keeper != nil)
+	}
+	mustRegister(t, r, inst("echo", "a"), time.Minute)
+	r.store.mu.Lock()
+	started := r.store.reaper != nil
+	r.store.mu.Unlock()
+	if !started {
+		t.Error("the first lease did not start the store's expiry reaper")
+	}
+}
+
 func TestConcurrentUse(t *testing.T) {
 	ns := map[string]any{"namespace": "ns-" + t.Name()}
 	regs := []*Registry{open(t, ns), open(t, ns), open(t, ns)}

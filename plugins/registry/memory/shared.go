@@ -148,8 +148,9 @@ func (s *store) putShared(key string, value []byte, owner *Registry, expires tim
 	s.mu.Lock()
 	s.shared[key] = &sharedEntry{value: value, owner: owner, expires: expires}
 	s.notifySharedLocked(key, value)
+	reaper := s.reaperLocked()
 	s.mu.Unlock()
-	s.reaper.wake()
+	reaper.wake()
 }
 
 // removeShared deletes key if owner put it last, or whoever did when owner

@@ -37,8 +37,14 @@ func releaseStore(s *store) {
 		delete(stores.m, s.namespace)
 	}
 	stores.Unlock()
-	if last {
-		s.reaper.stop()
+	if !last {
+		return
+	}
+	s.mu.Lock()
+	reaper := s.reaper
+	s.mu.Unlock()
+	if reaper != nil {
+		reaper.stop()
 	}
 }
 
@@ -61,8 +67,8 @@ type serviceState struct {
 // Registry of the namespace registered, and the watches on them.
 type store struct {
 	namespace string
-	refs      int // open registries; guarded by stores' mutex
-	reaper    *timedLoop
+	refs      int        // open registries; guarded by stores' mutex
+	reaper    *timedLoop // nil until the first lease (s.mu)
 
 	mu       sync.Mutex
 	services map[string]*serviceState
@@ -74,7 +80,6 @@ type store struct {
 func newStore(namespace string) *store {
 	s := &store{namespace: namespace, services: make(map[string]*serviceState),
 		shared: make(map[string]*sharedEntry), sharedWatchers: make(map[*sharedWatch]struct{})}
-	s.reaper = startExpiryReaper(s)
 	return s
 }
 
@@ -98,8 +103,19 @@ func (s *store) put(inst kernel.Instance, owner *Registry, expires time.Time) {
 	svc := s.serviceLocked(inst.Service)
 	svc.entries[inst.ID] = &entry{inst: inst, owner: owner, expires: expires}
 	s.notifyLocked(inst.Service, svc)
+	reaper := s.reaperLocked()
 	s.mu.Unlock()
-	s.reaper.wake()
+	reaper.wake()
+}
+
+// reaperLocked returns the store's expiry reaper, starting it with the
+// first lease: a store that is only watched (a client's) needs none, so a
+// short-lived client starts and stops no goroutine for it. s.mu is held.
+func (s *store) reaperLocked() *timedLoop {
+	if s.reaper == nil {
+		s.reaper = startExpiryReaper(s)
+	}
+	return s.reaper
 }
 
 // remove deletes key if owner registered it, or whoever did when owner is
