@@ -20,7 +20,7 @@ import (
 type Client struct {
 	cfg       *Config
 	service   string
-	log       *slog.Logger
+	log       lazyLogger
 	transport kernel.Transport
 	codec     kernel.Codec
 	registry  kernel.Registry
@@ -57,7 +57,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 		cfg = DefaultConfig()
 	}
 	cfg.applyDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validateFields(); err != nil {
 		return nil, err
 	}
 	if service == "" {
@@ -69,7 +69,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	c := &Client{
 		cfg:         cfg,
 		service:     service,
-		log:         slog.Default().With("component", "kernrpc.client", "service", service),
+		log:         lazyLogger{base: slog.Default(), args: []any{"component", "kernrpc.client", "service", service}},
 		watchDone:   make(chan struct{}),
 		dialTimeout: cfg.Client.DialTimeout.D(),
 	}
@@ -93,7 +93,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	}
 	defer func() {
 		if err != nil {
-			ps.close(c.log)
+			ps.close(c.log.get)
 		}
 	}()
 	ps.observePlugins(kernel.ClientSide, clientState{c})
@@ -161,7 +161,6 @@ func (c *Client) Close() error {
 	}
 	c.endLife()
 	c.stopWatch()
-	<-c.watchDone
 	c.poolsMu.Lock()
 	for _, p := range *c.pools.Load() {
 		p.close()
@@ -170,7 +169,11 @@ func (c *Client) Close() error {
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
 	c.dials.Wait()
-	c.plugins.close(c.log)
+	// The watch ends while the connections close; an update that comes
+	// meanwhile finds no pools to drop. The plugins close after it, so
+	// follow never feeds a closed balancer.
+	<-c.watchDone
+	c.plugins.close(c.log.get)
 	return nil
 }
 

@@ -317,7 +317,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			return resp, err
 		}
 		tries++
-		c.log.Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
+		c.log.get().Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
 	}
 }
 

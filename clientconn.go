@@ -3,7 +3,6 @@ package kernrpc
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"runtime"
 	"sync"
 	"time"
@@ -20,7 +19,7 @@ import (
 // at all, while 64 callers still share one connection.
 type clientConn struct {
 	conn kernel.Conn
-	log  *slog.Logger
+	log  *lazyLogger
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -319,7 +318,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 					continue
 				}
 				cc.mu.Unlock()
-				cc.log.Debug("dropping a response for a call nobody waits for (cancelled or timed out)", "call_id", f.CallID, "peer", cc.conn.RemoteAddr())
+				cc.log.get().Debug("dropping a response for a call nobody waits for (cancelled or timed out)", "call_id", f.CallID, "peer", cc.conn.RemoteAddr())
 				f.Release()
 				continue
 			}
@@ -349,7 +348,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 			runtime.Gosched()
 		case kernel.FrameStreamData:
 			if err := cc.streamData(f); err != nil {
-				cc.log.Warn("closing a connection whose server broke the stream protocol", "peer", cc.conn.RemoteAddr(), "err", err)
+				cc.log.get().Warn("closing a connection whose server broke the stream protocol", "peer", cc.conn.RemoteAddr(), "err", err)
 				cc.fail(err)
 				return
 			}
@@ -359,10 +358,10 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 			yieldToWoken(cc.conn)
 		case kernel.FrameGoAway:
 			cc.serverGoingAway(f.CallID, true)
-			cc.log.Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
+			cc.log.get().Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
 			f.Release()
 		default:
-			cc.log.Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID)
+			cc.log.get().Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID)
 			f.Release()
 		}
 	}

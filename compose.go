@@ -1,6 +1,7 @@
 package kernrpc
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,43 +49,46 @@ func (p *plugins) add(kind kernel.Kind, name string, v any) {
 
 func (p *plugins) list() []BuiltPlugin { return append([]BuiltPlugin(nil), p.built...) }
 
-// buildPlugins builds every plugin cfg names for side. On error it closes
-// what it had built and returns nil.
-func buildPlugins(cfg *Config, side kernel.Side) (p *plugins, err error) {
-	p = &plugins{}
-	defer func() {
+// buildPlugins builds every plugin cfg names for side and decodes the
+// options of those only the other side uses, so that a bad config reports
+// every bad plugin at once (joined, in config order) while each options
+// block is decoded once: a short-lived client pays for its config once.
+// On error it closes what it had built and returns nil.
+func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
+	p := &plugins{}
+	var errs []error
+	keep := func(kind kernel.Kind, name string, v any, err error) bool {
 		if err != nil {
-			p.close(slog.Default())
-			p = nil
+			errs = append(errs, err)
+			return false
 		}
-	}()
-	if p.transport, err = kernel.NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source); err != nil {
-		return p, err
+		p.add(kind, name, v)
+		return true
 	}
-	p.add(kernel.KindTransport, cfg.Transport.Name, p.transport)
-	if p.codec, err = kernel.NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source); err != nil {
-		return p, err
-	}
-	p.add(kernel.KindCodec, cfg.Codec.Name, p.codec)
-	if p.registry, err = kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source); err != nil {
-		return p, err
-	}
-	p.add(kernel.KindRegistry, cfg.Registry.Name, p.registry)
+	var err error
+	p.transport, err = kernel.NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source)
+	keep(kernel.KindTransport, cfg.Transport.Name, p.transport, err)
+	p.codec, err = kernel.NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source)
+	keep(kernel.KindCodec, cfg.Codec.Name, p.codec, err)
+	p.registry, err = kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source)
+	keep(kernel.KindRegistry, cfg.Registry.Name, p.registry, err)
 	if side == kernel.ClientSide {
-		if p.balancer, err = kernel.NewBalancer(cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source); err != nil {
-			return p, err
-		}
-		p.add(kernel.KindBalancer, cfg.Balancer.Name, p.balancer)
+		p.balancer, err = kernel.NewBalancer(cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source)
+		keep(kernel.KindBalancer, cfg.Balancer.Name, p.balancer, err)
+	} else if err := kernel.CheckOptions(kernel.KindBalancer, cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source); err != nil {
+		errs = append(errs, err)
 	}
 	for i, fc := range cfg.Filters {
 		if fc.Side != "" && fc.Side != "both" && fc.Side != side.String() {
+			if err := kernel.CheckOptions(kernel.KindFilter, fc.Name, fc.Options, cfg.Source); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		f, err := kernel.NewFilter(fc.Name, fc.Options, cfg.Source)
-		if err != nil {
-			return p, err
+		if !keep(kernel.KindFilter, fc.Name, f, err) {
+			continue
 		}
-		p.add(kernel.KindFilter, fc.Name, f)
 		cf := configuredFilter{filter: f, methods: fc.Methods}
 		if side == kernel.ServerSide {
 			p.callFilters = append(p.callFilters, cf)
@@ -92,13 +96,18 @@ func buildPlugins(cfg *Config, side kernel.Side) (p *plugins, err error) {
 		}
 		stage, err := filterStage(fc, f)
 		if err != nil {
-			return p, cfg.errorf(fmt.Sprintf("filters[%d].stage", i), "%v", err)
+			errs = append(errs, cfg.errorf(fmt.Sprintf("filters[%d].stage", i), "%v", err))
+			continue
 		}
 		if stage == kernel.AttemptStage {
 			p.attemptFilters = append(p.attemptFilters, cf)
 		} else {
 			p.callFilters = append(p.callFilters, cf)
 		}
+	}
+	if len(errs) > 0 {
+		p.close(slog.Default)
+		return nil, errors.Join(errs...)
 	}
 	return p, nil
 }
@@ -125,11 +134,11 @@ func filterStage(fc FilterConfig, f kernel.Filter) (kernel.Stage, error) {
 }
 
 // close closes every plugin that implements io.Closer.
-func (p *plugins) close(log *slog.Logger) {
+func (p *plugins) close(log func() *slog.Logger) {
 	for _, b := range p.built {
 		if c, ok := b.Plugin.(io.Closer); ok {
 			if err := c.Close(); err != nil {
-				log.Warn("closing plugin", "kind", b.Kind, "plugin", b.Name, "err", err)
+				log().Warn("closing plugin", "kind", b.Kind, "plugin", b.Name, "err", err)
 			}
 		}
 	}

@@ -203,7 +203,18 @@ func (c *Config) applyDefaults() {
 	}
 }
 
+// validate checks the whole config: its fields, then every plugin it
+// names. NewClient and NewServer check the fields alone, as building the
+// plugins checks them.
 func (c *Config) validate() error {
+	if err := c.validateFields(); err != nil {
+		return err
+	}
+	return c.checkPlugins()
+}
+
+// validateFields checks every field but the plugins' options.
+func (c *Config) validateFields() error {
 	if c.Client.PoolSize < 1 {
 		return c.errorf("client.pool_size", "must be at least 1, got %d", c.Client.PoolSize)
 	}
@@ -250,7 +261,7 @@ func (c *Config) validate() error {
 			return c.errorf(fmt.Sprintf("filters[%d].stage", i), "is %q, but the filter runs on the server, which has one stage; stages are for client filters", f.Stage)
 		}
 	}
-	return c.checkPlugins()
+	return nil
 }
 
 // checkPlugins looks up every plugin the config names and decodes its

@@ -73,7 +73,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		cfg = DefaultConfig()
 	}
 	cfg.applyDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validateFields(); err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -308,7 +308,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	if !started {
 		s.draining.Store(true)
 		s.cancelBase()
-		s.plugins.close(s.log)
+		s.plugins.close(s.logger)
 		s.closeOtherCodecs()
 		return nil
 	}
@@ -347,7 +347,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.cancelBase()
 	s.closeConns(ctx)
 	s.stopAdmin(ctx)
-	s.plugins.close(s.log)
+	s.plugins.close(s.logger)
 	s.closeOtherCodecs()
 	s.log.Info("stopped")
 	return errors.Join(errs...)
@@ -433,3 +433,6 @@ func (s *Server) callEnded() {
 		}
 	}
 }
+
+// logger is the server's logger, for code that takes a logger getter.
+func (s *Server) logger() *slog.Logger { return s.log }
