@@ -89,3 +89,29 @@ func TestBadConfigs(t *testing.T) {
 		})
 	}
 }
+
+// NewClient and NewServer decode each plugin's options once, while
+// building, yet still report every bad plugin of the config at once, the
+// other side's too, as loading the config does.
+func TestNewClientAndServerReportEveryBadPlugin(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Service = "echo"
+	cfg.Source = "svc.yaml"
+	cfg.Codec.Options = map[string]any{"no_such_codec_option": true}
+	cfg.Filters = []FilterConfig{
+		{Name: "no-such-client-filter", Side: "client"},
+		{Name: "no-such-server-filter", Side: "server"},
+	}
+	_, cerr := NewClient(cfg, "echo")
+	_, serr := NewServer(cfg)
+	for side, err := range map[string]error{"client": cerr, "server": serr} {
+		if err == nil {
+			t.Fatalf("%s: a config with three bad plugins was accepted", side)
+		}
+		for _, want := range []string{"svc.yaml", "no_such_codec_option", "no-such-client-filter", "no-such-server-filter"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error does not name %q:\n%v", side, want, err)
+			}
+		}
+	}
+}
