@@ -253,7 +253,9 @@ func TestReadFrameWithADoneContextReturnsAtOnceAndKeepsTheConnection(t *testing.
 // AfterFunc, so a cancellable ctx costs nothing there; the read that
 // follows a buffered Ping still waits for ctx.
 func TestBufferedFramesNeedNoContextHookAndABlockingReadStillHonoursCtx(t *testing.T) {
-	raw, server := rawPair(t, testOptions())
+	o := testOptions()
+	o.ReadBufferSize = 64 << 10 // room for the thousand frames below
+	raw, server := rawPair(t, o)
 	frames := 1001 // AllocsPerRun runs once more than asked
 	var wire []byte
 	for i := range frames {

@@ -20,7 +20,7 @@
 //	                           anything before the connection is declared dead
 //	write_timeout       30s    a peer that does not drain its socket for this
 //	                           long kills the connection
-//	read_buffer_size    64KiB  per-connection read buffer
+//	read_buffer_size    8KiB   per-connection read buffer
 //	max_metadata_entries 256   metadata pairs one frame may carry; a frame
 //	                           written with more is refused alone, with
 //	                           ResourceExhausted; one read with more closes
