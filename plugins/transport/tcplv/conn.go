@@ -160,8 +160,8 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 // freeReaders keeps the read buffers of dead connections of the default
 // size for new ones, as net/http keeps its bufio readers: a short
 // connection (connect, one call, close) would otherwise allocate and clear
-// 64 KiB on each side, which was a tenth of its CPU. It holds free memory
-// only; a reader taken from it is Reset before use.
+// a read buffer on each side (at 64 KiB, that was a tenth of its CPU). It
+// holds free memory only; a reader taken from it is Reset before use.
 var freeReaders sync.Pool // of *bufio.Reader with DefaultOptions' size
 
 func getReader(r socketReader, size int) *bufio.Reader {

@@ -16,9 +16,9 @@ import (
 // from the buffered socket, answers Pings and enforces the read limits.
 
 // Buffered reports the received bytes ReadFrame can consume without
-// waiting; only the reader may call it.
-// The reader calls it between ReadFrames too, so it takes the reading
-// flag as ReadFrame does: Close never gives the buffer back under it.
+// waiting; only the reader may call it. The reader calls it between
+// ReadFrames, so it takes the reading flag as ReadFrame does, and Close
+// never gives the read buffer back under it.
 func (c *conn) Buffered() int {
 	if !c.reading.CompareAndSwap(false, true) {
 		return 0 // Close holds the flag: dead, and the buffer given back
@@ -355,7 +355,7 @@ func (c *conn) keepalive() {
 		c.kaTimer.Reset(c.t.keepaliveInterval)
 		return
 	}
-	_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which the next run sees
+	_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which stops the timer
 	c.signalWriter()
 	c.kaPinged = true
 	c.kaTimer.Reset(c.t.keepaliveTimeout)
