@@ -13,6 +13,7 @@ import (
 
 	"github.com/kernrpc/kernrpc/internal/echofb"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/raceflag"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/codec/flatbuffers"
 	"github.com/kernrpc/kernrpc/plugins/codec/flatbuffers/fbverify"
@@ -265,7 +266,7 @@ func mustMarshal(t *testing.T, c kernel.Codec, v any) []byte {
 
 // Builders are pooled: encoding into a buffer that fits allocates nothing.
 func TestMarshalIntoABufferThatFitsDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
+	if raceflag.Enabled {
 		t.Skip("the race detector drops pooled builders on purpose")
 	}
 	c := newCodec(t, nil)

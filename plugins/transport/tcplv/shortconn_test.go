@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/raceflag"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -60,7 +61,7 @@ func TestWriterStartsOnFirstQueuedFrame(t *testing.T) {
 // two read buffers they would make afresh (about 10 KB of it is the rest
 // of a connection: sockets, addresses, timers).
 func TestShortConnectionsReuseReadBuffers(t *testing.T) {
-	if raceEnabled {
+	if raceflag.Enabled {
 		t.Skip("the race detector makes sync.Pool drop buffers on purpose")
 	}
 	tr := newTransport(t, testOptions())

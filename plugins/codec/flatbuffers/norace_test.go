@@ -1,5 +1,0 @@
-//go:build !race
-
-package flatbuffers_test
-
-const raceEnabled = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package tcplv
-
-const raceEnabled = false
