@@ -11,15 +11,21 @@ import (
 
 // callCtx is the context a server handler runs under. It is one allocation
 // per call (context.WithCancel plus WithValue plus WithDeadline would be
-// three to five) and is cancelled when the client cancels, the deadline the
-// client sent passes, or the connection dies.
+// three to five) and is cancelled when the client cancels, its deadline
+// passes, or the connection dies. Its deadline is timed only once somebody
+// asks for Done: until then Err reads the clock, so that a call with a
+// deadline whose handler never waits on its context costs no timer.
 type callCtx struct {
 	parent   context.Context
 	mu       sync.Mutex
 	done     chan struct{} // created on first Done
 	err      error
-	deadline time.Time
-	timer    *time.Timer
+	deadline time.Time   // the client's, or the one a Deadliner gave
+	timer    *time.Timer // started by the first Done, for deadline
+	// timeout and timeoutBy are the deadline a Deadliner gave, and its
+	// filter's name; timeoutBy is empty when the client sent the deadline.
+	timeout   time.Duration
+	timeoutBy string
 
 	id      uint64
 	refused bool // arrived while the server was draining: answered, not served
@@ -48,10 +54,14 @@ func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
+		c.expireLocked()
 		if c.err != nil {
 			c.done = closedChan
 		} else {
 			c.done = make(chan struct{})
+			if !c.deadline.IsZero() && c.timer == nil {
+				c.timer = time.AfterFunc(time.Until(c.deadline), c.expire)
+			}
 		}
 	}
 	return c.done
@@ -60,7 +70,31 @@ func (c *callCtx) Done() <-chan struct{} {
 func (c *callCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.expireLocked()
 	return c.err
+}
+
+// stopTimer stops the deadline's timer, if it was started.
+func (c *callCtx) stopTimer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// expire ends the context at its deadline, from its timer.
+func (c *callCtx) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked()
+}
+
+// expireLocked ends the context if its deadline has passed.
+func (c *callCtx) expireLocked() {
+	if c.err == nil && !c.deadline.IsZero() && time.Until(c.deadline) <= 0 {
+		c.cancelLocked(context.DeadlineExceeded)
+	}
 }
 
 type callInfoKey struct{}
@@ -126,6 +160,10 @@ type keyValue struct{ key, val any }
 func (c *callCtx) cancel(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.cancelLocked(err)
+}
+
+func (c *callCtx) cancelLocked(err error) {
 	if c.err != nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -12,6 +13,7 @@ import (
 // configuredFilter is a filter with the scope its config gave it.
 type configuredFilter struct {
 	filter  kernel.Filter
+	name    string   // its config name, for messages
 	methods []string // empty: every method
 }
 
@@ -61,6 +63,32 @@ func filtersAs[T any](filters []configuredFilter, method string) []T {
 		}
 	}
 	return out
+}
+
+// deadliners lists the filters that give calls without a deadline one
+// (kernel.Deadliner), in the order given.
+func deadliners(filters []configuredFilter) []configuredFilter {
+	var out []configuredFilter
+	for _, cf := range filters {
+		if _, ok := cf.filter.(kernel.Deadliner); ok {
+			out = append(out, cf)
+		}
+	}
+	return out
+}
+
+// timeoutFrom is the deadline the first of ds that applies to the call
+// and gives one gives it, with that filter's name.
+func timeoutFrom(ds []configuredFilter, info *kernel.CallInfo) (time.Duration, string) {
+	for i := range ds {
+		if !ds[i].applies(info.Method) {
+			continue
+		}
+		if t := ds[i].filter.(kernel.Deadliner).CallTimeout(info); t > 0 {
+			return t, ds[i].name
+		}
+	}
+	return 0, ""
 }
 
 // filterChains keeps one prebuilt chain per method, so a call pays nothing

@@ -30,6 +30,9 @@ type Client struct {
 	// stage: the call then costs no chain at all.
 	callChains    *filterChains
 	attemptChains *filterChains
+	// deadliners are the filters of either stage that give calls without
+	// a deadline one (kernel.Deadliner), in the order they run.
+	deadliners []configuredFilter
 
 	pools           atomic.Pointer[map[string]*connPool]
 	instances       atomic.Int64                  // in the registry's last report, for clientState
@@ -91,6 +94,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	if len(ps.attemptFilters) > 0 {
 		c.attemptChains = newFilterChains(ps.attemptFilters, c.sendFromChain)
 	}
+	c.deadliners = append(deadliners(ps.callFilters), deadliners(ps.attemptFilters)...)
 	defer func() {
 		if err != nil {
 			ps.close(c.log.get)

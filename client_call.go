@@ -25,9 +25,15 @@ type callState struct {
 	client *Client
 	info   kernel.CallInfo // what the call filters see
 	reply  any             // the caller's: the answer lands here
-	// configDeadline is the deadline client.timeout set, if it did: a
-	// deadline error then says so.
-	configDeadline time.Time
+	// given is the deadline the client gave the call, if it gave one
+	// (client.timeout, or the filter givenBy names after givenTimeout), so
+	// that a deadline error says so; chain holds it in place (see
+	// withDeadline), with the timer state dl, which cs keeps across calls.
+	given        time.Time
+	givenTimeout time.Duration
+	givenBy      string
+	chain        *chainCtx
+	dl           *callDeadline
 
 	// shared is set when filters run: attempts may then overlap or outlive
 	// the call, and mu guards reply, lent, over and info's outcome fields.
@@ -50,31 +56,10 @@ const (
 
 type callStateKey struct{}
 
-// chainContext is the context filters get: the caller's, through which
-// the chain's ends find cs. It is a value of its own, not cs, which is
-// pooled: a context a filter derives from it (a timeout's) may run its
-// timer, and ask its parent for Done, after the call has returned and cs
-// serves another call.
-func (cs *callState) chainContext() context.Context {
-	return &chainCtx{Context: cs.Context, cs: cs}
-}
-
-type chainCtx struct {
-	context.Context
-	cs *callState
-}
-
-func (c *chainCtx) Value(key any) any {
-	if key == (callStateKey{}) {
-		return c.cs
-	}
-	return c.Context.Value(key)
-}
-
 func (cs *callState) release() {
 	if cs.refs.Add(-1) == 0 {
-		c := cs.client
-		*cs = callState{}
+		c, dl := cs.client, cs.dl
+		*cs = callState{dl: dl}
 		c.calls.Put(cs)
 	}
 }
@@ -146,21 +131,29 @@ func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel
 	if c.closed.Load() {
 		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
 	}
-	var configDeadline time.Time
-	if c.cfg.Client.Timeout > 0 {
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.cfg.Client.Timeout.D())
-			defer cancel()
-			configDeadline, _ = ctx.Deadline()
-		}
-	}
 	cs := c.calls.Get().(*callState)
-	cs.Context, cs.client, cs.reply, cs.configDeadline = ctx, c, resp, configDeadline
+	cs.client, cs.reply = c, resp
 	cs.refs.Store(1)
 	info := &cs.info
 	info.Method, info.Side, info.Codec = method, kernel.ClientSide, c.codec.Name()
 	info.Metadata = OutgoingMetadata(ctx)
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); !ok {
+		if d, by := c.givenTimeout(info); d > 0 {
+			if ctx.Done() == nil {
+				ctx = cs.withDeadline(ctx, d, by)
+			} else {
+				ctx, cancel = context.WithTimeout(ctx, d)
+				cs.given, _ = ctx.Deadline()
+				cs.givenTimeout, cs.givenBy = d, by
+			}
+		}
+	}
+	if cs.chain != nil {
+		cs.Context = cs.chain.Context
+	} else {
+		cs.Context = ctx
+	}
 	var out any
 	var err error
 	switch {
@@ -177,6 +170,12 @@ func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel
 		out, err = c.attemptLoop(ctx, cs, info, req)
 	}
 	md, err := cs.finish(out, err)
+	if cs.chain != nil {
+		cs.dl.end(cs.chain, cs.refs.Load() > 1)
+	}
+	if cancel != nil {
+		cancel()
+	}
 	cs.release()
 	return md, err
 }
@@ -444,8 +443,10 @@ func (c *Client) deadlineName(ctx context.Context, cs *callState) string {
 	switch {
 	case !ok:
 		return "the call was canceled"
-	case cs != nil && !cs.configDeadline.IsZero() && dl.Equal(cs.configDeadline):
+	case cs != nil && !cs.given.IsZero() && dl.Equal(cs.given) && cs.givenBy == "":
 		return fmt.Sprintf("the call's deadline from client.timeout (%s in %s) passed", c.cfg.Client.Timeout, sourceOr(c.cfg.Source))
+	case cs != nil && !cs.given.IsZero() && dl.Equal(cs.given):
+		return fmt.Sprintf("the %s deadline the %s filter gave the call (the caller set none) passed", cs.givenTimeout, cs.givenBy)
 	default:
 		return "the deadline of the call's context passed"
 	}

@@ -245,7 +245,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 // wait blocks until at is answered, the connection dies or ctx is done,
 // taking the reader role whenever it is free.
 func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo) error {
-	done := ctx.Done()
+	var done <-chan struct{}
 	for {
 		cc.mu.Lock()
 		if at.done {
@@ -257,8 +257,7 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 			cc.waiters.remove(at)
 			cc.reader = at
 			cc.mu.Unlock()
-			cc.readFor(ctx, at)
-			if ctx.Err() == nil {
+			if cc.readFor(ctx, at) || ctx.Err() == nil {
 				continue
 			}
 			cc.mu.Lock()
@@ -267,6 +266,9 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 				cc.waiters.push(at)
 			}
 			cc.mu.Unlock()
+			if done == nil {
+				done = engineDone(ctx)
+			}
 			select {
 			case <-at.wake:
 				continue
@@ -291,9 +293,9 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 }
 
 // readFor reads frames and hands them out until at's own answer arrives,
-// ctx is done, or the connection fails. It gives the reader role up before
-// returning.
-func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
+// ctx is done, or the connection fails, reporting whether the answer came.
+// It gives the reader role up before returning.
+func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) {
 	for {
 		f, err := cc.conn.ReadFrame(ctx)
 		if err != nil {
@@ -301,10 +303,10 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 				cc.mu.Lock()
 				cc.passReaderLocked()
 				cc.mu.Unlock()
-				return
+				return false
 			}
 			cc.fail(err)
-			return
+			return false
 		}
 		switch f.Type {
 		case kernel.FrameResponse:
@@ -330,7 +332,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 			if t == at {
 				cc.passReaderLocked()
 				cc.mu.Unlock()
-				return
+				return true
 			}
 			// Signalled under the lock: once it is released, t may see its
 			// answer, return, and be reused by another call.
@@ -350,7 +352,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) {
 			if err := cc.streamData(f); err != nil {
 				cc.log.get().Warn("closing a connection whose server broke the stream protocol", "peer", cc.conn.RemoteAddr(), "err", err)
 				cc.fail(err)
-				return
+				return false
 			}
 			yieldToWoken(cc.conn)
 		case kernel.FrameWindowUpdate:

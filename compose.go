@@ -89,7 +89,7 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 		if !keep(kernel.KindFilter, fc.Name, f, err) {
 			continue
 		}
-		cf := configuredFilter{filter: f, methods: fc.Methods}
+		cf := configuredFilter{filter: f, name: fc.Name, methods: fc.Methods}
 		if side == kernel.ServerSide {
 			p.callFilters = append(p.callFilters, cf)
 			continue

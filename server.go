@@ -166,6 +166,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		d.invoke = chainFor(s.filters, name, d.invoke)
 		d.admit = filtersAs[kernel.Admitter](s.filters, name)
+		d.deadliners = deadliners(s.filters)
 		d.observe = filtersAs[kernel.CallObserver](s.filters, name)
 		d.valuers = filtersAs[kernel.ContextValuer](s.filters, name)
 	}

@@ -22,6 +22,9 @@ type methodDesc struct {
 	// known.
 	invoke kernel.Invoker
 	admit  []kernel.Admitter
+	// deadliners give a call the client sent no deadline one
+	// (kernel.Deadliner).
+	deadliners []configuredFilter
 	// observe are told of every call once it is answered, valuers asked
 	// for the handler context's values (kernel.CallObserver,
 	// kernel.ContextValuer).
@@ -298,9 +301,7 @@ func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
 }
 
 func (sc *serverConn) end(c *callCtx) {
-	if c.timer != nil {
-		c.timer.Stop()
-	}
+	c.stopTimer()
 	sc.mu.Lock()
 	delete(sc.calls, c.id)
 	sc.mu.Unlock()

@@ -65,7 +65,11 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 func setStatus(out *kernel.Frame, c *callCtx, err error, what string) {
 	st := kernel.StatusOf(err)
 	if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
-		st = &kernel.Status{Code: kernel.DeadlineExceeded, Message: "the deadline the client sent passed while the server ran " + what}
+		msg := "the deadline the client sent passed while the server ran " + what
+		if c.timeoutBy != "" {
+			msg = "the " + c.timeout.String() + " deadline the " + c.timeoutBy + " filter gave the call (the client sent none) passed while the server ran " + what
+		}
+		st = &kernel.Status{Code: kernel.DeadlineExceeded, Message: msg}
 	}
 	out.Code, out.Message = st.Code, cutMessage(st.Message, maxStatusMessage)
 	if st.Code == kernel.OK {
@@ -162,9 +166,14 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	if desc == nil {
 		return nil, codec, nil, kernel.Errorf(kernel.Unimplemented, "method %q is not served here (service %q serves %s)", f.Method, s.cfg.Service, s.methodList())
 	}
+	// The deadline is kept, not timed: Done and Err look at it when asked,
+	// so a handler that watches neither costs no timer.
 	if f.Timeout > 0 {
 		c.deadline = time.Now().Add(f.Timeout)
-		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
+	} else if len(desc.deadliners) > 0 {
+		if d, by := timeoutFrom(desc.deadliners, &c.info); d > 0 {
+			c.deadline, c.timeout, c.timeoutBy = time.Now().Add(d), d, by
+		}
 	}
 	if len(desc.admit) > 0 {
 		if err = sc.admit(c, desc); err != nil {

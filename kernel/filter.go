@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Side says which end of a call a filter runs on.
@@ -177,6 +178,20 @@ type CallObserver interface {
 // handler starts, concurrently, and must not block.
 type ContextValuer interface {
 	CallValue(info *CallInfo, key any) (value any, ok bool)
+}
+
+// Deadliner is an optional Filter interface for filters that give a call
+// a deadline when its caller set none (the timeout filter). The engine
+// asks CallTimeout as the call starts, before any filter runs, and keeps
+// the deadline in the call's own context, which costs no allocation where
+// a context.WithTimeout per call costs several; Invoke then finds the
+// deadline set. The first Deadliner among the filters that apply to the
+// method, in the order they run, that answers more than 0 gives the
+// deadline; a client's client.timeout comes before them all. A Deadliner's Invoke must
+// still give the deadline itself when its ctx has none, as when called
+// outside the engine. CallTimeout must be quick and must not block.
+type Deadliner interface {
+	CallTimeout(info *CallInfo) time.Duration
 }
 
 // ErrInstanceRefused is what an attempt filter wraps in its error to refuse

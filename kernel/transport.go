@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Transport moves frames between a client and a server. It listens and
@@ -121,4 +122,27 @@ type BufferedReader interface {
 // from one connection uses it, so that the answers share a syscall.
 type FrameQueuer interface {
 	QueueFrame(f *Frame) error
+}
+
+// DeadlineOnly reports the deadline of a context the engine passes to
+// ReadFrame when nothing but that deadline can end the context while a read
+// matters: the engine's own call contexts for a deadline it gave (from
+// client.timeout or a Deadliner) to a call whose caller's context cannot
+// be canceled. (Such a context also ends when its call is over, but the
+// call is then done waiting: a read that goes on serves the connection's
+// other calls.) A transport may then wait with a socket read deadline,
+// which costs no allocation, instead of context.AfterFunc on ctx. Such a
+// context's Err reads the clock: it is DeadlineExceeded as soon as the
+// deadline has passed, so a read the socket deadline ended can tell. Any
+// other context reports false.
+func DeadlineOnly(ctx context.Context) (time.Time, bool) {
+	if d, ok := ctx.(deadlineOnly); ok {
+		return d.DeadlineOnly()
+	}
+	return time.Time{}, false
+}
+
+// deadlineOnly is implemented by the engine's call contexts.
+type deadlineOnly interface {
+	DeadlineOnly() (time.Time, bool)
 }

@@ -55,6 +55,10 @@ type conn struct {
 	body      []byte // the frame being read (its length); nil between frames
 	got       int    // bytes of body read so far
 	interrupt func() // built once, so that ReadFrame's AfterFunc allocates no method value
+	// readDeadline is the socket read deadline the reader last set for a
+	// deadline-only context (zero: none). The socket's may be earlier (an
+	// interrupt sets one in the past), never later.
+	readDeadline time.Time
 
 	want int // the length of the frame being read; body grows towards it
 

@@ -56,16 +56,29 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	// waits on ctx for us. It is armed only before a read that may block:
 	// a frame already in the buffer (most of them, with many callers) is
 	// taken without the lock and allocations of context.AfterFunc.
+	// A context that only its deadline ends (kernel.DeadlineOnly) needs no
+	// watch at all: the socket's read deadline is its own. It is moved only
+	// when it would come too late: moving it on every read costs a timer
+	// update that can wake the netpoller, some µs a call, while one set
+	// for an earlier call's deadline ends a read early at worst once per
+	// timeout, and the read then goes on with this one.
 	var stop func() bool
 	defer func() {
 		if stop != nil {
 			stop()
 		}
 	}()
+	deadline, deadlineOnly := kernel.DeadlineOnly(ctx)
 	for {
 		if !c.frameBuffered() {
 			c.uncork()
-			if stop == nil && ctx.Done() != nil {
+			switch {
+			case deadlineOnly:
+				if c.readDeadline.IsZero() || c.readDeadline.After(deadline) {
+					c.readDeadline = deadline
+					c.nc.SetReadDeadline(deadline)
+				}
+			case stop == nil && ctx.Done() != nil:
 				stop = context.AfterFunc(ctx, c.interrupt)
 			}
 		}
@@ -80,6 +93,7 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			// fired late. Clearing first, then checking ctx, cannot miss a
 			// cancellation: one landing after the check sets the deadline
 			// again.
+			c.readDeadline = time.Time{}
 			c.nc.SetReadDeadline(time.Time{})
 			if err := ctx.Err(); err != nil {
 				return nil, err
