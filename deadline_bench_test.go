@@ -13,29 +13,36 @@ import (
 
 // BenchmarkDeadline is a 16 B call with the server in this process
 // (allocs/op counts both sides): without a deadline and without filters,
-// through a pass-through filter on each side, with a deadline the caller
-// set, and with one the timeout filter gives it (in place of the
-// pass-through filters, so that the difference is the filter's cost).
+// through a pass-through filter, with a deadline the caller set, and with
+// one the timeout filter gives it, in place of the pass-through filter so
+// that the difference is the filter's cost: on both sides ("pass",
+// "filter"), on the client only (the deadline then reaches the server
+// with the request) or on the server only (the client sends none).
 func BenchmarkDeadline(b *testing.B) {
 	for _, bc := range []struct {
-		name    string
-		filter  string
-		timeout time.Duration
+		name           string
+		client, server string
+		timeout        time.Duration
 	}{
-		{"none", "", 0},
-		{"pass", "bench-pass", 0},
-		{"caller", "", time.Minute},
-		{"filter", "timeout", 0},
+		{"none", "", "", 0},
+		{"pass", "bench-pass", "bench-pass", 0},
+		{"caller", "", "", time.Minute},
+		{"filter", "timeout", "timeout", 0},
+		{"client-pass", "bench-pass", "", 0},
+		{"client-filter", "timeout", "", 0},
+		{"server-pass", "", "bench-pass", 0},
+		{"server-filter", "", "timeout", 0},
 	} {
 		for _, callers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/callers=%d", bc.name, callers), func(b *testing.B) {
 				cfg := testConfig(b)
-				if bc.filter != "" {
-					cfg.Filters = []kernrpc.FilterConfig{{Name: bc.filter, Side: "server"}}
+				if bc.server != "" {
+					cfg.Filters = []kernrpc.FilterConfig{{Name: bc.server, Side: "server"}}
 				}
 				startServer(b, cfg, nil)
-				if bc.filter != "" {
-					cfg.Filters = []kernrpc.FilterConfig{{Name: bc.filter, Side: "client"}}
+				cfg.Filters = nil
+				if bc.client != "" {
+					cfg.Filters = []kernrpc.FilterConfig{{Name: bc.client, Side: "client"}}
 				}
 				cli := newClient(b, cfg)
 				if bc.timeout > 0 {
