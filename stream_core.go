@@ -31,14 +31,28 @@ type streamCore struct {
 	header  kernel.Metadata
 
 	mu       sync.Mutex
-	queue    []queuedMsg // unread from qhead on; reused once drained
-	qhead    int
+	queue    []queuedMsg // received, not yet taken by the receiver
 	recvWin  recvWindow
 	peerDone bool  // the peer sent its last message
 	ended    error // set once the stream is over for this side: what later calls return
 	final    error // client: how the server ended it, io.EOF for OK; later sends return it
 	sendDone bool  // CloseSend was called (client) or the stream ended
 	wake     chan struct{}
+
+	// The receiver takes every queued message at once, so that a stream of
+	// small messages costs the lock it shares with the connection's reader
+	// once a batch rather than once a message, and counts what it read
+	// against the windows in chunks of readChunk (see recv). rmu is the
+	// receiver's own (and end's, to drop the batch), never held waiting.
+	// The padding keeps its line apart from mu's, which the connection's
+	// reader writes on another core for every message.
+	_         [64]byte
+	rmu       sync.Mutex
+	batch     []queuedMsg // taken from queue, unread from bhead on
+	bhead     int
+	readCost  int64 // read from batch, not yet counted in recvWin and flow
+	readChunk int64 // count readCost once it reaches this: window/readChunks
+	_         [64]byte
 }
 
 // smallCopy is the size below which a received payload that is not held
@@ -55,7 +69,7 @@ type queuedMsg struct {
 
 func (s *streamCore) init(id uint64, conn kernel.Conn, flow *connFlow, codec kernel.Codec, window int64) {
 	s.id, s.conn, s.flow, s.codec = id, conn, flow, codec
-	s.recvWin.window = window
+	s.recvWin.window, s.readChunk = window, window/readChunks
 	s.wake = make(chan struct{}, 1)
 }
 
@@ -105,14 +119,7 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 		m.data = append([]byte(nil), f.Payload...)
 		f.Release()
 	}
-	if s.qhead > 0 && len(s.queue) == cap(s.queue) {
-		// Slide the unread down rather than grow: a receiver that never
-		// quite catches up must not grow the array for ever.
-		n := copy(s.queue, s.queue[s.qhead:])
-		clear(s.queue[n:])
-		s.queue, s.qhead = s.queue[:n], 0
-	}
-	s.queue = append(s.queue, m)
+	s.queue = append(s.queue, m) // bounded by the window: accept checked it
 	s.mu.Unlock()
 	s.signal()
 	return true
@@ -145,26 +152,30 @@ func (s *streamCore) endFirst(err error) (ended, first bool) {
 	}
 	first = s.final == nil
 	s.ended, s.sendDone = err, true
-	q := s.queue[s.qhead:]
-	s.queue, s.qhead = nil, 0
+	q := s.queue
+	s.queue = nil
 	s.mu.Unlock()
 	s.sendWin.wakeAll()
-	s.drop(q)
+	s.rmu.Lock()
+	cost := s.readCost + s.drop(s.batch[s.bhead:])
+	s.batch, s.bhead, s.readCost = nil, 0, 0
+	s.rmu.Unlock()
+	cost += s.drop(q)
+	if cost > 0 {
+		s.flow.consumed(cost, s.writeCtl)
+	}
 	s.signal()
 	return true, first
 }
 
-// drop releases messages nobody will read, giving their credit back to
-// the connection.
-func (s *streamCore) drop(q []queuedMsg) {
-	var cost int64
+// drop releases messages nobody will read, returning the credit they
+// held on the connection.
+func (s *streamCore) drop(q []queuedMsg) (cost int64) {
 	for i := range q {
 		cost += q[i].cost
 		s.releaseMsg(&q[i])
 	}
-	if cost > 0 {
-		s.flow.consumed(cost, s.writeCtl)
-	}
+	return cost
 }
 
 func (s *streamCore) releaseMsg(m *queuedMsg) {
@@ -183,41 +194,72 @@ func (s *streamCore) releaseMsg(m *queuedMsg) {
 // atEnd's answer (io.EOF, or the final status on the client).
 func (s *streamCore) recv(m any, atEnd func() error) error {
 	for {
-		s.mu.Lock()
-		if s.qhead < len(s.queue) {
-			q := s.queue[s.qhead]
-			s.queue[s.qhead] = queuedMsg{}
-			if s.qhead++; s.qhead == len(s.queue) {
-				s.queue, s.qhead = s.queue[:0], 0
+		s.rmu.Lock()
+		if s.bhead < len(s.batch) {
+			q := s.batch[s.bhead]
+			s.batch[s.bhead] = queuedMsg{}
+			s.bhead++
+			s.readCost += q.cost
+			var counted int64
+			if s.readCost >= s.readChunk {
+				counted, s.readCost = s.readCost, 0
 			}
-			grant := int64(0)
-			if !s.peerDone {
-				grant = s.recvWin.consumed(q.cost)
-			}
-			s.mu.Unlock()
+			s.rmu.Unlock()
 			err := s.codec.Unmarshal(q.data, m)
 			s.releaseMsg(&q)
-			s.grant(grant, q.cost)
+			if counted > 0 {
+				s.mu.Lock()
+				grant := s.countReadLocked(counted)
+				s.mu.Unlock()
+				s.grant(grant, counted)
+			}
 			if err != nil {
 				return kernel.Errorf(kernel.Internal, "decode stream message with %s: %v", s.codec.Name(), err)
 			}
 			return nil
 		}
-		if err := s.ended; err != nil {
-			s.mu.Unlock()
-			return err
+		// The batch is read: count it, and take what arrived since.
+		counted := s.readCost
+		s.readCost = 0
+		s.mu.Lock()
+		grant := s.countReadLocked(counted)
+		took := len(s.queue) > 0
+		if took {
+			s.batch, s.queue, s.bhead = s.queue, s.batch[:0], 0
 		}
-		if s.peerDone {
-			s.mu.Unlock()
+		ended, peerDone := s.ended, s.peerDone
+		s.mu.Unlock()
+		s.rmu.Unlock()
+		s.grant(grant, counted)
+		switch {
+		case took:
+			continue
+		case ended != nil:
+			return ended
+		case peerDone:
 			return atEnd()
 		}
-		s.mu.Unlock()
 		select {
 		case <-s.wake:
 		case <-s.ctx.Done():
 			return s.ctxStatus()
 		}
 	}
+}
+
+// readChunks makes the receiver count what it read against the windows
+// at least every window/readChunks bytes, well before the half window
+// that earns the sender a grant, so that a long batch holds no credit back.
+const readChunks = 8
+
+// countReadLocked counts cost read against the stream's window,
+// returning the credit to grant back on the stream (none once the peer is
+// done sending).
+func (s *streamCore) countReadLocked(cost int64) (grant int64) {
+	if cost == 0 || s.peerDone {
+		return 0
+	}
+	return s.recvWin.consumed(cost)
 }
 
 // finalErr is how the server ended the stream, for a client's RecvMsg at
@@ -234,7 +276,9 @@ func (s *streamCore) grant(stream, cost int64) {
 	if stream > 0 {
 		_ = s.writeCtl(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: s.id, Credit: uint32(stream)})
 	}
-	s.flow.consumed(cost, s.writeCtl)
+	if cost > 0 {
+		s.flow.consumed(cost, s.writeCtl)
+	}
 }
 
 // send encodes m and sends it as one StreamData frame once both windows

@@ -214,3 +214,36 @@ func TestStreamBeyondCreditClosesConnection(t *testing.T) {
 		t.Fatalf("no log line says why the connection was closed:\n%s", logs.String())
 	}
 }
+
+// A stream closed after reading part of what arrived gives the connection
+// back all of its credit: what it read but had not yet counted, and what
+// it had taken from the queue unread. Otherwise the streams that follow
+// on the connection would find its window spent and stall.
+func TestStreamsClosedMidBatchGiveCreditBack(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		// Reads of 200 messages of 32 B each stay below the eighth of the
+		// window after which the receiver counts what it read; ten streams
+		// that kept that, or the rest of their batch, would spend the
+		// connection's 64 KiB.
+		cfg.Streams.Window, cfg.Streams.ConnectionWindow = 64<<10, 64<<10
+		var sent atomic.Int64
+		startServer(t, cfg, floodHandlers(&sent, 16))
+		cli := newClient(t, cfg)
+		for i := range 40 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.Out", &echopb.Echo{})
+			if err != nil {
+				cancel()
+				t.Fatalf("stream %d: %v", i, err)
+			}
+			for j := range 200 {
+				if _, err := st.Recv(); err != nil {
+					cancel()
+					t.Fatalf("stream %d, message %d: %v (the connection's credit ran out?)", i, j, err)
+				}
+			}
+			st.Close()
+			cancel()
+		}
+	})
+}
