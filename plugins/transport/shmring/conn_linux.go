@@ -548,9 +548,13 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	if !c.acquire() {
 		return nil, c.Err()
 	}
-	defer c.releaseRef()
 	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	// One deferred function: with two, this function's returns are too
+	// many for the compiler to open-code them, which costs every read.
+	defer func() {
+		c.readMu.Unlock()
+		c.releaseRef()
+	}()
 	in := &c.in
 	for {
 		if err := c.Err(); err != nil {

@@ -52,9 +52,10 @@ type conn struct {
 	// Read side, used by the one goroutine inside ReadFrame.
 	br        *bufio.Reader
 	in        kernel.Interner
-	body      []byte // the frame being read (its length); nil between frames
-	got       int    // bytes of body read so far
-	interrupt func() // built once, so that ReadFrame's AfterFunc allocates no method value
+	body      []byte       // the frame being read (its length); nil between frames
+	next      *pooledFrame // the spare frame body came with, if it did
+	got       int          // bytes of body read so far
+	interrupt func()       // built once, so that ReadFrame's AfterFunc allocates no method value
 	// readDeadline is the socket read deadline the reader last set for a
 	// deadline-only context (zero: none). The socket's may be earlier (an
 	// interrupt sets one in the past), never later.

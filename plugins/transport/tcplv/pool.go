@@ -1,6 +1,8 @@
 package tcplv
 
 import (
+	"sync/atomic"
+
 	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -38,6 +40,11 @@ func (pf *pooledFrame) ReleaseFrame(*kernel.Frame) { pf.c.pool.putFrame(pf) }
 type bufferPool struct {
 	*bufpool.Pool
 	frames bufpool.FreeList[*pooledFrame]
+	// spare is one small frame kept whole, with its buffer, for the next
+	// small frame read: a reader whose frames are released as soon as they
+	// are read (a stream's small messages, copied out on arrival) then
+	// pays an atomic swap each way instead of two free lists' locks.
+	spare atomic.Pointer[pooledFrame]
 }
 
 func (p *bufferPool) init() {
@@ -54,9 +61,21 @@ func (p *bufferPool) getFrame(c *conn) *pooledFrame {
 
 // putFrame recycles pf's buffer (if it still owns one) and pf itself.
 func (p *bufferPool) putFrame(pf *pooledFrame) {
+	pf.f.Reset()
+	if cap(pf.body) == bufpool.MinSize && p.spare.Load() == nil && p.spare.CompareAndSwap(nil, pf) {
+		return
+	}
 	body := pf.body
 	pf.body = nil
-	pf.f.Reset()
 	p.Put(body)
 	p.frames.Put(pf)
+}
+
+// takeSpare returns the spare frame, with a buffer of bufpool.MinSize,
+// if there is one.
+func (p *bufferPool) takeSpare() *pooledFrame {
+	if p.spare.Load() == nil {
+		return nil
+	}
+	return p.spare.Swap(nil)
 }
