@@ -257,6 +257,7 @@ func (cs *ClientStream) finish(st error, trailer kernel.Metadata) {
 	}
 	cs.trailer = trailer
 	cs.core.final, cs.core.peerDone = st, true
+	cs.core.sendStopped.Store(true)
 	cs.core.mu.Unlock()
 	cs.gotHeader(nil)
 	cs.core.sendWin.wakeAll() // a sender waiting for credit sees the end

@@ -37,7 +37,11 @@ type streamCore struct {
 	ended    error // set once the stream is over for this side: what later calls return
 	final    error // client: how the server ended it, io.EOF for OK; later sends return it
 	sendDone bool  // CloseSend was called (client) or the stream ended
-	wake     chan struct{}
+	// sendStopped is set (under mu) once ended, final or sendDone is, so
+	// that a sender finds it may go on without taking mu, which the
+	// connection's reader takes for every message it delivers.
+	sendStopped atomic.Bool
+	wake        chan struct{}
 
 	// The receiver takes every queued message at once, so that a stream of
 	// small messages costs the lock it shares with the connection's reader
@@ -152,6 +156,7 @@ func (s *streamCore) endFirst(err error) (ended, first bool) {
 	}
 	first = s.final == nil
 	s.ended, s.sendDone = err, true
+	s.sendStopped.Store(true)
 	q := s.queue
 	s.queue = nil
 	s.mu.Unlock()
@@ -336,6 +341,9 @@ func (s *streamCore) refund(cost int64) {
 
 // sendErr says why this side may not send any more, if it may not.
 func (s *streamCore) sendErr() error {
+	if !s.sendStopped.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended != nil {
@@ -392,6 +400,7 @@ func (s *streamCore) closeSend() error {
 		return nil
 	}
 	s.sendDone = true
+	s.sendStopped.Store(true)
 	s.mu.Unlock()
 	f := &kernel.Frame{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: s.id}
 	if !s.sent {

@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
@@ -19,11 +20,15 @@ import (
 // per stream and per connection.
 
 // sendWindow is the credit a sender has left on a stream or a connection.
+// Taking credit that is there costs a compare-and-swap: a stream of small
+// messages takes it twice a message. The mutex orders waiting against
+// credit coming back.
 type sendWindow struct {
-	mu     sync.Mutex
-	known  bool  // the receiver announced its window
-	window int64 // the receiver's window, as announced
-	used   int64 // sent, and not granted back yet
+	known  atomic.Bool  // the receiver announced its window
+	window int64        // the receiver's window, as announced; set before known
+	used   atomic.Int64 // sent, and not granted back yet
+
+	mu sync.Mutex
 	// wake is closed, and replaced, whenever credit comes back or the
 	// window becomes known: every sender waiting on it looks again.
 	wake chan struct{}
@@ -40,10 +45,11 @@ func (w *sendWindow) wakeLocked() {
 // known, grants n more.
 func (w *sendWindow) announce(n int64) {
 	w.mu.Lock()
-	if !w.known {
-		w.known, w.window = true, n
+	if !w.known.Load() {
+		w.window = n
+		w.known.Store(true)
 	} else {
-		w.used -= n
+		w.used.Add(-n)
 	}
 	w.wakeLocked()
 	w.mu.Unlock()
@@ -59,22 +65,43 @@ func (w *sendWindow) wakeAll() {
 // take spends cost if the window allows it, else returns a channel closed
 // when it may, and takes nothing.
 func (w *sendWindow) take(cost int64) (ok bool, wait <-chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.known && (w.used <= w.window/2 || w.used+cost <= w.window) {
-		w.used += cost
+	if w.tryTake(cost) {
 		return true, nil
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.wake == nil {
 		w.wake = make(chan struct{})
+	}
+	// Looked at again with the channel in place: credit that comes back
+	// either shows here or closes the channel, since announce and refund
+	// give it back before they close the channel under the lock.
+	if w.tryTake(cost) {
+		return true, nil
 	}
 	return false, w.wake
 }
 
+// tryTake spends cost if the window is known and allows it.
+func (w *sendWindow) tryTake(cost int64) bool {
+	if !w.known.Load() {
+		return false
+	}
+	for {
+		used := w.used.Load()
+		if used > w.window/2 && used+cost > w.window {
+			return false
+		}
+		if w.used.CompareAndSwap(used, used+cost) {
+			return true
+		}
+	}
+}
+
 // refund gives back credit taken for a message that was not sent.
 func (w *sendWindow) refund(cost int64) {
+	w.used.Add(-cost)
 	w.mu.Lock()
-	w.used -= cost
 	w.wakeLocked()
 	w.mu.Unlock()
 }

@@ -1,0 +1,66 @@
+package kernrpc
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// Senders taking credit at once, lock-free, against a receiver granting
+// it back: what is outstanding never exceeds what the rule allows, and no
+// sender that waits misses the credit that would let it go (each waits
+// on its channel with a timeout, which fails the test).
+func TestSendWindowUnderConcurrentSendersAndGrants(t *testing.T) {
+	const (
+		window  = 1 << 12
+		cost    = 100
+		senders = 8
+		each    = 2000
+	)
+	var w sendWindow
+	w.announce(window)
+	sent := make(chan int64, senders*each)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				for {
+					ok, wait := w.take(cost)
+					if ok {
+						break
+					}
+					select {
+					case <-wait:
+					case <-time.After(5 * time.Second):
+						t.Error("a waiting sender was not woken by the credit granted back")
+						return
+					}
+				}
+				if used := w.used.Load(); used > window {
+					t.Errorf("%d outstanding, more than the window %d", used, window)
+				}
+				sent <- cost
+			}
+		}()
+	}
+	granted := make(chan struct{})
+	go func() { // the receiver: reads what was sent, grants it back in batches
+		defer close(granted)
+		var unread int64
+		for range senders * each {
+			unread += <-sent
+			if unread > window/2 {
+				w.announce(unread)
+				unread = 0
+			}
+		}
+		w.announce(unread)
+	}()
+	wg.Wait()
+	<-granted
+	if used := w.used.Load(); used != 0 {
+		t.Errorf("after every message was granted back, %d is outstanding", used)
+	}
+}
