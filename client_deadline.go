@@ -49,24 +49,31 @@ func (cs *callState) withDeadline(ctx context.Context, timeout time.Duration, by
 	if cs.dl == nil {
 		cs.dl = &callDeadline{}
 	}
-	dl := clockBase.Add(time.Since(clockBase) + timeout)
+	dl := deadlineIn(timeout)
 	c := &chainCtx{Context: ctx, cs: cs, dl: cs.dl, deadline: dl}
 	cs.given, cs.givenTimeout, cs.givenBy = dl, timeout, by
 	cs.chain = c
 	// No lock: between calls only a late timer runs, and it reads the
 	// flags only through the live chain, published last.
 	d := cs.dl
-	d.exposed.Store(false)
-	d.expired.Store(false)
+	// Loads first: a store is an exchange, and these are mostly false.
+	if d.exposed.Load() {
+		d.exposed.Store(false)
+	}
+	if d.expired.Load() {
+		d.expired.Store(false)
+	}
 	d.chain.Store(c)
 	return c
 }
 
-// clockBase makes a deadline from one read of the monotonic clock, where
-// time.Now reads the wall clock too (some 20 ns a call): the wall reading
-// of such a deadline is off from the system's only by how far the wall
-// clock was stepped or slewed since the process started, and Until,
+// deadlineIn is time.Now().Add(d) from one read of the monotonic clock,
+// where time.Now reads the wall clock too (some 20 ns a call): the wall
+// reading of such a deadline is off from the system's only by how far the
+// wall clock was stepped or slewed since the process started, and Until,
 // Before and the timeout sent to the server use the monotonic one.
+func deadlineIn(d time.Duration) time.Time { return clockBase.Add(time.Since(clockBase) + d) }
+
 var clockBase = time.Now()
 
 // doneFor is c's Done: external when it leaves the engine, which must then

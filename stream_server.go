@@ -132,7 +132,7 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 	c.stream = ss
 	sc.mu.Unlock()
 	if f.Timeout > 0 {
-		c.deadline = time.Now().Add(f.Timeout)
+		c.deadline = deadlineIn(f.Timeout)
 		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
 	}
 	if err := flow.announce(sc.send); err == nil {
