@@ -187,9 +187,10 @@ type ContextValuer interface {
 // a context.WithTimeout per call costs several; Invoke then finds the
 // deadline set. The first Deadliner among the filters that apply to the
 // method, in the order they run, that answers more than 0 gives the
-// deadline; a client's client.timeout comes before them all. A Deadliner's Invoke must
-// still give the deadline itself when its ctx has none, as when called
-// outside the engine. CallTimeout must be quick and must not block.
+// deadline; a client's client.timeout comes before them all. A
+// Deadliner's Invoke must still give the deadline itself when its ctx has
+// none, as when called outside the engine. CallTimeout must be quick and
+// must not block.
 type Deadliner interface {
 	CallTimeout(info *CallInfo) time.Duration
 }
