@@ -132,8 +132,13 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 	c.stream = ss
 	sc.mu.Unlock()
 	if f.Timeout > 0 {
+		// Timed at once, unlike a unary call's: a stream whose handler is
+		// busy elsewhere must still end at its deadline. Under mu, which
+		// Done takes to see whether the timer runs.
+		c.mu.Lock()
 		c.deadline = deadlineIn(f.Timeout)
-		c.timer = time.AfterFunc(f.Timeout, func() { c.cancel(context.DeadlineExceeded) })
+		c.timer = time.AfterFunc(f.Timeout, c.expire)
+		c.mu.Unlock()
 	}
 	if err := flow.announce(sc.send); err == nil {
 		_ = sc.send(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: c.id, Credit: uint32(ss.core.recvWin.window)})
