@@ -19,7 +19,8 @@
 //	keepalive_timeout   5s     how long after that Ping the peer has to send
 //	                           anything before the connection is declared dead
 //	write_timeout       30s    a peer that does not drain its socket for this
-//	                           long kills the connection
+//	                           long (at most 1.5 × as long) kills the
+//	                           connection
 //	read_buffer_size    8KiB   per-connection read buffer
 //	max_metadata_entries 256   metadata pairs one frame may carry; a frame
 //	                           written with more is refused alone, with

@@ -197,6 +197,33 @@ func TestPeerThatDoesNotReadIsCutOffAtMaxWriteQueue(t *testing.T) {
 	}
 }
 
+// A peer that stops draining its socket kills the connection after
+// write_timeout, and not before: the write deadline is moved only once
+// less than write_timeout is left, to 1.5 × write_timeout away.
+func TestPeerThatDoesNotDrainIsCutOffAfterWriteTimeout(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 64 << 10
+	o.MaxWriteQueue = 1 << 30 // the write timeout, not the queue, must end it
+	o.WriteTimeout = kernel.Duration(400 * time.Millisecond)
+	raw, server := rawPair(t, o)
+	_ = raw // never read
+	payload := make([]byte, 32<<10)
+	start := time.Now()
+	// Loopback sockets buffer some MiB; 64 MiB fill them whatever the
+	// host's settings, and the writer then blocks on a write.
+	for sent := 0; sent < 64<<20; sent += len(payload) {
+		buf := append(server.Buffer(len(payload)), payload...)
+		if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1, Payload: buf}); err != nil {
+			break
+		}
+	}
+	err := readUntilDead(t, server, 10*time.Second)
+	wantDeath(t, err, kernel.ErrPeerGone, "did not drain its socket for 400ms")
+	if took := time.Since(start); took < o.WriteTimeout.D() {
+		t.Fatalf("the connection died %s after the peer stopped reading, before write_timeout (%s)", took, o.WriteTimeout.D())
+	}
+}
+
 func TestPingWithALargePayloadClosesTheConnection(t *testing.T) {
 	raw, server := rawPair(t, testOptions())
 	raw.Write(encode(&kernel.Frame{Type: kernel.FramePing, Payload: make([]byte, kernel.MaxPingPayload+1)}))
