@@ -298,9 +298,12 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			resp, err = c.send(ctx, cs, at, p, ai, req)
 		}
 		c.pickDone(inst, err)
-		if ctx.Err() == nil {
-			// An attempt whose context ended (a hedge's loser) has no answer
-			// to report, and must not overwrite the winner's.
+		// An attempt whose context ended (a hedge's loser) has no answer
+		// to report, and must not overwrite the winner's. The call's own
+		// context ends only with the call, which noteAttempt sees, or at
+		// its deadline, when the attempt's answer is still the call's:
+		// asking its Err would read the clock for nothing.
+		if ctx == context.Context(cs.chain) || ctx.Err() == nil {
 			cs.noteAttempt(info, ai)
 		}
 		c.putAttempt(at)

@@ -58,9 +58,15 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 		c.releaseReader()
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		c.uncork() // the next reader may be a while
-		return nil, err
+	// A deadline-only context is not asked for Err, which reads the
+	// clock: past its deadline, a frame already here is still returned,
+	// and a read fails at once on the socket deadline below.
+	deadline, deadlineOnly := kernel.DeadlineOnly(ctx)
+	if !deadlineOnly {
+		if err := ctx.Err(); err != nil {
+			c.uncork() // the next reader may be a while
+			return nil, err
+		}
 	}
 	// A read deadline in the past wakes a blocked read, so no goroutine
 	// waits on ctx for us. It is armed only before a read that may block:
@@ -72,7 +78,6 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	// update that can wake the netpoller, some µs a call, while one set
 	// for an earlier call's deadline ends a read early at worst once per
 	// timeout, and the read then goes on with this one.
-	deadline, deadlineOnly := kernel.DeadlineOnly(ctx)
 	for {
 		if !c.frameBuffered() {
 			c.uncork()
