@@ -80,3 +80,25 @@ func TestDeadlineOnlyContextReadsWithTheSocketDeadline(t *testing.T) {
 		t.Errorf("a blocking ReadFrame under a deadline-only context: %.1f allocations, want 0", allocs)
 	}
 }
+
+// A deadline-only context is not asked for Err before the read: one
+// already past its deadline fails the read at once on the socket
+// deadline, also when a later deadline, an earlier read's, is left there.
+func TestDeadlineOnlyContextPastItsDeadlineFailsAtOnce(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: 9}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := server.ReadFrame(deadlineOnly(t, time.Minute)) // leaves its deadline on the socket
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	start := time.Now()
+	if _, err := server.ReadFrame(deadlineOnly(t, -time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReadFrame under a deadline already past: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ReadFrame under a deadline already past returned after %v", took)
+	}
+}
