@@ -440,3 +440,17 @@ func TestCountingHandler(t *testing.T) {
 		t.Errorf("printed %q: want the warning with its attributes, not the info", s)
 	}
 }
+
+// The results say which Go runtime settings the environment gave every
+// process: GOGC alone moves the 64 KiB figures by half.
+func TestRuntimeEnvNamesWhatTheEnvironmentSets(t *testing.T) {
+	none := runtimeEnv(func(string) string { return "" })
+	if !strings.Contains(none, "defaults") {
+		t.Errorf("no settings in the environment: %q, want it to say the defaults", none)
+	}
+	env := map[string]string{"GOGC": "400", "GOMEMLIMIT": "1GiB"}
+	got := runtimeEnv(func(k string) string { return env[k] })
+	if got != "GOGC=400, GOMEMLIMIT=1GiB, from the environment, in every process" {
+		t.Errorf("GOGC and GOMEMLIMIT set: %q", got)
+	}
+}

@@ -16,6 +16,7 @@ type machine struct {
 	gomaxprocs int
 	goVersion  string
 	uname      string
+	runtimeEnv string // the Go runtime's settings from the environment
 }
 
 func readMachine() machine {
@@ -39,7 +40,24 @@ func readMachine() machine {
 	if u := uname(); u != "" {
 		m.uname = u
 	}
+	m.runtimeEnv = runtimeEnv(os.Getenv)
 	return m
+}
+
+// runtimeEnv says which of the Go runtime's settings the environment
+// sets; every process of a run (servers, client processes) inherits
+// them. At 64 KiB GOGC alone moves the default path's figures by half.
+func runtimeEnv(getenv func(string) string) string {
+	var set []string
+	for _, k := range []string{"GOGC", "GOMEMLIMIT", "GODEBUG", "GOMAXPROCS"} {
+		if v := getenv(k); v != "" {
+			set = append(set, k+"="+v)
+		}
+	}
+	if len(set) == 0 {
+		return "the defaults (no GOGC, GOMEMLIMIT, GODEBUG or GOMAXPROCS in the environment)"
+	}
+	return strings.Join(set, ", ") + ", from the environment, in every process"
 }
 
 // machineBusy is the CPU time all processes have used so far, from the

@@ -28,6 +28,7 @@ func (b *benchmark) markdown(command string) string {
 	fmt.Fprintf(&w, "- Command: `%s`\n", command)
 	fmt.Fprintf(&w, "- Machine: %s; %d logical CPUs, GOMAXPROCS %d in every process\n", m.cpuModel, m.numCPU, m.gomaxprocs)
 	fmt.Fprintf(&w, "- System: %s; %s\n", m.uname, m.goVersion)
+	fmt.Fprintf(&w, "- Go runtime settings: %s\n", m.runtimeEnv)
 	var others, elapsed time.Duration
 	worstShare := 0.0
 	for _, rs := range b.results {
