@@ -59,7 +59,11 @@ func TestRestartedEtcd(t *testing.T) {
 	const n = 5
 	srv := Start(t)
 	prefix := testPrefix(t)
-	r := open(t, srv.Endpoint(), map[string]any{"ttl": ttl.String()})
+	// A grant that reaches etcd while it is still starting up can hang
+	// for a whole dial_timeout before it is tried again: the promise of
+	// one TTL holds for a dial_timeout well below it (a full -race run
+	// once saw 2s hang, then 1s more, against a 3s TTL).
+	r := open(t, srv.Endpoint(), map[string]any{"ttl": ttl.String(), "dial_timeout": "1s"})
 	other := open(t, srv.Endpoint(), nil)
 	ctx := ctxFor(t)
 	var want []string
