@@ -51,10 +51,12 @@ type connPool struct {
 	retired bool
 }
 
-// pendingDial is a connection being dialled for a pool slot. The dial runs
-// on its own goroutine, bounded by dial_timeout and the client's life but
-// not by any one caller's deadline: a caller in a hurry gives up waiting,
-// and the connection is there for the next one.
+// pendingDial is a connection being dialled for a pool slot. The dial is
+// bounded by dial_timeout and the client's life but not by any one
+// caller's deadline: a caller in a hurry gives up waiting, and the
+// connection is there for the next one. So it runs on a goroutine of its
+// own, unless the caller that starts it cannot give up, which then dials
+// itself.
 type pendingDial struct {
 	done chan struct{}
 	cc   *clientConn
@@ -80,6 +82,15 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 		d = &pendingDial{done: make(chan struct{})}
 		p.dialing[i] = d
 		p.client.dials.Add(1)
+		if ctx.Done() == nil {
+			// A caller that cannot give up would wait for the dial
+			// anyway: dialing itself spares a goroutine and the wake-up
+			// back, which a client made for one call pays on every call
+			// (BenchmarkShortCall: 90 -> 81 µs).
+			p.mu.Unlock()
+			p.dial(i, d)
+			return d.cc, d.err
+		}
 		go p.dial(i, d)
 	}
 	p.mu.Unlock()
