@@ -284,6 +284,15 @@ func (c *chainCtx) DeadlineOnly() (time.Time, bool) {
 	return c.deadline, true
 }
 
+// canGiveUp reports whether something can end ctx: a deadline given in
+// place is asked without making its channel.
+func canGiveUp(ctx context.Context) bool {
+	if c, ok := ctx.(*chainCtx); ok && c.dl != nil {
+		return true
+	}
+	return ctx.Done() != nil
+}
+
 // engineDone is ctx.Done for the engine's own wait: the channel of an
 // in-place deadline stays in the engine, so the call need not close it.
 func engineDone(ctx context.Context) <-chan struct{} {

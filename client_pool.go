@@ -82,7 +82,7 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 		d = &pendingDial{done: make(chan struct{})}
 		p.dialing[i] = d
 		p.client.dials.Add(1)
-		if ctx.Done() == nil {
+		if !canGiveUp(ctx) {
 			// A caller that cannot give up would wait for the dial
 			// anyway: dialing itself spares a goroutine and the wake-up
 			// back, which a client made for one call pays on every call
@@ -97,7 +97,7 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 	select {
 	case <-d.done:
 		return d.cc, d.err
-	case <-ctx.Done():
+	case <-engineDone(ctx):
 		return nil, p.client.ctxStatus(ctx, cs, "while connecting to "+p.addr)
 	}
 }

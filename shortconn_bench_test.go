@@ -3,33 +3,44 @@ package kernrpc_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // BenchmarkShortCall is one short connection per op: a client of its own
 // (NewClient with a static memory registry, as the harness's short mode
-// makes it), one call, Close. It profiles what a connection's life costs.
+// makes it), one call, Close. It profiles what a connection's life costs,
+// without a deadline and with one client.timeout gives each call.
 func BenchmarkShortCall(b *testing.B) {
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
 	srv := startServer(b, cfg, nil)
-	ccfg := kernrpc.DefaultConfig()
-	ccfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{"static": map[string]any{"echo": []any{srv.Addr()}}}}
-	req, resp := &echopb.Echo{Text: "short"}, &echopb.Echo{}
-	b.ReportAllocs()
-	for b.Loop() {
-		cli, err := kernrpc.NewClient(ccfg, "echo")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil {
-			b.Fatal(err)
-		}
-		if err := cli.Close(); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"no-deadline", 0}, {"client.timeout", 10 * time.Second}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ccfg := kernrpc.DefaultConfig()
+			ccfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{"static": map[string]any{"echo": []any{srv.Addr()}}}}
+			ccfg.Client.Timeout = kernel.Duration(bc.timeout)
+			req, resp := &echopb.Echo{Text: "short"}, &echopb.Echo{}
+			b.ReportAllocs()
+			for b.Loop() {
+				cli, err := kernrpc.NewClient(ccfg, "echo")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil {
+					b.Fatal(err)
+				}
+				if err := cli.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
