@@ -284,13 +284,14 @@ func (c *chainCtx) DeadlineOnly() (time.Time, bool) {
 	return c.deadline, true
 }
 
-// canGiveUp reports whether something can end ctx: a deadline given in
-// place is asked without making its channel.
-func canGiveUp(ctx context.Context) bool {
-	if c, ok := ctx.(*chainCtx); ok && c.dl != nil {
-		return true
+// waitsOutDial reports whether ctx cannot end before a dial bounded by d
+// does: nothing can cancel it, or only a deadline at least d away (asked
+// without making the channel of one given in place).
+func waitsOutDial(ctx context.Context, d time.Duration) bool {
+	if dl, ok := kernel.DeadlineOnly(ctx); ok {
+		return time.Until(dl) >= d
 	}
-	return ctx.Done() != nil
+	return ctx.Done() == nil
 }
 
 // engineDone is ctx.Done for the engine's own wait: the channel of an
