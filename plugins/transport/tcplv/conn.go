@@ -262,10 +262,8 @@ func (c *conn) flushAndClose(err error) bool {
 	if !c.death.CompareAndSwap(nil, &err) {
 		return false
 	}
-	// A GoAway written just before Close must still reach the peer, but a
-	// peer that does not drain its socket must not hold Close for
-	// write_timeout: cut any write in flight short, then flush.
-	c.nc.SetWriteDeadline(time.Now().Add(min(c.t.writeTimeout, closeFlushTimeout)))
+	// Cut any write in flight short, then flush.
+	c.cutWriteDeadline(time.Since(clockBase))
 	c.wmu.Lock()
 	c.flushLocked()
 	c.wmu.Unlock()
@@ -606,9 +604,7 @@ func (c *conn) writev() error {
 func (c *conn) setWriteDeadline() {
 	now := time.Since(clockBase) // one monotonic clock read, no wall clock
 	if c.death.Load() != nil {
-		// Close shortened the deadline after marking the connection dead;
-		// keep it short, whatever ours was.
-		c.nc.SetWriteDeadline(clockBase.Add(now + min(c.t.writeTimeout, closeFlushTimeout)))
+		c.cutWriteDeadline(now) // whatever ours was
 		return
 	}
 	if c.writeDeadline-now >= c.t.writeTimeout {
@@ -616,11 +612,18 @@ func (c *conn) setWriteDeadline() {
 	}
 	c.writeDeadline = now + c.t.writeTimeout + c.t.writeTimeout/2
 	c.nc.SetWriteDeadline(clockBase.Add(c.writeDeadline))
-	// Close may have shortened it meanwhile; if ours replaced its, shorten
-	// it again.
+	// Close may have cut it meanwhile; if ours replaced its, cut it again.
 	if c.death.Load() != nil {
-		c.nc.SetWriteDeadline(clockBase.Add(now + min(c.t.writeTimeout, closeFlushTimeout)))
+		c.cutWriteDeadline(now)
 	}
+}
+
+// cutWriteDeadline gives the writes of a dying connection little time
+// (now is time since clockBase): a GoAway written just before Close must
+// still reach the peer, but a peer that does not drain its socket must not
+// hold Close for write_timeout.
+func (c *conn) cutWriteDeadline(now time.Duration) {
+	c.nc.SetWriteDeadline(clockBase.Add(now + min(c.t.writeTimeout, closeFlushTimeout)))
 }
 
 // clockBase anchors the monotonic deadlines setWriteDeadline keeps.
