@@ -24,7 +24,7 @@ func (c *Client) pool(addr string) (*connPool, error) {
 		}
 		old := *c.pools.Load()
 		if p = old[addr]; p == nil {
-			p = &connPool{client: c, addr: addr, conns: make([]*clientConn, c.cfg.Client.PoolSize), dialing: make([]*pendingDial, c.cfg.Client.PoolSize)}
+			p = newConnPool(c, addr)
 			next := make(map[string]*connPool, len(old)+1)
 			for k, v := range old {
 				next[k] = v
@@ -37,11 +37,16 @@ func (c *Client) pool(addr string) (*connPool, error) {
 	return p, nil
 }
 
-// connPool holds the connections to one instance. Calls spread over them;
-// each connection multiplexes many calls.
+// connPool holds the connections to one instance. Calls take the first
+// fixed slots in turn; each connection multiplexes many calls. The slots
+// past those are opened only when calls carry so much that a connection
+// they would take is loaded with spreadAt bytes or more
+// (client.max_pool_size).
 type connPool struct {
 	client    *Client
 	addr      string
+	fixed     uint32
+	spreadAt  int64
 	next      atomic.Uint32
 	downUntil atomic.Int64 // unix ns; until then, picks of this instance are passed over
 
@@ -49,6 +54,20 @@ type connPool struct {
 	conns   []*clientConn
 	dialing []*pendingDial // per slot, while a dial is under way
 	retired bool
+	// noSpreadUntil (unix ns) holds off dialling for spreading after such
+	// a dial failed: the instance still serves on the connections it has.
+	noSpreadUntil int64
+}
+
+func newConnPool(c *Client, addr string) *connPool {
+	n := c.cfg.Client.poolLimit()
+	return &connPool{
+		client: c, addr: addr,
+		fixed:    uint32(c.cfg.Client.PoolSize),
+		spreadAt: int64(c.cfg.Client.SpreadBytes),
+		conns:    make([]*clientConn, n),
+		dialing:  make([]*pendingDial, n),
+	}
 }
 
 // pendingDial is a connection being dialled for a pool slot. The dial is
@@ -66,11 +85,14 @@ type pendingDial struct {
 
 func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) {
 	i := 0
-	if len(p.conns) > 1 {
-		i = int(p.next.Add(1) % uint32(len(p.conns)))
+	if p.fixed > 1 {
+		i = int(p.next.Add(1) % p.fixed)
 	}
 	p.mu.Lock()
 	if cc := p.conns[i]; cc != nil && cc.usable() {
+		if cc.inflight.Load() >= p.spreadAt && len(p.conns) > int(p.fixed) {
+			cc = p.spreadLocked(cc)
+		}
 		p.mu.Unlock()
 		return cc, nil
 	}
@@ -104,6 +126,32 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 	}
 }
 
+// spreadLocked returns the least loaded usable connection, cc or another.
+// When even that one has spreadAt bytes or more in flight, it dials the
+// first free slot past the fixed ones in the background: the call does
+// not wait for it, later ones use it.
+func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
+	best, load := cc, cc.inflight.Load()
+	free := -1
+	for j, o := range p.conns {
+		switch {
+		case o == nil || !o.usable():
+			if free < 0 && j >= int(p.fixed) && p.dialing[j] == nil {
+				free = j
+			}
+		case o.inflight.Load() < load:
+			best, load = o, o.inflight.Load()
+		}
+	}
+	if load >= p.spreadAt && free >= 0 && !p.retired && time.Now().UnixNano() >= p.noSpreadUntil {
+		d := &pendingDial{done: make(chan struct{})}
+		p.dialing[free] = d
+		p.client.dials.Add(1)
+		go p.dial(free, d)
+	}
+	return best
+}
+
 // dial connects slot i and tells whoever waits through d.
 func (p *connPool) dial(i int, d *pendingDial) {
 	c := p.client
@@ -116,6 +164,10 @@ func (p *connPool) dial(i int, d *pendingDial) {
 	defer close(d.done)
 	p.dialing[i] = nil
 	switch {
+	case err != nil && i >= int(p.fixed):
+		// A dial to spread load: calls still have the fixed connections.
+		p.noSpreadUntil = time.Now().Add(dialAvoidance).UnixNano()
+		d.err = err
 	case err != nil:
 		p.markDown(dialAvoidance)
 		// Nothing was sent, so another instance may take the call.

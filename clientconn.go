@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -33,6 +34,12 @@ type clientConn struct {
 	goAway     bool
 	goAwayLast uint64
 	pool       *connPool
+	// inflight is the load of the calls pending here, in bytes: each
+	// charges its request and an answer the size of replyAvg, a moving
+	// average of the answers read. The pool reads it, unlocked, to spread
+	// large calls over connections (client.max_pool_size).
+	inflight atomic.Int64
+	replyAvg int64
 
 	// streams are the streams open on the connection. While there are
 	// any, a goroutine of the connection's own takes the reader role
@@ -58,6 +65,8 @@ type attempt struct {
 
 	prev, next *attempt // waitList links
 	queued     bool
+
+	charge int64 // what it adds to its connection's inflight
 }
 
 // begin clears what an earlier use of at left behind.
@@ -145,10 +154,10 @@ func (cc *clientConn) fail(err error) {
 	}
 	st := &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
 	unserved := &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
-	for id, at := range cc.pending {
-		delete(cc.pending, id)
+	for _, at := range cc.pending {
+		cc.dropLocked(at)
 		at.err, at.done = st, true
-		if cc.goAway && id > cc.goAwayLast {
+		if cc.goAway && at.id > cc.goAwayLast {
 			at.err = unserved
 		}
 		at.signal()
@@ -179,6 +188,13 @@ func (cc *clientConn) leaveLocked(at *attempt) {
 	if cc.reader == at {
 		cc.passReaderLocked()
 	}
+}
+
+// dropLocked takes at off the pending calls, and its charge off the load.
+func (cc *clientConn) dropLocked(at *attempt) {
+	delete(cc.pending, at.id)
+	cc.inflight.Add(-at.charge)
+	at.charge = 0
 }
 
 // passReaderLocked hands the reader role to a waiter, if any.
@@ -218,12 +234,14 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	cc.nextID++
 	at.id = cc.nextID
 	cc.pending[at.id] = at
+	at.charge = int64(len(payload)) + cc.replyAvg
+	cc.inflight.Add(at.charge)
 	cc.mu.Unlock()
 	f.CallID = at.id
 
 	if err := cc.conn.WriteFrame(f); err != nil {
 		cc.mu.Lock()
-		delete(cc.pending, at.id)
+		cc.dropLocked(at)
 		var st *kernel.Status
 		if errors.As(err, &st) && cc.conn.Err() == nil {
 			// The transport refused this frame alone and sent nothing of it
@@ -282,7 +300,7 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 			cc.mu.Unlock()
 			return at.err
 		}
-		delete(cc.pending, at.id)
+		cc.dropLocked(at)
 		cc.closeIfIdleLocked()
 		cc.mu.Unlock()
 		// Tell the server to stop working on it; its late answer, if any, is
@@ -324,7 +342,8 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 				f.Release()
 				continue
 			}
-			delete(cc.pending, f.CallID)
+			cc.dropLocked(t)
+			cc.replyAvg += (int64(len(f.Payload)) - cc.replyAvg) / 8
 			t.resp, t.done = f, true
 			// A finished call must not be offered the reader role: it is
 			// about to leave and would take the role with it.

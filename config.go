@@ -112,8 +112,22 @@ type ServerConfig struct {
 // ClientConfig tunes the client side.
 type ClientConfig struct {
 	// PoolSize is how many connections the client keeps per instance; calls
-	// are multiplexed over them. Default 1.
+	// are multiplexed over them, in turn. Default 1.
 	PoolSize int `json:"pool_size"`
+	// MaxPoolSize is how many connections per instance the client may use
+	// when calls carry large messages. A call whose connection has
+	// SpreadBytes or more in flight (the requests sent and the answers
+	// expected, sized from recent answers) takes the least loaded one
+	// instead, and once every open connection is that loaded another is
+	// dialled in the background, up to MaxPoolSize. One connection reads
+	// one frame at a time on each side, so large frames queue behind each
+	// other; small calls, which gain from sharing a connection's reads and
+	// writes, stay on PoolSize connections. Default 2; at or below
+	// PoolSize (1 with the default PoolSize), calls never spread.
+	MaxPoolSize int `json:"max_pool_size"`
+	// SpreadBytes is the load in flight on a connection past which calls
+	// spread to another (see MaxPoolSize). Default 64KiB.
+	SpreadBytes kernel.Size `json:"spread_bytes"`
 	// Timeout applies to calls whose context has no deadline; 0 means none.
 	Timeout kernel.Duration `json:"timeout"`
 	// DialTimeout bounds connecting to an instance.
@@ -142,6 +156,15 @@ const (
 	DefaultStreamWindow     = 1 << 20
 	DefaultConnectionWindow = 16 << 20
 	maxWindow               = 1<<31 - 1 // credit travels as a uint32; keep well inside it
+)
+
+// poolLimit is how many connections per instance the client may use.
+func (c *ClientConfig) poolLimit() int { return max(c.PoolSize, c.MaxPoolSize) }
+
+// Defaults of ClientConfig's spreading over connections (MaxPoolSize).
+const (
+	DefaultMaxPoolSize = 2
+	DefaultSpreadBytes = 64 << 10
 )
 
 // DefaultConfig returns a config with every default filled in.
@@ -188,6 +211,12 @@ func (c *Config) applyDefaults() {
 	if c.Client.PoolSize == 0 {
 		c.Client.PoolSize = 1
 	}
+	if c.Client.MaxPoolSize == 0 {
+		c.Client.MaxPoolSize = DefaultMaxPoolSize
+	}
+	if c.Client.SpreadBytes == 0 {
+		c.Client.SpreadBytes = DefaultSpreadBytes
+	}
 	if c.Client.DialTimeout == 0 {
 		c.Client.DialTimeout = kernel.Duration(5 * time.Second)
 	}
@@ -217,6 +246,12 @@ func (c *Config) validate() error {
 func (c *Config) validateFields() error {
 	if c.Client.PoolSize < 1 {
 		return c.errorf("client.pool_size", "must be at least 1, got %d", c.Client.PoolSize)
+	}
+	if c.Client.MaxPoolSize < 0 {
+		return c.errorf("client.max_pool_size", "must not be negative, got %d", c.Client.MaxPoolSize)
+	}
+	if c.Client.SpreadBytes < 0 {
+		return c.errorf("client.spread_bytes", "must not be negative, got %d", c.Client.SpreadBytes)
 	}
 	if c.Client.Timeout < 0 {
 		return c.errorf("client.timeout", "must not be negative, got %s", c.Client.Timeout)

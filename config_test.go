@@ -69,6 +69,8 @@ func TestBadConfigs(t *testing.T) {
 		{"wrong type", map[string]any{"client": map[string]any{"pool_size": "two"}}, []string{"pool_size", "integer"}},
 		{"pool size zero after explicit negative", map[string]any{"client": map[string]any{"pool_size": -1}}, []string{"client.pool_size", "at least 1"}},
 		{"negative retries", map[string]any{"client": map[string]any{"retries": -1}}, []string{"client.retries"}},
+		{"negative max pool size", map[string]any{"client": map[string]any{"max_pool_size": -2}}, []string{"client.max_pool_size", "negative, got -2"}},
+		{"negative spread bytes", map[string]any{"client": map[string]any{"spread_bytes": -1}}, []string{"client.spread_bytes", "negative"}},
 		{"bad filter side", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "side": "middle"}}}, []string{"filters[0].side", `"middle"`}},
 		{"filter without name", map[string]any{"filters": []any{map[string]any{"side": "client"}}}, []string{"filters[0].name"}},
 		{"unset env var", map[string]any{"address": "${KERNRPC_TEST_SURELY_UNSET}"}, []string{"KERNRPC_TEST_SURELY_UNSET is not set"}},
@@ -112,6 +114,30 @@ func TestNewClientAndServerReportEveryBadPlugin(t *testing.T) {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: error does not name %q:\n%v", side, want, err)
 			}
+		}
+	}
+}
+
+// max_pool_size defaults to 2, and a pool_size above it is the limit, so
+// that a larger pool_size alone never spreads calls further, and code that
+// raises PoolSize on a DefaultConfig needs nothing else.
+func TestMaxPoolSizeDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		client     map[string]any
+		wantMax    int
+		wantSpread kernel.Size
+	}{
+		{map[string]any{}, DefaultMaxPoolSize, DefaultSpreadBytes},
+		{map[string]any{"pool_size": 4}, 4, DefaultSpreadBytes},
+		{map[string]any{"pool_size": 2, "max_pool_size": 6, "spread_bytes": "1MiB"}, 6, 1 << 20},
+		{map[string]any{"pool_size": 3, "max_pool_size": 1}, 3, DefaultSpreadBytes},
+	} {
+		c, err := parseTree(map[string]any{"client": tc.client}, "svc.yaml")
+		if err != nil {
+			t.Fatalf("%v: %v", tc.client, err)
+		}
+		if c.Client.poolLimit() != tc.wantMax || c.Client.SpreadBytes != tc.wantSpread {
+			t.Errorf("client %v: up to %d connections, spread_bytes %d; want %d, %d", tc.client, c.Client.poolLimit(), c.Client.SpreadBytes, tc.wantMax, tc.wantSpread)
 		}
 	}
 }

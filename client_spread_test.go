@@ -1,0 +1,181 @@
+package kernrpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// A connection reads one frame at a time on each side, so calls with large
+// messages spread over a second connection once the one they would take
+// has client.spread_bytes in flight; small calls stay together on one
+// connection, and max_pool_size equal to pool_size never spreads.
+func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		payload     int
+		maxPoolSize int
+		wantConns   int // the server's connections after the calls
+		wantPeers   int // connections the calls arrived on
+	}{
+		{"64KiB calls", 64 << 10, 0, 2, 2},
+		{"16B calls", 16, 0, 1, 1},
+		{"64KiB calls, max_pool_size 1", 64 << 10, 1, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "server"}}
+			var mu sync.Mutex
+			peers := map[string]int{}
+			entered := make(chan struct{}, 8)
+			release := make(chan struct{})
+			srv := startServer(t, cfg, func(s *kernrpc.Server) {
+				kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+					mu.Lock()
+					peers[kernrpc.CallInfoFrom(ctx).Peer]++
+					mu.Unlock()
+					entered <- struct{}{}
+					<-release
+					return req, nil
+				})
+			})
+			obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
+			cfg.Filters = nil
+			cfg.Client.MaxPoolSize = tc.maxPoolSize
+			cli := newClient(t, cfg)
+
+			const calls = 4
+			payload := bytes.Repeat([]byte{7}, tc.payload)
+			errs := make(chan error, calls)
+			for i := range calls {
+				go func() {
+					var resp echopb.Echo
+					err := cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &resp)
+					if err == nil && !bytes.Equal(resp.Payload, payload) {
+						err = kernel.Errorf(kernel.Internal, "answer of %d bytes, want the %d sent", len(resp.Payload), len(payload))
+					}
+					errs <- err
+				}()
+				// Each call waits in the handler before the next picks a
+				// connection, so the load it sees is the calls before it.
+				receive(t, entered, 5*time.Second, "call "+string(rune('1'+i))+" did not reach the handler")
+				if i == 1 && tc.wantConns == 2 {
+					// The second call found the first connection loaded and
+					// dialled another in the background: wait for it.
+					waitFor(t, func() bool { return obs.readings(t)["server_connections_open"].Value == 2 }, "a second connection")
+				}
+			}
+			close(release)
+			for range calls {
+				if err := receive(t, errs, 5*time.Second, "a held call did not return"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := int(obs.readings(t)["server_connections_accepted_total"].Value); got != tc.wantConns {
+				t.Errorf("the server accepted %d connections from one client, want %d", got, tc.wantConns)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(peers) != tc.wantPeers {
+				t.Errorf("%d calls arrived on %d connections (%v), want %d", calls, len(peers), peers, tc.wantPeers)
+			}
+		})
+	}
+}
+
+// waitFor polls cond for up to 5s.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 5s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// oneDialTCP is tcp-lv that refuses every dial after its first, as a
+// server at its connection limit would.
+type oneDialTCP struct {
+	kernel.Transport
+	dials atomic.Int32
+}
+
+func (o *oneDialTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	if o.dials.Add(1) > 1 {
+		return nil, errors.New("test: no second connection")
+	}
+	return o.Transport.Dial(ctx, addr)
+}
+
+var oneDial = &oneDialTCP{}
+
+func init() {
+	kernel.RegisterTransport(kernel.NewFactory("test-one-dial-tcp", "test: tcp-lv that dials once",
+		func() *struct{} { return &struct{}{} },
+		func(*struct{}) (kernel.Transport, error) {
+			if oneDial.Transport == nil {
+				tr, err := kernel.NewTransport("tcp-lv", nil, "test")
+				if err != nil {
+					return nil, err
+				}
+				oneDial.Transport = tr
+			}
+			return oneDial, nil
+		}))
+}
+
+// A dial to spread load that fails leaves the instance in service on the
+// connection it has (it is not passed over as a dead instance would be),
+// and is not tried again on every call that follows.
+func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
+	oneDial.dials.Store(0)
+	cfg := testConfig(t)
+	cfg.Transport.Name, cfg.Transport.Options = "test-one-dial-tcp", nil
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			entered <- struct{}{}
+			<-release
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	payload := make([]byte, 64<<10)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &echopb.Echo{})
+		}()
+		receive(t, entered, 5*time.Second, "held call "+string(rune('1'+i))+" did not reach the handler")
+	}
+	// The second call found the connection loaded and started a dial,
+	// which fails. While the held calls keep it loaded, more calls go
+	// through on it, with no dial of their own.
+	waitFor(t, func() bool { return oneDial.dials.Load() == 2 }, "spreading dial")
+	time.Sleep(10 * time.Millisecond) // the failed dial's bookkeeping
+	for i := range 5 {
+		var resp echopb.Echo
+		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: payload}, &resp); err != nil || len(resp.Payload) != len(payload) {
+			t.Fatalf("call %d after the failed spreading dial: %v", i, err)
+		}
+	}
+	close(release)
+	for range 2 {
+		if err := receive(t, errs, 5*time.Second, "a held call did not return"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := oneDial.dials.Load(); n != 2 {
+		t.Errorf("%d dials; want the first and one failed spreading dial", n)
+	}
+}
