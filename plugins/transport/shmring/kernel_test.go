@@ -230,7 +230,9 @@ func TestThirtyTwoClientsAtOnce(t *testing.T) {
 	const clients, callers, calls = 32, 4, 20
 	clis := make([]*kernrpc.Client, clients)
 	for i := range clis {
-		c, err := kernrpc.NewClient(clientConfig(addr, opts), "echo")
+		ccfg := clientConfig(addr, opts)
+		ccfg.Client.MaxPoolSize = 1 // one connection, so one segment, per client: counted below
+		c, err := kernrpc.NewClient(ccfg, "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
