@@ -177,7 +177,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	default:
 		p.downUntil.Store(0)
-		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, pool: p}
+		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, pool: p, spare: i >= int(p.fixed)}
 		if old := p.conns[i]; old != nil {
 			old.retire()
 		}

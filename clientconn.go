@@ -40,6 +40,10 @@ type clientConn struct {
 	// large calls over connections (client.max_pool_size).
 	inflight atomic.Int64
 	replyAvg int64
+	// spare is a connection dialled to spread load (a slot past
+	// pool_size): its GoAway alone, as for its idleness, does not steer
+	// calls away from an instance whose other connections serve.
+	spare bool
 
 	// streams are the streams open on the connection. While there are
 	// any, a goroutine of the connection's own takes the reader role
@@ -398,7 +402,7 @@ func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
 		cc.goAway, cc.goAwayLast = true, last
 	}
 	cc.mu.Unlock()
-	if cc.pool != nil {
+	if cc.pool != nil && !cc.spare {
 		cc.pool.markDown(goAwayAvoidance)
 	}
 }
