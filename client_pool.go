@@ -134,13 +134,12 @@ func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
 	best, load := cc, cc.inflight.Load()
 	free := -1
 	for j, o := range p.conns {
-		switch {
-		case o == nil || !o.usable():
+		if o == nil || !o.usable() {
 			if free < 0 && j >= int(p.fixed) && p.dialing[j] == nil {
 				free = j
 			}
-		case o.inflight.Load() < load:
-			best, load = o, o.inflight.Load()
+		} else if l := o.inflight.Load(); l < load {
+			best, load = o, l
 		}
 	}
 	if load >= p.spreadAt && free >= 0 && !p.retired && time.Now().UnixNano() >= p.noSpreadUntil {
