@@ -14,7 +14,8 @@ import (
 
 // The systems under test: kernrpc with its default plugins (tcp-lv
 // transport, protobuf codec, round-robin balancer, one connection per
-// instance) and no filters, in two variants:
+// instance, a second while large calls load it) and no filters, in two
+// variants:
 //
 //   - kernrpc, the default path: what a new user gets. Messages generated
 //     by protoc-gen-go alone (internal/plainpb), which the protobuf codec
@@ -28,11 +29,15 @@ import (
 //
 // The client finds the server through the memory registry's static list,
 // so no registry traffic is measured. shmring.go adds the same over
-// shm-ring, codecs.go the same with each other codec.
+// shm-ring, codecs.go the same with each other codec. kernrpc-1conn, not
+// run by default, is the default path held to one connection per
+// instance (client.max_pool_size 1): beside kernrpc in one run, it
+// measures what spreading large calls over a second connection gains.
 
 func init() {
 	registerKernRPC("kernrpc", "kernrpc", kernrpcVariant{codec: kernrpc.DefaultCodec})
 	registerKernRPC("kernrpc-tuned", "kernrpc tuned", kernrpcVariant{codec: kernrpc.DefaultCodec, vt: true, tuned: true})
+	registerKernRPC("kernrpc-1conn", "kernrpc 1 conn", kernrpcVariant{codec: kernrpc.DefaultCodec, oneConn: true})
 }
 
 // kernrpcService is the service name both sides agree on.
@@ -47,6 +52,8 @@ type kernrpcVariant struct {
 	vt bool
 	// tuned: the server applies the tuning flags (-alias-requests).
 	tuned bool
+	// oneConn: the client keeps to one connection per instance.
+	oneConn bool
 }
 
 func registerKernRPC(name, label string, v kernrpcVariant) {
@@ -122,6 +129,9 @@ func (v kernrpcVariant) serverCodec(so serveOptions) kernrpc.PluginConfig {
 // dial makes a client that calls in the variant's codec and transport.
 func (v kernrpcVariant) dial(_ context.Context, addr string) (echoClient, error) {
 	cfg := v.config()
+	if v.oneConn {
+		cfg.Client.MaxPoolSize = 1
+	}
 	cfg.Registry = kernrpc.PluginConfig{
 		Name:    "memory",
 		Options: map[string]any{"static": map[string]any{kernrpcService: []any{addr}}},

@@ -207,6 +207,7 @@ func (b *benchmark) ratioPairs() [][2]int {
 		}
 	}
 	add("kernrpc-tuned", "kernrpc")
+	add("kernrpc", "kernrpc-1conn")
 	add("kernrpc-gen", "kernrpc")
 	add("kernrpc-tuned", "kernrpc-gen")
 	add("grpc-gen", "grpc")
