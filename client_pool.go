@@ -205,17 +205,20 @@ func (p *connPool) retire() {
 	}
 }
 
-// open counts the pool's connections that are up.
-func (p *connPool) open() int {
+// open counts the pool's connections that are up, and of those the
+// spares, dialled to spread large calls.
+func (p *connPool) open() (n, spare int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
 	for _, cc := range p.conns {
 		if cc != nil && cc.usable() {
 			n++
+			if cc.spare {
+				spare++
+			}
 		}
 	}
-	return n
+	return n, spare
 }
 
 func (p *connPool) close() {

@@ -48,9 +48,10 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 				})
 			})
 			obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
-			cfg.Filters = nil
+			cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}
 			cfg.Client.MaxPoolSize = tc.maxPoolSize
 			cli := newClient(t, cfg)
+			cliObs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
 
 			const calls = 4
 			payload := bytes.Repeat([]byte{7}, tc.payload)
@@ -81,6 +82,10 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 			}
 			if got := int(obs.readings(t)["server_connections_accepted_total"].Value); got != tc.wantConns {
 				t.Errorf("the server accepted %d connections from one client, want %d", got, tc.wantConns)
+			}
+			rd := cliObs.readings(t)
+			if open, spare := int(rd["client_connections_open"].Value), int(rd["client_connections_spare"].Value); open != tc.wantConns || spare != tc.wantConns-1 {
+				t.Errorf("the client reads %d connections open, %d of them spare; want %d and %d", open, spare, tc.wantConns, tc.wantConns-1)
 			}
 			mu.Lock()
 			defer mu.Unlock()

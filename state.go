@@ -55,13 +55,16 @@ var _ kernel.StateReporter = clientState{}
 
 func (st clientState) ReportState(emit func(kernel.Reading)) {
 	c := st.c
-	open := 0
+	open, spare := 0, 0
 	for _, p := range *c.pools.Load() {
-		open += p.open()
+		n, s := p.open()
+		open, spare = open+n, spare+s
 	}
 	labels := []kernel.Label{{Name: "service", Value: c.service}, {Name: "transport", Value: c.cfg.Transport.Name}}
 	emit(kernel.Reading{Name: "client_connections_open", Help: "Connections the client holds now, to all instances of the service.",
 		Kind: kernel.Gauge, Labels: labels, Value: float64(open)})
+	emit(kernel.Reading{Name: "client_connections_spare", Help: "Of the connections open, those dialled only to spread large calls (client.max_pool_size).",
+		Kind: kernel.Gauge, Labels: labels, Value: float64(spare)})
 	emit(kernel.Reading{Name: "client_streams_open", Help: "Streams open now on the client's connections to the service.",
 		Kind: kernel.Gauge, Labels: labels, Value: float64(c.streamsOpen.Load())})
 	emit(kernel.Reading{Name: "client_instances", Help: "Instances of the service the registry reported last.",

@@ -78,7 +78,7 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 		rd := obs.readings(t)
 		want := map[string]float64{"server_connections_open": 1, "server_connections_refused_total": 0, "server_connections_accepted_total": 1, "server_serving": 1}
 		if side == "client" {
-			want = map[string]float64{"client_connections_open": 1, "client_instances": 1}
+			want = map[string]float64{"client_connections_open": 1, "client_connections_spare": 0, "client_instances": 1}
 		}
 		if side == "client" {
 			// The Watch's first report (the current set) comes on its own
