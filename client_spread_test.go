@@ -124,18 +124,7 @@ func (o *oneDialTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error)
 var oneDial = &oneDialTCP{}
 
 func init() {
-	kernel.RegisterTransport(kernel.NewFactory("test-one-dial-tcp", "test: tcp-lv that dials once",
-		func() *struct{} { return &struct{}{} },
-		func(*struct{}) (kernel.Transport, error) {
-			if oneDial.Transport == nil {
-				tr, err := kernel.NewTransport("tcp-lv", nil, "test")
-				if err != nil {
-					return nil, err
-				}
-				oneDial.Transport = tr
-			}
-			return oneDial, nil
-		}))
+	registerTCPWrapper("test-one-dial-tcp", "test: tcp-lv that dials once", &oneDial.Transport, oneDial)
 }
 
 // A dial to spread load that fails leaves the instance in service on the

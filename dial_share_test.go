@@ -29,17 +29,23 @@ func (g *gatedTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
 var gated = &gatedTCP{gate: make(chan struct{})}
 
 func init() {
-	kernel.RegisterTransport(kernel.NewFactory("test-gated-tcp", "test: tcp-lv whose dials wait for a gate",
+	registerTCPWrapper("test-gated-tcp", "test: tcp-lv whose dials wait for a gate", &gated.Transport, gated)
+}
+
+// registerTCPWrapper registers w, a test transport that wraps tcp-lv,
+// under name; the tcp-lv inside it, *inner, is built on first use.
+func registerTCPWrapper(name, desc string, inner *kernel.Transport, w kernel.Transport) {
+	kernel.RegisterTransport(kernel.NewFactory(name, desc,
 		func() *struct{} { return &struct{}{} },
 		func(*struct{}) (kernel.Transport, error) {
-			if gated.Transport == nil {
+			if *inner == nil {
 				tr, err := kernel.NewTransport("tcp-lv", nil, "test")
 				if err != nil {
 					return nil, err
 				}
-				gated.Transport = tr
+				*inner = tr
 			}
-			return gated, nil
+			return w, nil
 		}))
 }
 
