@@ -22,7 +22,7 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		payload     int
-		maxPoolSize int
+		maxPoolSize int // 0: the default
 		wantConns   int // the server's connections after the calls
 		wantPeers   int // connections the calls arrived on
 	}{
