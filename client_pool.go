@@ -45,7 +45,7 @@ func (c *Client) pool(addr string) (*connPool, error) {
 type connPool struct {
 	client    *Client
 	addr      string
-	fixed     uint32
+	fixed     int // pool_size: the slots calls take in turn
 	spreadAt  int64
 	next      atomic.Uint32
 	downUntil atomic.Int64 // unix ns; until then, picks of this instance are passed over
@@ -63,7 +63,7 @@ func newConnPool(c *Client, addr string) *connPool {
 	n := c.cfg.Client.poolLimit()
 	return &connPool{
 		client: c, addr: addr,
-		fixed:    uint32(c.cfg.Client.PoolSize),
+		fixed:    c.cfg.Client.PoolSize,
 		spreadAt: int64(c.cfg.Client.SpreadBytes),
 		conns:    make([]*clientConn, n),
 		dialing:  make([]*pendingDial, n),
@@ -86,11 +86,11 @@ type pendingDial struct {
 func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) {
 	i := 0
 	if p.fixed > 1 {
-		i = int(p.next.Add(1) % p.fixed)
+		i = int(p.next.Add(1) % uint32(p.fixed))
 	}
 	p.mu.Lock()
 	if cc := p.conns[i]; cc != nil && cc.usable() {
-		if cc.inflight.Load() >= p.spreadAt && len(p.conns) > int(p.fixed) {
+		if len(p.conns) > p.fixed && cc.inflight.Load() >= p.spreadAt {
 			cc = p.spreadLocked(cc)
 		}
 		p.mu.Unlock()
@@ -135,7 +135,7 @@ func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
 	free := -1
 	for j, o := range p.conns {
 		if o == nil || !o.usable() {
-			if free < 0 && j >= int(p.fixed) && p.dialing[j] == nil {
+			if free < 0 && j >= p.fixed && p.dialing[j] == nil {
 				free = j
 			}
 		} else if l := o.inflight.Load(); l < load {
@@ -163,7 +163,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 	defer close(d.done)
 	p.dialing[i] = nil
 	switch {
-	case err != nil && i >= int(p.fixed):
+	case err != nil && i >= p.fixed:
 		// A dial to spread load: calls still have the fixed connections.
 		p.noSpreadUntil = time.Now().Add(dialAvoidance).UnixNano()
 		d.err = err
@@ -176,7 +176,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	default:
 		p.downUntil.Store(0)
-		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, pool: p, spare: i >= int(p.fixed)}
+		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, pool: p, spare: i >= p.fixed}
 		if old := p.conns[i]; old != nil {
 			old.retire()
 		}

@@ -154,9 +154,9 @@ func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
 	}
 	// The second call found the connection loaded and started a dial,
 	// which fails. While the held calls keep it loaded, more calls go
-	// through on it, with no dial of their own.
+	// through on it, with no dial of their own: until that dial is done
+	// its slot is taken, and after, spreading is held off.
 	waitFor(t, func() bool { return oneDial.dials.Load() == 2 }, "spreading dial")
-	time.Sleep(10 * time.Millisecond) // the failed dial's bookkeeping
 	for i := range 5 {
 		var resp echopb.Echo
 		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: payload}, &resp); err != nil || len(resp.Payload) != len(payload) {
