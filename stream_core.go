@@ -32,6 +32,7 @@ type streamCore struct {
 
 	mu       sync.Mutex
 	queue    []queuedMsg // received, not yet taken by the receiver
+	slab     []byte      // small received payloads are copied in here; see copySmallLocked
 	recvWin  recvWindow
 	peerDone bool  // the peer sent its last message
 	ended    error // set once the stream is over for this side: what later calls return
@@ -60,8 +61,16 @@ type streamCore struct {
 }
 
 // smallCopy is the size below which a received payload that is not held
-// is copied into memory of its own rather than a pooled buffer.
+// is copied into the stream's slab rather than a pooled buffer.
 const smallCopy = 256
+
+// A stream's slabs start at minSlab bytes and double up to maxSlab, so
+// that an idle stream keeps little and a busy one allocates once per
+// hundreds of small messages rather than once per message.
+const (
+	minSlab = 1 << 10
+	maxSlab = 16 << 10
+)
 
 // queuedMsg is one received message waiting for RecvMsg.
 type queuedMsg struct {
@@ -108,11 +117,8 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 	case !aliases && atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn:
 		m.frame = f
 	case !aliases && len(f.Payload) < smallCopy:
-		// A small message is cheaper copied into memory of its own than
-		// into a pooled buffer: a window holds thousands of them, far more
-		// than a pool keeps.
 		atomic.AddInt32(&s.flow.held, -1)
-		m.data = append([]byte(nil), f.Payload...)
+		m.data = s.copySmallLocked(f.Payload)
 		f.Release()
 	case !aliases:
 		atomic.AddInt32(&s.flow.held, -1)
@@ -127,6 +133,20 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 	s.mu.Unlock()
 	s.signal()
 	return true
+}
+
+// copySmallLocked copies a small payload into the stream's slab. A window
+// holds thousands of small messages, far more than a pool keeps, and a
+// copy of its own each cost an allocation per message. The codec does not
+// alias (deliver checked), so a slab is garbage once the messages in it
+// are decoded: the window bounds what slabs hold, plus one slab.
+func (s *streamCore) copySmallLocked(p []byte) []byte {
+	if cap(s.slab)-len(s.slab) < len(p) {
+		s.slab = make([]byte, 0, min(max(2*cap(s.slab), minSlab), maxSlab))
+	}
+	start := len(s.slab)
+	s.slab = append(s.slab, p...)
+	return s.slab[start:len(s.slab):len(s.slab)]
 }
 
 // peerFinished records that the peer will send no more messages.
@@ -158,7 +178,7 @@ func (s *streamCore) endFirst(err error) (ended, first bool) {
 	s.ended, s.sendDone = err, true
 	s.sendStopped.Store(true)
 	q := s.queue
-	s.queue = nil
+	s.queue, s.slab = nil, nil
 	s.mu.Unlock()
 	s.sendWin.wakeAll()
 	s.rmu.Lock()

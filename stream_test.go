@@ -120,6 +120,27 @@ func TestStreamKinds(t *testing.T) {
 				t.Errorf("trailer = %v; want sent=2000", tr)
 			}
 		})
+		// Read late, the messages wait queued: past the few the transport
+		// lends, each is copied into the stream's slabs, several of them.
+		t.Run("server, read late", func(t *testing.T) {
+			st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "3000", Payload: []byte("0123456789")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			for i := range 3000 {
+				m, err := st.Recv()
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if m.Text != strconv.Itoa(i) || string(m.Payload) != "0123456789" {
+					t.Fatalf("message %d is %q, payload %q: a queued copy was overwritten", i, m.Text, m.Payload)
+				}
+			}
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				t.Fatalf("after 3000 messages: %v, want io.EOF", err)
+			}
+		})
 		t.Run("client", func(t *testing.T) {
 			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Join")
 			if err != nil {
