@@ -422,6 +422,42 @@ func TestMeasuringAllocatesNothing(t *testing.T) {
 	}
 }
 
+// streamLoop counts every message, times the gap before about one in
+// gapStride, and allocates nothing.
+func TestStreamLoopCountsEveryMessageAndTimesSome(t *testing.T) {
+	const messages = 16000
+	var phase atomic.Int32
+	h := new(histogram)
+	sent := 0
+	call := func(context.Context) (int, error) {
+		if sent++; sent == messages {
+			phase.Store(phaseStop)
+		}
+		return 16, nil
+	}
+	allocs := testing.AllocsPerRun(1, func() { // run twice: the last one is kept
+		sent, *h = 0, histogram{}
+		phase.Store(phaseMeasure)
+		if err := streamLoop(context.Background(), call, 16, &phase, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("streamLoop allocated %.1f times, want 0", allocs)
+	}
+	// The call that stops the loop is not counted, as in callLoop.
+	if h.n != messages-1 {
+		t.Errorf("counted %d messages, want %d", h.n, messages-1)
+	}
+	if lo, hi := uint64(messages/gapStride*8/10), uint64(messages/gapStride*12/10); h.samples < lo || h.samples > hi {
+		t.Errorf("timed %d gaps of %d messages, want about one in %d (%d to %d)", h.samples, h.n, gapStride, lo, hi)
+	}
+	var back histogram
+	if err := back.decode(h.encode()); err != nil || back.n != h.n || back.samples != h.samples {
+		t.Errorf("decoded %d events, %d samples (%v); want %d, %d", back.n, back.samples, err, h.n, h.samples)
+	}
+}
+
 // The server child's log handler counts every record at INFO and above and
 // prints only warnings and errors, so that the report can say how many a
 // server wrote without them filling the terminal.

@@ -17,10 +17,11 @@ import (
 //
 // A histogram belongs to one goroutine while it records; merge them after.
 type histogram struct {
-	counts [histBuckets]uint64
-	n      uint64
-	sum    uint64 // nanoseconds, exact, for the mean
-	max    uint64
+	counts  [histBuckets]uint64
+	n       uint64 // events: calls, or messages of a stream
+	samples uint64 // latencies in counts: n, or fewer where only some are timed
+	sum     uint64 // nanoseconds, exact, for the mean
+	max     uint64
 }
 
 const (
@@ -64,11 +65,15 @@ func (h *histogram) record(d time.Duration) {
 	}
 	h.counts[bucketOf(v)]++
 	h.n++
+	h.samples++
 	h.sum += v
 	if v > h.max {
 		h.max = v
 	}
 }
+
+// tally counts an event whose latency was not timed.
+func (h *histogram) tally() { h.n++ }
 
 // merge adds o's samples to h.
 func (h *histogram) merge(o *histogram) {
@@ -76,27 +81,28 @@ func (h *histogram) merge(o *histogram) {
 		h.counts[i] += c
 	}
 	h.n += o.n
+	h.samples += o.samples
 	h.sum += o.sum
 	h.max = max(h.max, o.max)
 }
 
 // mean is exact (from the sum), not read from buckets.
 func (h *histogram) mean() time.Duration {
-	if h.n == 0 {
+	if h.samples == 0 {
 		return 0
 	}
-	return time.Duration(h.sum / h.n)
+	return time.Duration(h.sum / h.samples)
 }
 
 // quantile returns the latency below which a fraction q of the calls fell,
 // to the histogram's resolution; never more than the largest seen.
 func (h *histogram) quantile(q float64) time.Duration {
-	if h.n == 0 {
+	if h.samples == 0 {
 		return 0
 	}
-	rank := uint64(q*float64(h.n) + 0.5)
-	rank = min(max(rank, 1), h.n)
-	if rank == h.n {
+	rank := uint64(q*float64(h.samples) + 0.5)
+	rank = min(max(rank, 1), h.samples)
+	if rank == h.samples {
 		return time.Duration(h.max)
 	}
 	var seen uint64
@@ -154,8 +160,9 @@ func (h *histogram) decode(s string) error {
 			total += c
 		}
 	}
-	if total != h.n {
-		return fmt.Errorf("histogram %q: buckets hold %d values, not %d", s, total, h.n)
+	if total > h.n {
+		return fmt.Errorf("histogram %q: buckets hold %d values, more than its %d events", s, total, h.n)
 	}
+	h.samples = total
 	return nil
 }

@@ -15,7 +15,8 @@ import (
 // lets it, until the caller closes the stream when the round ends. A
 // "call" of the round's loop is one message received, so the round's
 // figures read per message: messages/s, the gap between two messages of a
-// stream (its p99 shows stalls for credit), and allocations and CPU time
+// stream (its p99 shows stalls for credit; streamLoop times one in about
+// gapStride), and allocations and CPU time
 // per message on each side. The callers of a round share one client, as in
 // the long mode: at 16 streams they are 16 streams on one connection.
 //
