@@ -60,16 +60,18 @@ func benchEcho16Deadline(b *testing.B, cli *kernrpc.Client, callers int, d time.
 	req := &echopb.Echo{Payload: make([]byte, 16)}
 	b.ReportAllocs()
 	b.SetParallelism((callers + 1) / 2)
-	b.RunParallel(func(pb *testing.PB) {
-		var resp echopb.Echo
-		for pb.Next() {
-			ctx, cancel := context.WithTimeout(context.Background(), d)
-			err := cli.Call(ctx, "Echo.Echo", req, &resp)
-			cancel()
-			if err != nil {
-				b.Error(err)
-				return
+	reportCPU(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			var resp echopb.Echo
+			for pb.Next() {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				err := cli.Call(ctx, "Echo.Echo", req, &resp)
+				cancel()
+				if err != nil {
+					b.Error(err)
+					return
+				}
 			}
-		}
+		})
 	})
 }
