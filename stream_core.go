@@ -139,7 +139,9 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 // holds thousands of small messages, far more than a pool keeps, and a
 // copy of its own each cost an allocation per message. The codec does not
 // alias (deliver checked), so a slab is garbage once the messages in it
-// are decoded: the window bounds what slabs hold, plus one slab.
+// are decoded. Messages are read in order, so the slabs still held carry
+// the unread ones back to back: what the window allows, plus the read
+// head of the oldest slab and the unfilled tail of the newest.
 func (s *streamCore) copySmallLocked(p []byte) []byte {
 	if cap(s.slab)-len(s.slab) < len(p) {
 		s.slab = make([]byte, 0, min(max(2*cap(s.slab), minSlab), maxSlab))
