@@ -4,8 +4,11 @@
 //
 // It is a free list of []byte rather than a sync.Pool because putting a
 // slice into a sync.Pool boxes its header, one allocation per Put, and the
-// transports promise allocation-free steady traffic. A Pool belongs to one
-// connection, so its lock is only contended by that connection's callers.
+// transports promise allocation-free steady traffic. A Pool for small
+// buffers belongs to one connection, so its lock is only contended by that
+// connection's callers; tcp-lv shares one for large buffers among a
+// transport's connections, whose traffic in them is a few thousand
+// buffers a second.
 package bufpool
 
 import (

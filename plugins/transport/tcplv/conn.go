@@ -146,7 +146,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	c.pool.init()
+	c.pool.init(t.buffers)
 	c.br = getReader(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
 	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)

@@ -421,6 +421,32 @@ func TestBufferHasTheCapacityAskedForAndRecycledBuffersAreReused(t *testing.T) {
 	}
 }
 
+// Large buffers are the transport's: one connection's recycled buffer
+// serves another's next one. Small ones stay with their connection.
+func TestLargeBuffersAreSharedByTheTransportsConnections(t *testing.T) {
+	client, server := connPair(t, testOptions()) // one transport: both ends
+	large := client.Buffer(64 << 10)
+	client.Recycle(large)
+	if again := server.Buffer(64 << 10); &again[:1][0] != &large[:1][0] {
+		t.Error("a large buffer one connection recycled was not reused by another of its transport")
+	}
+	small := client.Buffer(ownMax)
+	client.Recycle(small)
+	if other := server.Buffer(ownMax); &other[:1][0] == &small[:1][0] {
+		t.Error("a small buffer one connection recycled went to another")
+	}
+	if again := client.Buffer(ownMax); &again[:1][0] != &small[:1][0] {
+		t.Error("a small recycled buffer was not reused by its connection")
+	}
+	// Another transport's connections have a pool of their own.
+	other, _ := connPair(t, testOptions())
+	recycled := client.Buffer(128 << 10)
+	client.Recycle(recycled)
+	if b := other.Buffer(128 << 10); &b[:1][0] == &recycled[:1][0] {
+		t.Error("a buffer recycled on one transport went to another transport's connection")
+	}
+}
+
 // TestCloseWriteDeliversWhatWasSentThenEOFWhileStillReading is how a
 // draining server ends a connection: its last frames arrive, then EOF,
 // and a request that crossed them is still read.

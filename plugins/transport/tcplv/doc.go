@@ -82,6 +82,12 @@
 // lists every limit with its test.
 //
 // Buffers from Buffer and the payloads of frames from ReadFrame come from
-// per-connection free lists and are reused after WriteFrame, Recycle and
-// Release, so steady traffic allocates nothing.
+// free lists and are reused after WriteFrame, Recycle and Release, so
+// steady traffic allocates nothing. Buffers up to 32KiB come from the
+// connection's own lists (about 1MiB a size class); larger ones from lists
+// that all connections of the transport share (about 16MiB a size class,
+// from 64KiB to 1MiB), since a connection moving large messages on many
+// streams or calls has dozens out at once. A list keeps no more buffers
+// than were once out together, so a process keeps what its busiest moment
+// used, within those bounds.
 package tcplv

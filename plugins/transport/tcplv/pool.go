@@ -7,20 +7,29 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// Buffers are kept in power-of-two size classes from 512 B to 1 MiB, each
-// class keeping about 1 MiB: small classes keep more buffers, as many
-// calls are in flight at once.
+// Buffers are kept in power-of-two size classes from 512 B to 1 MiB.
+// Those up to ownMax come from the connection's own pool, each class
+// keeping about 1 MiB: small classes keep more buffers, as many calls are
+// in flight at once. Larger ones come from a pool the transport's
+// connections share, each class keeping about 16 MiB (at most 256
+// buffers): a connection moving large messages on many streams, or many
+// calls, has dozens out at once, queued for the writer or held by the
+// engine. Under the per-connection bound of 1 MiB a class, most of them
+// were dropped and allocated again, and meanwhile the runtime had handed
+// their pages back to the kernel: 3.5 page faults for each 64 KiB message
+// a stream's server sent. A free list never keeps more buffers than were
+// out at once, so a process keeps what its busiest moment used, up to
+// those bounds; shared, they do not grow with the connections.
 const (
 	maxPooledSize = 1 << 20
+	ownMax        = 32 << 10
 	maxFreeFrames = 256
 )
 
-var poolLimits = bufpool.Limits{
-	MaxSize:     maxPooledSize,
-	ClassBudget: 1 << 20,
-	MinPerClass: 2,
-	MaxPerClass: 256,
-}
+var (
+	ownLimits    = bufpool.Limits{MaxSize: ownMax, ClassBudget: 1 << 20, MinPerClass: 2, MaxPerClass: 256}
+	sharedLimits = bufpool.Limits{MaxSize: maxPooledSize, ClassBudget: 16 << 20, MinPerClass: 2, MaxPerClass: 256}
+)
 
 // pooledFrame is a frame handed out by ReadFrame with the buffer its
 // payload lives in. It is the frame's owner, so Release finds the buffer
@@ -38,7 +47,8 @@ func (pf *pooledFrame) ReleaseFrame(*kernel.Frame) { pf.c.pool.putFrame(pf) }
 
 // bufferPool holds a connection's free buffers and frames.
 type bufferPool struct {
-	*bufpool.Pool
+	own    *bufpool.Pool // buffers up to ownMax
+	shared *bufpool.Pool // larger ones: the transport's
 	frames bufpool.FreeList[*pooledFrame]
 	// spare is one small frame kept whole, with its buffer, for the next
 	// small frame read: a reader whose frames are released as soon as they
@@ -47,9 +57,26 @@ type bufferPool struct {
 	spare atomic.Pointer[pooledFrame]
 }
 
-func (p *bufferPool) init() {
-	p.Pool = bufpool.New(poolLimits)
+func (p *bufferPool) init(shared *bufpool.Pool) {
+	p.own, p.shared = bufpool.New(ownLimits), shared
 	p.frames.Limit = maxFreeFrames
+}
+
+// Get returns an empty buffer with room for at least size bytes.
+func (p *bufferPool) Get(size int) []byte {
+	if size > ownMax {
+		return p.shared.Get(size)
+	}
+	return p.own.Get(size)
+}
+
+// Put keeps b for reuse, in the pool its capacity belongs to.
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) > ownMax {
+		p.shared.Put(b)
+		return
+	}
+	p.own.Put(b)
 }
 
 func (p *bufferPool) getFrame(c *conn) *pooledFrame {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -38,6 +39,7 @@ type transport struct {
 	serverTLS         *tls.Config // nil without a certificate
 	clientTLS         *tls.Config
 	osKeepalive       net.KeepAliveConfig
+	buffers           *bufpool.Pool // large buffers, shared by the connections (see ownMax)
 }
 
 // New builds a tcp-lv transport from o (nil means DefaultOptions). It
@@ -50,6 +52,7 @@ func New(o *Options) (kernel.Transport, error) {
 		return nil, err
 	}
 	t := &transport{
+		buffers:           bufpool.New(sharedLimits),
 		maxFrame:          int(o.MaxFrameSize),
 		keepaliveInterval: o.KeepaliveInterval.D(),
 		keepaliveTimeout:  o.KeepaliveTimeout.D(),
