@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,7 +68,7 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 				}()
 				// Each call waits in the handler before the next picks a
 				// connection, so the load it sees is the calls before it.
-				receive(t, entered, 5*time.Second, "call "+string(rune('1'+i))+" did not reach the handler")
+				receive(t, entered, 5*time.Second, "call "+strconv.Itoa(i+1)+" did not reach the handler")
 				if i == 1 && tc.wantConns == 2 {
 					// The second call found the first connection loaded and
 					// dialled another in the background: wait for it.
@@ -150,7 +151,7 @@ func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
 		go func() {
 			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &echopb.Echo{})
 		}()
-		receive(t, entered, 5*time.Second, "held call "+string(rune('1'+i))+" did not reach the handler")
+		receive(t, entered, 5*time.Second, "held call "+strconv.Itoa(i+1)+" did not reach the handler")
 	}
 	// The second call found the connection loaded and started a dial,
 	// which fails. While the held calls keep it loaded, more calls go

@@ -337,18 +337,14 @@ func (o *options) windowOf(c cell) time.Duration {
 // next one's start.
 func callLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32, h *histogram) error {
 	// Since a base reads the monotonic clock alone, half of what a
-	// time.Now costs: read once a call (a stream's message), it is
-	// overhead every system pays, and a tenth of a 16 B message's cost.
+	// time.Now costs.
 	base := time.Now()
 	var start time.Duration
 	for {
 		n, err := call(ctx)
 		end := time.Since(base)
-		if err != nil {
-			return fmt.Errorf("call failed: %w", err)
-		}
-		if n != want {
-			return fmt.Errorf("echo came back with %d bytes, sent %d", n, want)
+		if err := checkEcho(n, want, err); err != nil {
+			return err
 		}
 		switch phase.Load() {
 		case phaseMeasure:
@@ -373,11 +369,8 @@ func streamLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int3
 	untilTimed := gapStride // messages left before the next timed gap ends
 	for {
 		n, err := call(ctx)
-		if err != nil {
-			return fmt.Errorf("call failed: %w", err)
-		}
-		if n != want {
-			return fmt.Errorf("echo came back with %d bytes, sent %d", n, want)
+		if err := checkEcho(n, want, err); err != nil {
+			return err
 		}
 		untilTimed--
 		var end time.Duration
@@ -404,6 +397,18 @@ func streamLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int3
 			untilTimed = gapStride/2 + int(rng%gapStride)
 		}
 	}
+}
+
+// checkEcho is what the loops make of one call: its error, or an echo of
+// the wrong size.
+func checkEcho(n, want int, err error) error {
+	if err != nil {
+		return fmt.Errorf("call failed: %w", err)
+	}
+	if n != want {
+		return fmt.Errorf("echo came back with %d bytes, sent %d", n, want)
+	}
+	return nil
 }
 
 // gapStride is how many messages streamLoop counts, on average, for each
