@@ -3,7 +3,6 @@ package kernrpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -36,13 +35,14 @@ type Client struct {
 
 	pools           atomic.Pointer[map[string]*connPool]
 	instances       atomic.Int64                  // in the registry's last report, for clientState
-	registryUpdates atomic.Int64                  // Watch reports received, for clientState
+	registryUpdates atomic.Int64                  // registry reports applied, the first set too, for clientState
 	streamsOpen     atomic.Int64                  // streams open on the client's connections, for clientState
 	poolsMu         sync.Mutex                    // serialises copy-on-write updates of pools
 	updated         atomic.Pointer[chan struct{}] // closed at the registry's next report
 	closed          atomic.Bool
-	stopWatch       context.CancelFunc
-	watchDone       chan struct{}
+	followMu        sync.Mutex // serialises applying registry reports
+	stopWatch       func()
+	watchDone       chan struct{}   // closed once nothing follows the registry
 	life            context.Context // ends with Close: bounds background dials
 	endLife         context.CancelFunc
 	dials           sync.WaitGroup
@@ -104,57 +104,11 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()
-	var insts []kernel.Instance
-	if insts, err = c.registry.Resolve(ctx, service); err != nil {
-		err = c.registryError(fmt.Errorf("resolve %q: %w", service, err))
+	if err = c.followRegistry(ctx); err != nil {
 		return nil, err
 	}
-	c.balancer.Update(insts)
-	c.instances.Store(int64(len(insts)))
-	wctx, stop := context.WithCancel(context.Background())
-	var updates <-chan []kernel.Instance
-	if updates, err = c.registry.Watch(wctx, service); err != nil {
-		stop()
-		err = c.registryError(fmt.Errorf("watch %q: %w", service, err))
-		return nil, err
-	}
-	c.stopWatch = stop
 	c.life, c.endLife = context.WithCancel(context.Background())
-	go c.follow(updates)
 	return c, nil
-}
-
-func (c *Client) registryError(err error) error {
-	return &kernel.PluginError{Source: c.cfg.Source, Kind: kernel.KindRegistry, Name: c.cfg.Registry.Name, Err: err}
-}
-
-// follow feeds the registry's view to the balancer, drops the pools of
-// instances that left, and wakes the calls waiting for an instance.
-func (c *Client) follow(updates <-chan []kernel.Instance) {
-	defer close(c.watchDone)
-	for insts := range updates {
-		c.balancer.Update(insts)
-		c.instances.Store(int64(len(insts)))
-		c.registryUpdates.Add(1)
-		live := make(map[string]bool, len(insts))
-		for _, in := range insts {
-			live[in.Address] = true
-		}
-		c.poolsMu.Lock()
-		old := *c.pools.Load()
-		next := make(map[string]*connPool, len(old))
-		for addr, p := range old {
-			if live[addr] {
-				next[addr] = p
-			} else {
-				p.retire()
-			}
-		}
-		c.pools.Store(&next)
-		c.poolsMu.Unlock()
-		fresh := make(chan struct{})
-		close(*c.updated.Swap(&fresh))
-	}
 }
 
 // Close closes every connection (calls in flight fail with Unavailable)
@@ -173,9 +127,10 @@ func (c *Client) Close() error {
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
 	c.dials.Wait()
-	// The watch ends while the connections close; an update that comes
-	// meanwhile finds no pools to drop. The plugins close after it, so
-	// follow never feeds a closed balancer.
+	// A Watch ends while the connections close; a report that comes
+	// meanwhile finds no pools to drop. The plugins close once reports
+	// have stopped (a Notify's stop waits for the one in progress), so
+	// none feeds a closed balancer.
 	<-c.watchDone
 	c.plugins.close(c.log.get)
 	return nil

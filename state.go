@@ -70,7 +70,7 @@ func (st clientState) ReportState(emit func(kernel.Reading)) {
 	emit(kernel.Reading{Name: "client_instances", Help: "Instances of the service the registry reported last.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
 		Value: float64(c.instances.Load())})
-	emit(kernel.Reading{Name: "client_registry_updates_total", Help: "Reports of the service's instances the client received from the registry's Watch.",
+	emit(kernel.Reading{Name: "client_registry_updates_total", Help: "Reports of the service's instances the client took from the registry: the first set, then one a change.",
 		Kind: kernel.Counter, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
 		Value: float64(c.registryUpdates.Load())})
 }

@@ -81,13 +81,13 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 			want = map[string]float64{"client_connections_open": 1, "client_connections_spare": 0, "client_instances": 1}
 		}
 		if side == "client" {
-			// The Watch's first report (the current set) comes on its own
-			// goroutine: wait for it.
+			// A Watch's first report (the current set) comes on a
+			// goroutine of its own: wait for it.
 			for deadline := time.Now().Add(5 * time.Second); rd["client_registry_updates_total"].Value < 1 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 				rd = obs.readings(t)
 			}
 			if r := rd["client_registry_updates_total"]; r.Value < 1 || r.Kind != kernel.Counter {
-				t.Errorf("client_registry_updates_total = %+v, want a counter of at least the Watch's first report", r)
+				t.Errorf("client_registry_updates_total = %+v, want a counter of at least the registry's first report", r)
 			}
 		}
 		for name, v := range want {

@@ -50,6 +50,22 @@ type Registry interface {
 	Close() error
 }
 
+// Notifier is an optional Registry interface: the changes of a service's
+// instances handed to a function instead of sent on a channel, so that a
+// watcher keeps no goroutine of its own waiting while nothing changes. The
+// engine's client uses it where a registry offers it: a client made for
+// one call (a short connection) then starts no goroutine for its registry.
+type Notifier interface {
+	// Notify returns service's instances, as Resolve lists them, and from
+	// then on calls fn with the full set after every change, with none
+	// missed in between, until stop is called or the registry is closed.
+	// Calls of fn do not overlap; one that falls behind gets only the
+	// latest set. fn must not block for long, nor call stop or Close.
+	// ctx bounds Notify alone. Once stop returns, fn is not running and
+	// will not be called again; stop may be called more than once.
+	Notify(ctx context.Context, service string, fn func([]Instance)) (current []Instance, stop func(), err error)
+}
+
 // LoadReporter is an optional Registry interface: publish an instance's load
 // so that other processes' balancers can see it.
 type LoadReporter interface {

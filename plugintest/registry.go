@@ -108,6 +108,9 @@ const registryLongTTL = time.Minute
 //   - SharedStore/...: when the registry implements kernel.SharedStore,
 //     its entries, changes, expiry, removal at Close and the end of a
 //     watch (registry_shared.go lists them); skipped otherwise.
+//   - Notify/...: when the registry implements kernel.Notifier, the current
+//     set, changes, calls that never overlap, and the end of deliveries at
+//     stop and at Close (registry_notify.go lists them); skipped otherwise.
 //   - Lease/Expires, Lease/WatchSeesExpiry: an instance whose registry
 //     stopped renewing its lease (kernel.LeaseAbandoner) disappears within
 //     TTL+Tolerance, for Resolve and for watchers. Skipped when the registry
@@ -160,6 +163,7 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	})
 	t.Run("Close", func(t tb) { t.Run("Deregisters", s.closeDeregisters) })
 	t.Run("SharedStore", s.sharedStore) // registry_shared.go
+	t.Run("Notify", s.notify)           // registry_notify.go
 	t.Run("Lease", s.lease)
 	t.Run("Concurrent", s.concurrent)
 	t.Run("Leaks", s.leaks)

@@ -152,6 +152,12 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 			[]string{"Registry/Lease/Expires"}},
 		{"LeaseNeverRenewed", broken(func(r *memory.Registry) kernel.Registry { r.AbandonLeases(); return r }),
 			[]string{"Registry/Lease/KeptAlive"}},
+		{"NotifyMissesChanges", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyDrops} }),
+			[]string{"Registry/Notify/Changes", "Registry/Notify/NoOverlap"}},
+		{"NotifyOverlaps", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyOverlaps} }),
+			[]string{"Registry/Notify/NoOverlap"}},
+		{"NotifyStopDoesNothing", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyStopIgnored} }),
+			[]string{"Registry/Notify/StopEnds"}},
 		{"ConcurrentRegistersShareScratch", broken(func(r *memory.Registry) kernel.Registry {
 			return &registryScratchMetadata{Registry: r, scratch: make(map[string]string)}
 		}), []string{"Registry/Concurrent"}},
@@ -312,3 +318,32 @@ func (r registryCloseLeaves) Deregister(ctx context.Context, inst kernel.Instanc
 type registryNoTTL struct{ *memory.Registry }
 
 func (registryNoTTL) HonoursTTL() bool { return false }
+
+// registryNotifyEdit breaks the memory registry's Notify one way.
+type registryNotifyEdit struct {
+	*memory.Registry
+	defect notifyDefect
+}
+
+type notifyDefect int
+
+const (
+	notifyDrops       notifyDefect = iota // fn is never called
+	notifyOverlaps                        // each set goes to fn on a goroutine of its own
+	notifyStopIgnored                     // stop returns without ending anything
+)
+
+func (r registryNotifyEdit) Notify(ctx context.Context, service string, fn func([]kernel.Instance)) ([]kernel.Instance, func(), error) {
+	relay := fn
+	switch r.defect {
+	case notifyDrops:
+		relay = func([]kernel.Instance) {}
+	case notifyOverlaps:
+		relay = func(set []kernel.Instance) { go fn(set) }
+	}
+	current, stop, err := r.Registry.Notify(ctx, service, relay)
+	if err == nil && r.defect == notifyStopIgnored {
+		stop = func() {}
+	}
+	return current, stop, err
+}

@@ -21,6 +21,11 @@
 // Close; one left without its registry disappears (and watchers hear of it)
 // within ttl.
 //
+// The registry is a kernel.Notifier (notify.go): Notify hands a function
+// each change, on a goroutine that exists only while changes are being
+// handed over, so a client following a service through it keeps none
+// waiting.
+//
 // The registry is a kernel.SharedStore too (shared.go): a namespace holds
 // small key-value entries beside its instances, each put for a ttl
 // (default_ttl when 0) and not renewed: it goes ttl after its last put,
@@ -73,6 +78,7 @@ var (
 	_ kernel.LoadReporter         = (*Registry)(nil)
 	_ kernel.RegistryCapabilities = (*Registry)(nil)
 	_ kernel.LeaseAbandoner       = (*Registry)(nil)
+	_ kernel.Notifier             = (*Registry)(nil)
 )
 
 // Registry is one handle on a namespace's store. It owns the instances it
@@ -88,7 +94,7 @@ type Registry struct {
 	closed  bool
 	owned   map[instanceKey]time.Duration // what this registry registered, with its ttl
 	keeper  *timedLoop                    // nil until the first Register
-	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc
+	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc (nil for Notify's)
 	// sharedWatches are the WatchShared calls made through this registry
 	// whose goroutine still runs (shared.go).
 	sharedWatches map[*sharedWatch]struct{}
@@ -291,7 +297,9 @@ func (r *Registry) Close() error {
 		keeper.stop()
 	}
 	for w, stop := range watches {
-		stop()
+		if stop != nil {
+			stop()
+		}
 		r.store.unwatch(w)
 	}
 	releaseStore(r.store)

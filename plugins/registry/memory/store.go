@@ -229,41 +229,60 @@ func (s *store) notifyLocked(name string, svc *serviceState) {
 	}
 }
 
-func (s *store) watch(w *watcher) {
+// watch adds w and returns the service's instances as w sees them now,
+// which a Watch's channel is sent at once, under the same lock as any
+// change, so that the first set cannot overtake a later one.
+func (s *store) watch(w *watcher) []kernel.Instance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	svc := s.serviceLocked(w.service)
 	svc.watchers[w] = struct{}{}
-	w.sendLocked(withStatic(w.static, s.liveLocked(w.service)))
+	set := withStatic(w.static, s.liveLocked(w.service))
+	if w.ch != nil {
+		w.sendLocked(set)
+	}
+	return set
 }
 
-// unwatch ends w and closes its channel; it is idempotent.
+// unwatch ends w: it closes a Watch's channel, or stops a Notify's
+// deliveries and waits for one in progress. It is idempotent.
 func (s *store) unwatch(w *watcher) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.ended {
-		return
+	ended := w.ended
+	if !ended {
+		w.ended = true
+		if w.ch != nil {
+			close(w.ch)
+		}
+		if svc := s.services[w.service]; svc != nil {
+			delete(svc.watchers, w)
+			s.dropIfUnusedLocked(w.service, svc)
+		}
 	}
-	w.ended = true
-	close(w.ch)
-	if svc := s.services[w.service]; svc != nil {
-		delete(svc.watchers, w)
-		s.dropIfUnusedLocked(w.service, svc)
+	s.mu.Unlock()
+	// Outside s.mu: a delivery in progress may be resolving.
+	if w.notify != nil {
+		w.notify.stop()
 	}
 }
 
-// watcher is one Watch. Only the store sends on ch, under store.mu, so a
-// send after draining the one-slot buffer never blocks.
+// watcher is one Watch or Notify. Only the store hands it sets, under
+// store.mu, so a send after draining the one-slot buffer never blocks.
 type watcher struct {
 	service string
 	static  []kernel.Instance
-	ch      chan []kernel.Instance // capacity 1: holds the latest unread set
-	ended   bool                   // ch is closed; guarded by store.mu
+	ch      chan []kernel.Instance // Watch's, capacity 1: the latest unread set
+	notify  *notifier              // Notify's; ch is nil then
+	ended   bool                   // guarded by store.mu
 }
 
-// sendLocked replaces any set the receiver has not read yet with set.
+// sendLocked replaces any set the receiver has not taken yet with set.
 func (w *watcher) sendLocked(set []kernel.Instance) {
 	if w.ended {
+		return
+	}
+	if w.notify != nil {
+		w.notify.hand(set)
 		return
 	}
 	select {

@@ -1,0 +1,84 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/registry/memory"
+)
+
+// Two memory registries cut down to one way of following a service: the
+// client must follow each through what it has.
+func init() {
+	wrapped := func(name string, wrap func(*memory.Registry) kernel.Registry) kernel.Factory[kernel.Registry] {
+		return kernel.NewFactory(name, "test: a memory registry "+name, memory.DefaultOptions,
+			func(o *memory.Options) (kernel.Registry, error) {
+				r, err := memory.New(*o)
+				if err != nil {
+					return nil, err
+				}
+				return wrap(r), nil
+			})
+	}
+	kernel.RegisterRegistry(wrapped("test-watch-only", func(r *memory.Registry) kernel.Registry { return struct{ kernel.Registry }{r} }))
+	kernel.RegisterRegistry(wrapped("test-notify-only", func(r *memory.Registry) kernel.Registry { return notifyOnly{r} }))
+}
+
+// notifyOnly is a memory registry whose Watch fails: a client that falls
+// back to Watch cannot be made with it.
+type notifyOnly struct{ *memory.Registry }
+
+func (notifyOnly) Watch(context.Context, string) (<-chan []kernel.Instance, error) {
+	return nil, errors.New("test: Watch called on a registry with Notify")
+}
+
+// TestClientFollowsTheRegistryEitherWay checks both ways the client
+// follows its registry (kernel.Notifier, and Watch on a goroutine): a
+// call made before the first instance waits for it, and once that
+// instance has gone and another come, calls go to the new one.
+func TestClientFollowsTheRegistryEitherWay(t *testing.T) {
+	for _, registry := range []string{"memory", "test-watch-only", "test-notify-only"} {
+		t.Run(registry, func(t *testing.T) {
+			cfg := testConfig(t)
+			ccfg := *cfg
+			ccfg.Registry.Name = registry
+			cli := newClient(t, &ccfg)
+			done := make(chan error, 1)
+			var resp echopb.Echo
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				done <- cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &resp)
+			}()
+			time.Sleep(20 * time.Millisecond)
+			first := startNamed(t, cfg, "first", nil)
+			if err := receive(t, done, 10*time.Second, "the call never ended"); err != nil || resp.Text != "first" {
+				t.Fatalf("call made before the server registered: %v, %q; want it answered by the first instance", err, resp.Text)
+			}
+			startNamed(t, cfg, "second", nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := first.srv.Shutdown(ctx); err != nil {
+				t.Fatalf("shutting the first server down: %v", err)
+			}
+			// Round robin alternates while the first instance is still
+			// listed: twenty answers in a row from the second say the
+			// client has taken the report of its leaving.
+			inARow := 0
+			for inARow < 20 {
+				if ctx.Err() != nil {
+					t.Fatalf("no 20 answers in a row from the second instance within 5s of the first leaving (last: %q)", resp.Text)
+				}
+				if err := cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &resp); err == nil && resp.Text == "second" {
+					inARow++
+				} else {
+					inARow = 0
+				}
+			}
+		})
+	}
+}
