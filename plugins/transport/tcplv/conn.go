@@ -116,6 +116,7 @@ type conn struct {
 	startMu  sync.Mutex // orders a start against Close's Wait
 
 	kaTimer  *time.Timer // runs keepalive
+	kaMade   sync.Mutex  // held while kaTimer is made: its first run waits for it
 	kaSeen   uint64      // received when keepalive last looked (keepalive only)
 	kaPinged bool        // keepalive's last run sent a Ping (keepalive only)
 }
@@ -159,9 +160,13 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		c.frameTimer.Stop()
 	}
 	c.kaSeen = c.received.Load()
-	// Armed once assigned: its first run may come before AfterFunc returns.
-	c.kaTimer = time.AfterFunc(time.Hour, c.keepalive)
-	c.kaTimer.Reset(t.keepaliveInterval)
+	// Its first run may come before AfterFunc returns, and waits for the
+	// assignment on kaMade. Made armed, not armed by a Reset: each change
+	// of a timer may wake the netpoller, which on a short connection
+	// costs a thread's wake-up.
+	c.kaMade.Lock()
+	c.kaTimer = time.AfterFunc(t.keepaliveInterval, c.keepalive)
+	c.kaMade.Unlock()
 	return c
 }
 
@@ -243,7 +248,7 @@ func (c *conn) fail(level slog.Level, err error) error {
 // Close sends what is already queued, closes the socket and waits for the
 // connection's goroutines. It is idempotent.
 func (c *conn) Close() error {
-	c.flushAndClose(fmt.Errorf("tcp-lv: connection %s: %w", c.remote, kernel.ErrClosed))
+	c.flushAndClose(&closedError{c.remote})
 	// A start in progress finishes before Wait; later ones see the death.
 	c.startMu.Lock()
 	c.startMu.Unlock()
@@ -256,15 +261,28 @@ func (c *conn) Close() error {
 	return nil
 }
 
+// closedError is the death of a connection its owner closed. Every Close
+// makes one, a short connection's too, so it formats only when asked.
+type closedError struct{ remote string }
+
+func (e *closedError) Error() string { return "tcp-lv: connection " + e.remote + ": " + kernel.ErrClosed.Error() }
+func (e *closedError) Unwrap() error { return kernel.ErrClosed }
+
 // flushAndClose kills the connection with err after sending what is
 // queued, and reports whether it was this call that killed it.
 func (c *conn) flushAndClose(err error) bool {
 	if !c.death.CompareAndSwap(nil, &err) {
 		return false
 	}
-	// Cut any write in flight short, then flush.
-	c.cutWriteDeadline(time.Since(clockBase))
-	c.wmu.Lock()
+	// Cut any write in flight short, then flush. With none in flight,
+	// the deadline is cut only by a write the flush makes (each write
+	// cuts it once death is set): a short connection's Close mostly has
+	// nothing to send, and setting a deadline costs a timer change that
+	// may wake the netpoller.
+	if !c.wmu.TryLock() {
+		c.cutWriteDeadline(time.Since(clockBase))
+		c.wmu.Lock()
+	}
 	c.flushLocked()
 	c.wmu.Unlock()
 	close(c.done)

@@ -369,6 +369,8 @@ func (c *conn) answered() {
 // each run rearms the timer, so runs never overlap and kaSeen and kaPinged
 // need no lock.
 func (c *conn) keepalive() {
+	c.kaMade.Lock() // newConn has assigned kaTimer
+	c.kaMade.Unlock()
 	if c.Err() != nil {
 		return
 	}
