@@ -60,6 +60,12 @@ type conn struct {
 	// deadline-only context (zero: none). The socket's may be earlier (an
 	// interrupt sets one in the past), never later.
 	readDeadline time.Time
+	// A ctx whose cancellation ReadFrame saw in two reads in a row is
+	// watched on from then on (read.go's watch): lastDone is the Done
+	// channel of the last read that watched one, keptDone the one watched
+	// on, keptStop ends that watch.
+	lastDone, keptDone <-chan struct{}
+	keptStop           func() bool
 
 	want int // the length of the frame being read; body grows towards it
 
@@ -192,6 +198,7 @@ func getReader(r socketReader, size int) *bufio.Reader {
 // touches br at the same time, and every later one returns the death
 // before touching it.
 func (c *conn) releaseReader() {
+	c.dropKeptWatch()
 	if c.br == nil {
 		return
 	}

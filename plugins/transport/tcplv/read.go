@@ -87,8 +87,8 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 					c.readDeadline = deadline
 					c.nc.SetReadDeadline(deadline)
 				}
-			case stop == nil && ctx.Done() != nil:
-				stop = context.AfterFunc(ctx, c.interrupt)
+			case stop == nil:
+				stop = c.watch(ctx)
 			}
 		}
 		pf, err := c.readFrame()
@@ -134,6 +134,39 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			c.uncork()
 		}
 		return &pf.f, nil
+	}
+}
+
+// watch makes a cancellation of ctx interrupt the read about to block
+// (reader only), and returns what ends the watch when ReadFrame returns, or
+// nil. context.AfterFunc costs two allocations, so a caller that reads
+// with the same ctx again and again (one whose ctx outlives its calls) is
+// watched once: a ctx whose Done channel the last watched read had too
+// keeps its watch until another ctx is met twice in a row, or the
+// connection dies. A ctx made for one call (the engine's per-call deadline, a hedge's
+// attempt) is canceled as its call ends; watched on past its read, its
+// cancellation would interrupt a later one, so it is watched for its
+// read alone. A kept watch that fires late interrupts at most one read,
+// which then goes on as after any late interrupt.
+func (c *conn) watch(ctx context.Context) (stop func() bool) {
+	done := ctx.Done()
+	if done == nil || done == c.keptDone {
+		return nil
+	}
+	if done != c.lastDone {
+		c.lastDone = done
+		return context.AfterFunc(ctx, c.interrupt)
+	}
+	c.dropKeptWatch()
+	c.keptDone, c.keptStop = done, context.AfterFunc(ctx, c.interrupt)
+	return nil
+}
+
+// dropKeptWatch ends the watch kept on a reused ctx, if any (reader only).
+func (c *conn) dropKeptWatch() {
+	if c.keptStop != nil {
+		c.keptStop()
+		c.keptDone, c.keptStop = nil, nil
 	}
 }
 
