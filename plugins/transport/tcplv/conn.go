@@ -272,7 +272,9 @@ func (c *conn) Close() error {
 // makes one, a short connection's too, so it formats only when asked.
 type closedError struct{ remote string }
 
-func (e *closedError) Error() string { return "tcp-lv: connection " + e.remote + ": " + kernel.ErrClosed.Error() }
+func (e *closedError) Error() string {
+	return "tcp-lv: connection " + e.remote + ": " + kernel.ErrClosed.Error()
+}
 func (e *closedError) Unwrap() error { return kernel.ErrClosed }
 
 // flushAndClose kills the connection with err after sending what is
