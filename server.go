@@ -107,11 +107,26 @@ func NewServer(cfg *Config) (*Server, error) {
 // and encodes (for protobuf, generated message structs). Register every
 // method before Start.
 func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context, req *Req) (*Resp, error)) {
-	if err := s.Register(method, func() any { return new(Req) }, func(ctx context.Context, req any) (any, error) {
-		return h(ctx, req.(*Req))
+	if err := s.register(method, &methodDesc{
+		newRequest: func() any { return new(Req) },
+		newCall: func() (*callCtx, any) {
+			p := new(callWith[Req])
+			return &p.call, &p.req
+		},
+		invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
+			return h(ctx, req.(*Req))
+		},
 	}); err != nil {
 		panic(err)
 	}
+}
+
+// callWith is a call's context and its request in one allocation, for a
+// method whose request type is known when it is registered (Handle): a
+// call then costs the server one allocation fewer.
+type callWith[Req any] struct {
+	call callCtx
+	req  Req
 }
 
 // Register adds a handler for method without generics: newRequest returns a

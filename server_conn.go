@@ -15,6 +15,9 @@ import (
 // chain, and how slow its calls have lately been.
 type methodDesc struct {
 	newRequest func() any
+	// newCall, when set, makes a call's context and its request in one
+	// allocation (callWith); the request is then callCtx.req.
+	newCall func() (*callCtx, any)
 	stream     *streamMethod // set for a streaming method, which has no newRequest
 	// invoke runs the filters that apply to the method around its handler,
 	// and admit are those of them that decide before the request is
@@ -125,13 +128,12 @@ func (sc *serverConn) readLoop() {
 		}
 		switch f.Type {
 		case kernel.FrameRequest:
-			c := sc.begin(f)
+			desc := sc.srv.methods[f.Method]
+			c := sc.begin(f, desc)
 			if c == nil {
 				f.Release()
 				continue
 			}
-			desc := sc.srv.methods[f.Method]
-			c.desc = desc
 			if f.Flags&kernel.FlagStream != 0 || desc != nil && desc.stream != nil {
 				sc.openStream(c, f, desc)
 				continue
@@ -267,8 +269,16 @@ func (sc *serverConn) watch() {
 
 // begin records a request so a Cancel can find it. A duplicate call id is a
 // protocol error the client made: answer it without serving.
-func (sc *serverConn) begin(f *kernel.Frame) *callCtx {
-	c := &callCtx{parent: sc.srv.baseCtx, id: f.CallID, sc: sc}
+func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
+	var c *callCtx
+	if desc != nil && desc.newCall != nil && f.Flags&kernel.FlagStream == 0 {
+		var req any
+		c, req = desc.newCall()
+		c.req = req
+	} else {
+		c = new(callCtx)
+	}
+	c.parent, c.id, c.sc, c.desc = sc.srv.baseCtx, f.CallID, sc, desc
 	sc.mu.Lock()
 	if sc.closed {
 		sc.mu.Unlock()

@@ -179,7 +179,10 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 			return nil, codec, nil, err
 		}
 	}
-	req := desc.newRequest()
+	req := c.req
+	if req == nil {
+		req = desc.newRequest()
+	}
 	aliases := codecAliases(codec)
 	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
 		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
