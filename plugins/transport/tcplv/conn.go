@@ -121,8 +121,13 @@ type conn struct {
 	writerOn atomic.Bool
 	startMu  sync.Mutex // orders a start against Close's Wait
 
-	kaTimer  *time.Timer // runs keepalive
-	kaMade   sync.Mutex  // held while kaTimer is made: its first run waits for it
+	// kaTimer runs keepalive, from the first request written on: it
+	// probes only while requests wait for answers, so a connection that
+	// sends none (a server's) never has one. kaMade guards making and
+	// stopping it; kaOn is set once it is made.
+	kaTimer  *time.Timer
+	kaMade   sync.Mutex
+	kaOn     atomic.Bool
 	kaSeen   uint64      // received when keepalive last looked (keepalive only)
 	kaPinged bool        // keepalive's last run sent a Ping (keepalive only)
 }
@@ -165,14 +170,6 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	} else {
 		c.frameTimer.Stop()
 	}
-	c.kaSeen = c.received.Load()
-	// Its first run may come before AfterFunc returns, and waits for the
-	// assignment on kaMade. Made armed, not armed by a Reset: each change
-	// of a timer may wake the netpoller, which on a short connection
-	// costs a thread's wake-up.
-	c.kaMade.Lock()
-	c.kaTimer = time.AfterFunc(t.keepaliveInterval, c.keepalive)
-	c.kaMade.Unlock()
 	return c
 }
 
@@ -247,7 +244,7 @@ func (c *conn) fail(level slog.Level, err error) error {
 	close(c.done)
 	c.raw.Close()
 	c.frameTimer.Stop()
-	c.kaTimer.Stop()
+	c.stopKeepalive()
 	c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	return err
 }
@@ -297,7 +294,7 @@ func (c *conn) flushAndClose(err error) bool {
 	close(c.done)
 	c.raw.Close()
 	c.frameTimer.Stop()
-	c.kaTimer.Stop()
+	c.stopKeepalive()
 	return true
 }
 
@@ -345,6 +342,9 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	}
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
+		if !c.kaOn.Load() {
+			c.startKeepalive()
+		}
 	}
 	// While the reader still holds frames it received, the requests (and
 	// queued answers) they prompt wait to leave together in one write.

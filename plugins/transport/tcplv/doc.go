@@ -74,7 +74,9 @@
 // which has nobody reading, cannot answer Pings; so a server, whose read loop
 // always waits for the next request, never probes and never declares an
 // idle client dead (the OS TCP keepalive and write_timeout cover vanished
-// clients), and a client with no call waiting sends no Pings.
+// clients), and a client with no call waiting sends no Pings. The timer
+// that drives it comes with the first request a connection writes, so a
+// server's connections have none.
 //
 // A frame's buffer grows with the bytes that arrive, not with the length
 // announced: up to 64.5KiB at first, then doubling, so a peer announcing

@@ -140,3 +140,30 @@ func TestSlowButLivePeerIsNotKilled(t *testing.T) {
 		t.Fatalf("server's read after the client closed: %v", err)
 	}
 }
+
+// TestKeepaliveTimerComesWithTheFirstRequest: keepalive probes only while
+// requests wait for answers, so a connection that has written none (a
+// server's) has no timer, and the first request written starts it.
+func TestKeepaliveTimerComesWithTheFirstRequest(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	if client.kaOn.Load() || server.kaOn.Load() {
+		t.Fatalf("keepalive timer made before any request (client %v, server %v)", client.kaOn.Load(), server.kaOn.Load())
+	}
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "M"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := server.ReadFrame(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if err := server.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !client.kaOn.Load() {
+		t.Errorf("no keepalive timer on the client after its first request")
+	}
+	if server.kaOn.Load() {
+		t.Errorf("a keepalive timer on the server, which wrote only a response")
+	}
+}

@@ -395,6 +395,31 @@ func (c *conn) answered() {
 	}
 }
 
+// startKeepalive makes the keepalive timer, with the first request
+// written. The timer is made armed, not armed by a Reset: each change of a
+// timer may wake the netpoller. Its first run may come before AfterFunc
+// returns, and waits on kaMade for the assignment.
+func (c *conn) startKeepalive() {
+	c.kaMade.Lock()
+	defer c.kaMade.Unlock()
+	if c.kaOn.Load() || c.Err() != nil {
+		return
+	}
+	c.kaSeen = c.received.Load()
+	c.kaTimer = time.AfterFunc(c.t.keepaliveInterval, c.keepalive)
+	c.kaOn.Store(true)
+}
+
+// stopKeepalive stops the keepalive timer of a dying connection, if it was
+// made; none is made after it, since the connection's death is set first.
+func (c *conn) stopKeepalive() {
+	c.kaMade.Lock()
+	defer c.kaMade.Unlock()
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+}
+
 // keepalive probes the peer while the connection waits for an answer and
 // hears nothing; see the package doc for why a reader alone is not enough.
 // It runs on the keepalive timer, not a goroutine of its own, so that a
@@ -402,7 +427,7 @@ func (c *conn) answered() {
 // each run rearms the timer, so runs never overlap and kaSeen and kaPinged
 // need no lock.
 func (c *conn) keepalive() {
-	c.kaMade.Lock() // newConn has assigned kaTimer
+	c.kaMade.Lock() // startKeepalive has assigned kaTimer
 	c.kaMade.Unlock()
 	if c.Err() != nil {
 		return
