@@ -38,8 +38,8 @@ func (notifyOnly) Watch(context.Context, string) (<-chan []kernel.Instance, erro
 
 // TestClientFollowsTheRegistryEitherWay checks both ways the client
 // follows its registry (kernel.Notifier, and Watch on a goroutine): a
-// call made before the first instance waits for it, and once that
-// instance has gone and another come, calls go to the new one.
+// call made before the first instance registers waits for it, and once
+// that instance has gone and another come, calls go to the new one.
 func TestClientFollowsTheRegistryEitherWay(t *testing.T) {
 	for _, registry := range []string{"memory", "test-watch-only", "test-notify-only"} {
 		t.Run(registry, func(t *testing.T) {

@@ -349,23 +349,6 @@ func TestFilterPassingAContextNotFromTheCallGetsAnError(t *testing.T) {
 	}
 }
 
-func TestCallBeforeTheFirstInstanceWaitsForIt(t *testing.T) {
-	cfg := testConfig(t)
-	cli := newClient(t, cfg)
-	done := make(chan error, 1)
-	var resp echopb.Echo
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		done <- cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &resp)
-	}()
-	time.Sleep(50 * time.Millisecond)
-	startNamed(t, cfg, "late", nil)
-	if err := receive(t, done, 10*time.Second, "the call never ended"); err != nil || resp.Text != "late" {
-		t.Fatalf("call made before the server registered: %v, %q; want it to wait for the first instance", err, resp.Text)
-	}
-}
-
 func TestNoInstanceFailsAtTheDeadlineSayingWhatToCheck(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Client.Timeout = kernel.Duration(150 * time.Millisecond)

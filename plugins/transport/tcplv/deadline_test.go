@@ -58,23 +58,10 @@ func TestDeadlineOnlyContextReadsWithTheSocketDeadline(t *testing.T) {
 		return
 	}
 	ctx := deadlineOnly(t, time.Minute)
-	// A writer of its own, so that each read blocks until its frame comes.
-	send := make(chan struct{})
-	defer close(send)
-	go func() {
-		f := &kernel.Frame{Type: kernel.FrameCancel, CallID: 8}
-		for range send {
-			time.Sleep(100 * time.Microsecond)
-			_ = client.WriteFrame(f)
-		}
-	}()
+	send := blockingSender(t, client)
 	allocs := testing.AllocsPerRun(100, func() {
 		send <- struct{}{}
-		f, err := server.ReadFrame(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Release()
+		readOne(t, server, ctx)
 	})
 	if allocs != 0 {
 		t.Errorf("a blocking ReadFrame under a deadline-only context: %.1f allocations, want 0", allocs)
