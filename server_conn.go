@@ -18,7 +18,7 @@ type methodDesc struct {
 	// newCall, when set, makes a call's context and its request in one
 	// allocation (callWith); the request is then callCtx.req.
 	newCall func() (*callCtx, any)
-	stream     *streamMethod // set for a streaming method, which has no newRequest
+	stream  *streamMethod // set for a streaming method, which has no newRequest
 	// invoke runs the filters that apply to the method around its handler,
 	// and admit are those of them that decide before the request is
 	// decoded; both are built at Start, once every method and filter is

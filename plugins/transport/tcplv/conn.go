@@ -128,8 +128,8 @@ type conn struct {
 	kaTimer  *time.Timer
 	kaMade   sync.Mutex
 	kaOn     atomic.Bool
-	kaSeen   uint64      // received when keepalive last looked (keepalive only)
-	kaPinged bool        // keepalive's last run sent a Ping (keepalive only)
+	kaSeen   uint64 // received when keepalive last looked (keepalive only)
+	kaPinged bool   // keepalive's last run sent a Ping (keepalive only)
 }
 
 // frameQueue is a batch of encoded frames: headers and small payloads back
