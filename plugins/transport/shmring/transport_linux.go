@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/acceptor"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -104,16 +105,11 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	if err != nil {
 		return nil, fmt.Errorf("shm-ring: listen on %s: %w", path, err)
 	}
-	l := &listener{
-		t:       t,
-		ln:      ln.(*net.UnixListener),
-		addr:    path,
-		ready:   make(chan kernel.Conn),
-		closed:  make(chan struct{}),
-		shaking: make(map[*net.UnixConn]struct{}),
-	}
-	l.loops.Add(1)
-	go l.acceptLoop()
+	l := &listener{t: t, ln: ln.(*net.UnixListener), addr: path}
+	l.shaker = acceptor.Start(acceptor.Config[*net.UnixConn]{
+		Accept: l.ln.AcceptUnix, Handshake: l.attach,
+		Log: t.log, Name: "shm-ring", Addr: path, Failure: "client not attached",
+	})
 	return l, nil
 }
 
@@ -182,91 +178,31 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // listener accepts sockets on a goroutine of its own and attaches each
 // client on another, so that a client that stalls in its handshake holds
-// up nobody; Accept takes attached connections from ready.
+// up nobody; Accept takes attached connections from the shaker.
 type listener struct {
 	t         *transport
 	ln        *net.UnixListener
 	addr      string
-	ready     chan kernel.Conn
+	shaker    *acceptor.Acceptor[*net.UnixConn]
 	closeOnce sync.Once
-	closed    chan struct{}
-
-	mu      sync.Mutex
-	shaking map[*net.UnixConn]struct{} // handshakes in progress, closed by Close
-	loops   sync.WaitGroup             // the accept loop and the handshakes
 }
 
 // Accept waits for the next attached client.
 func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
-	select {
-	case c := <-l.ready:
-		return c, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.closed:
-		return nil, fmt.Errorf("shm-ring: listener %s: %w", l.addr, kernel.ErrClosed)
-	}
+	return l.shaker.Accept(ctx, func() error {
+		return fmt.Errorf("shm-ring: listener %s: %w", l.addr, kernel.ErrClosed)
+	})
 }
 
-func (l *listener) acceptLoop() {
-	defer l.loops.Done()
-	backoff := 5 * time.Millisecond
-	for {
-		uc, err := l.ln.AcceptUnix()
-		if err != nil {
-			select {
-			case <-l.closed:
-				return
-			default:
-			}
-			l.t.log.Warn("shm-ring: accept failed; retrying", "listener", l.addr, "err", err, "backoff", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-l.closed:
-				return
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 5 * time.Millisecond
-		l.mu.Lock()
-		select {
-		case <-l.closed:
-			l.mu.Unlock()
-			uc.Close()
-			return
-		default:
-		}
-		l.shaking[uc] = struct{}{}
-		l.loops.Add(1)
-		l.mu.Unlock()
-		go l.attach(uc)
-	}
-}
-
-// attach runs one server handshake and hands the connection to Accept.
-func (l *listener) attach(uc *net.UnixConn) {
-	defer l.loops.Done()
+// attach runs one server handshake.
+func (l *listener) attach(uc *net.UnixConn) (kernel.Conn, error) {
 	uc.SetDeadline(time.Now().Add(l.t.waitTimeout))
 	c, err := l.t.attachServer(uc, l.addr)
-	l.mu.Lock()
-	delete(l.shaking, uc)
-	l.mu.Unlock()
 	if err != nil {
-		uc.Close()
-		select {
-		case <-l.closed:
-		default:
-			l.t.log.Warn("shm-ring: client not attached", "listener", l.addr, "err", err)
-		}
-		return
+		return nil, err
 	}
 	uc.SetDeadline(time.Time{})
-	select {
-	case l.ready <- c:
-	case <-l.closed:
-		c.Close()
-	}
+	return c, nil
 }
 
 // Addr is the socket path clients dial.
@@ -277,16 +213,11 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
-		l.mu.Lock()
-		close(l.closed)
-		for uc := range l.shaking {
-			uc.Close()
-		}
-		l.mu.Unlock()
+		l.shaker.Stop()
 		if err = l.ln.Close(); err != nil {
 			err = fmt.Errorf("shm-ring: close listener %s: %w", l.addr, err)
 		}
-		l.loops.Wait()
+		l.shaker.Wait()
 	})
 	return err
 }

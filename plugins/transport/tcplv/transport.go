@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/acceptor"
 	"github.com/kernrpc/kernrpc/internal/bufpool"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -110,10 +111,10 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 		closed: make(chan struct{}),
 	}
 	if t.tlsOn {
-		l.ready = make(chan kernel.Conn)
-		l.shaking = make(map[*net.TCPConn]struct{})
-		l.loops.Add(1)
-		go l.acceptTLS()
+		l.shaker = acceptor.Start(acceptor.Config[*net.TCPConn]{
+			Accept: l.ln.AcceptTCP, Handshake: l.shake,
+			Log: t.log, Name: "tcp-lv", Addr: l.addr, Failure: "TLS handshake failed; connection refused",
+		})
 	}
 	return l, nil
 }
@@ -180,11 +181,8 @@ type listener struct {
 
 	// With TLS, a goroutine accepts and each handshake runs on its own
 	// goroutine, so that a client that connects and never finishes its
-	// handshake holds up nobody else; Accept takes finished ones from ready.
-	ready   chan kernel.Conn
-	mu      sync.Mutex
-	shaking map[*net.TCPConn]struct{} // handshakes in progress, closed by Close
-	loops   sync.WaitGroup            // the accept goroutine and the handshakes
+	// handshake holds up nobody else; Accept takes finished ones from it.
+	shaker *acceptor.Acceptor[*net.TCPConn]
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes a blocked call at once.
@@ -193,15 +191,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // Accept waits for the next connection; with TLS, for the next one whose
 // handshake succeeded (a failed handshake is logged and skipped).
 func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
-	if l.ready != nil {
-		select {
-		case c := <-l.ready:
-			return c, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-l.closed:
-			return nil, l.closedError()
-		}
+	if l.shaker != nil {
+		return l.shaker.Accept(ctx, l.closedError)
 	}
 	select {
 	case l.turn <- struct{}{}:
@@ -242,66 +233,13 @@ func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
 	}
 }
 
-// acceptTLS accepts until the listener closes, starting a handshake
-// goroutine per connection.
-func (l *listener) acceptTLS() {
-	defer l.loops.Done()
-	backoff := 5 * time.Millisecond
-	for {
-		tcp, err := l.ln.AcceptTCP()
-		if err != nil {
-			select {
-			case <-l.closed:
-				return
-			default:
-			}
-			l.t.log.Warn("tcp-lv: accept failed; retrying", "listener", l.addr, "err", err, "backoff", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-l.closed:
-				return
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 5 * time.Millisecond
-		l.mu.Lock()
-		select {
-		case <-l.closed:
-			l.mu.Unlock()
-			tcp.Close()
-			return
-		default:
-		}
-		l.shaking[tcp] = struct{}{}
-		l.loops.Add(1)
-		l.mu.Unlock()
-		go l.shake(tcp)
-	}
-}
-
-// shake runs one server handshake and hands the connection to Accept.
-func (l *listener) shake(tcp *net.TCPConn) {
-	defer l.loops.Done()
+// shake runs one server TLS handshake.
+func (l *listener) shake(tcp *net.TCPConn) (kernel.Conn, error) {
 	tc := tls.Server(tcp, l.t.serverTLS)
-	err := l.t.handshake(context.Background(), tcp, tc)
-	l.mu.Lock()
-	delete(l.shaking, tcp)
-	l.mu.Unlock()
-	if err != nil {
-		select {
-		case <-l.closed:
-		default:
-			l.t.log.Warn("tcp-lv: TLS handshake failed; connection refused", "listener", l.addr, "remote", tcp.RemoteAddr().String(), "err", err)
-		}
-		return
+	if err := l.t.handshake(context.Background(), tcp, tc); err != nil {
+		return nil, fmt.Errorf("from %s: %w", tcp.RemoteAddr(), err)
 	}
-	c := l.t.startTCP(tcp, tc, true)
-	select {
-	case l.ready <- c:
-	case <-l.closed:
-		c.Close()
-	}
+	return l.t.startTCP(tcp, tc, true), nil
 }
 
 func (l *listener) closedError() error {
@@ -315,16 +253,16 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
-		l.mu.Lock()
 		close(l.closed)
-		for tcp := range l.shaking {
-			tcp.Close()
+		if l.shaker != nil {
+			l.shaker.Stop()
 		}
-		l.mu.Unlock()
 		if err = l.ln.Close(); err != nil {
 			err = fmt.Errorf("tcp-lv: close listener %s: %w", l.addr, err)
 		}
-		l.loops.Wait()
+		if l.shaker != nil {
+			l.shaker.Wait()
+		}
 	})
 	return err
 }

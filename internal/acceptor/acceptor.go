@@ -1,0 +1,147 @@
+// Package acceptor is the accepting side of a transport whose connections
+// need a handshake before Accept may hand them out (tcp-lv with TLS,
+// shm-ring): one goroutine accepts, and each handshake runs on a goroutine
+// of its own, so that a client that connects and stalls in its handshake
+// holds up nobody else. Accept takes the connections whose handshake
+// succeeded.
+package acceptor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Conn is what a listener's accept returns: *net.TCPConn, *net.UnixConn.
+type Conn interface {
+	comparable
+	Close() error
+}
+
+// Config says how to accept a listener's connections and ready them.
+type Config[C Conn] struct {
+	// Accept is the listener's blocking accept; it fails for good once
+	// the listener is closed.
+	Accept func() (C, error)
+	// Handshake readies an accepted connection. When it fails, the
+	// acceptor closes c and logs the error under Failure.
+	Handshake func(c C) (kernel.Conn, error)
+	Log       *slog.Logger
+	// Name prefixes the log messages ("tcp-lv"); Addr is the listener's,
+	// given with each; Failure is the message of a failed handshake.
+	Name, Addr, Failure string
+}
+
+// Acceptor runs one listener's accept loop and handshakes.
+type Acceptor[C Conn] struct {
+	cfg    Config[C]
+	ready  chan kernel.Conn
+	closed chan struct{}
+
+	mu      sync.Mutex
+	shaking map[C]struct{} // handshakes in progress, closed by Stop
+	loops   sync.WaitGroup // the accept loop and the handshakes
+}
+
+// Start starts accepting.
+func Start[C Conn](cfg Config[C]) *Acceptor[C] {
+	a := &Acceptor[C]{cfg: cfg, ready: make(chan kernel.Conn), closed: make(chan struct{}), shaking: make(map[C]struct{})}
+	a.loops.Add(1)
+	go a.acceptLoop()
+	return a
+}
+
+// Accept waits for the next connection whose handshake succeeded. It
+// returns ctx's error when ctx ends first, and closed() once Stop was
+// called.
+func (a *Acceptor[C]) Accept(ctx context.Context, closed func() error) (kernel.Conn, error) {
+	select {
+	case c := <-a.ready:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-a.closed:
+		return nil, closed()
+	}
+}
+
+// Stop ends the handshakes in progress and makes Accept fail; the owner
+// then closes its listener, which ends the accept loop, and calls Wait.
+func (a *Acceptor[C]) Stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	close(a.closed)
+	for c := range a.shaking {
+		c.Close()
+	}
+}
+
+// Wait waits for the accept loop and the handshakes to end.
+func (a *Acceptor[C]) Wait() { a.loops.Wait() }
+
+// acceptLoop accepts until Stop, backing off while accept fails (out of
+// file descriptors, say) rather than spinning.
+func (a *Acceptor[C]) acceptLoop() {
+	defer a.loops.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := a.cfg.Accept()
+		if err != nil {
+			if a.stopped() {
+				return
+			}
+			a.cfg.Log.Warn(a.cfg.Name+": accept failed; retrying", "listener", a.cfg.Addr, "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-a.closed:
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		a.mu.Lock()
+		if a.stopped() {
+			a.mu.Unlock()
+			c.Close()
+			return
+		}
+		a.shaking[c] = struct{}{}
+		a.loops.Add(1)
+		a.mu.Unlock()
+		go a.shake(c)
+	}
+}
+
+// shake runs one handshake and hands the connection to Accept.
+func (a *Acceptor[C]) shake(c C) {
+	defer a.loops.Done()
+	conn, err := a.cfg.Handshake(c)
+	a.mu.Lock()
+	delete(a.shaking, c)
+	a.mu.Unlock()
+	if err != nil {
+		c.Close()
+		if !a.stopped() {
+			a.cfg.Log.Warn(a.cfg.Name+": "+a.cfg.Failure, "listener", a.cfg.Addr, "err", err)
+		}
+		return
+	}
+	select {
+	case a.ready <- conn:
+	case <-a.closed:
+		conn.Close()
+	}
+}
+
+func (a *Acceptor[C]) stopped() bool {
+	select {
+	case <-a.closed:
+		return true
+	default:
+		return false
+	}
+}

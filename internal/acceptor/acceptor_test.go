@@ -1,0 +1,199 @@
+package acceptor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// lockedBuffer is a log the acceptor writes while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// fakeConn is an accepted connection; its handshake waits on release.
+type fakeConn struct {
+	name    string
+	release chan error // the handshake's outcome
+	closed  atomic.Bool
+}
+
+func (c *fakeConn) Close() error { c.closed.Store(true); return nil }
+
+// readyConn is what a successful handshake hands to Accept.
+type readyConn struct {
+	kernel.Conn
+	from *fakeConn
+}
+
+func (r readyConn) Close() error { return r.from.Close() }
+
+// fakeListener feeds the acceptor the connections sent on incoming.
+type fakeListener struct {
+	incoming chan *fakeConn
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newFakeListener() *fakeListener {
+	return &fakeListener{incoming: make(chan *fakeConn), done: make(chan struct{})}
+}
+
+func (l *fakeListener) accept() (*fakeConn, error) {
+	select {
+	case c := <-l.incoming:
+		return c, nil
+	case <-l.done:
+		return nil, errors.New("listener closed")
+	}
+}
+
+func (l *fakeListener) close() error { l.once.Do(func() { close(l.done) }); return nil }
+
+func start(t *testing.T, l *fakeListener, log *lockedBuffer) *Acceptor[*fakeConn] {
+	t.Helper()
+	a := Start(Config[*fakeConn]{
+		Accept: l.accept,
+		Handshake: func(c *fakeConn) (kernel.Conn, error) {
+			if err := <-c.release; err != nil {
+				return nil, err
+			}
+			return readyConn{from: c}, nil
+		},
+		Log:  slog.New(slog.NewTextHandler(log, nil)),
+		Name: "test", Addr: "here", Failure: "handshake failed",
+	})
+	t.Cleanup(func() { a.Stop(); l.close(); a.Wait() })
+	return a
+}
+
+var errClosed = errors.New("closed")
+
+func accept(t *testing.T, a *Acceptor[*fakeConn]) *fakeConn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := a.Accept(ctx, func() error { return errClosed })
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	return c.(readyConn).from
+}
+
+// A client stalled in its handshake holds up nobody: the one after it is
+// accepted first.
+func TestStalledHandshakeHoldsUpNobody(t *testing.T) {
+	l := newFakeListener()
+	a := start(t, l, new(lockedBuffer))
+	stalled := &fakeConn{name: "stalled", release: make(chan error)}
+	quick := &fakeConn{name: "quick", release: make(chan error, 1)}
+	quick.release <- nil
+	l.incoming <- stalled
+	l.incoming <- quick
+	if got := accept(t, a); got != quick {
+		t.Fatalf("accepted %s; want quick, whose handshake finished", got.name)
+	}
+	stalled.release <- nil
+	if got := accept(t, a); got != stalled {
+		t.Fatalf("accepted %s; want stalled, once its handshake finished", got.name)
+	}
+}
+
+// A failed handshake closes its connection and is logged; Accept goes on
+// to the next one.
+func TestFailedHandshakeIsClosedAndLogged(t *testing.T) {
+	l := newFakeListener()
+	var log lockedBuffer
+	a := start(t, l, &log)
+	bad := &fakeConn{name: "bad", release: make(chan error, 1)}
+	bad.release <- errors.New("bad certificate")
+	good := &fakeConn{name: "good", release: make(chan error, 1)}
+	good.release <- nil
+	l.incoming <- bad
+	l.incoming <- good
+	if got := accept(t, a); got != good {
+		t.Fatalf("accepted %s; want good", got.name)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "bad certificate") && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if !bad.closed.Load() {
+		t.Errorf("the connection whose handshake failed was not closed")
+	}
+	for _, want := range []string{"test: handshake failed", "listener=here", "bad certificate"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log %q; want it to contain %q", log.String(), want)
+		}
+	}
+}
+
+// Stop ends the handshakes in progress and fails Accept with the owner's
+// error; Wait then returns, leaving no goroutine (goleak checks).
+func TestStopEndsHandshakesAndAccept(t *testing.T) {
+	l := newFakeListener()
+	a := Start(Config[*fakeConn]{
+		Accept: l.accept,
+		Handshake: func(c *fakeConn) (kernel.Conn, error) {
+			// A stalled handshake ends when Stop closes its connection.
+			for !c.closed.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			return nil, errors.New("connection closed")
+		},
+		Log:  slog.New(slog.NewTextHandler(new(bytes.Buffer), nil)),
+		Name: "test", Addr: "here", Failure: "handshake failed",
+	})
+	stalled := &fakeConn{name: "stalled"}
+	l.incoming <- stalled
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := a.Accept(context.Background(), func() error { return errClosed })
+		accepted <- err
+	}()
+	a.Stop()
+	if err := <-accepted; !errors.Is(err, errClosed) {
+		t.Errorf("Accept after Stop: %v; want the owner's closed error", err)
+	}
+	l.close()
+	done := make(chan struct{})
+	go func() { a.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return after Stop and the listener's close")
+	}
+	if !stalled.closed.Load() {
+		t.Errorf("Stop left the handshake in progress open")
+	}
+}
+
+// Accept honours its ctx.
+func TestAcceptEndsWithItsContext(t *testing.T) {
+	a := start(t, newFakeListener(), new(lockedBuffer))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := a.Accept(ctx, func() error { return errClosed }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Accept with a 20ms ctx and nobody connecting: %v; want DeadlineExceeded", err)
+	}
+}
