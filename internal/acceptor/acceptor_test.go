@@ -197,3 +197,35 @@ func TestAcceptEndsWithItsContext(t *testing.T) {
 		t.Errorf("Accept with a 20ms ctx and nobody connecting: %v; want DeadlineExceeded", err)
 	}
 }
+
+// An accept that fails (out of file descriptors, say) is logged and
+// retried after a backoff, and the connections that come after are
+// still accepted.
+func TestFailingAcceptIsRetried(t *testing.T) {
+	var fails atomic.Int32
+	l := newFakeListener()
+	failing := func() (*fakeConn, error) {
+		if fails.Add(1) <= 3 {
+			return nil, errors.New("too many open files")
+		}
+		return l.accept()
+	}
+	var log lockedBuffer
+	a := Start(Config[*fakeConn]{
+		Accept: failing,
+		Handshake: func(c *fakeConn) (kernel.Conn, error) {
+			return readyConn{from: c}, nil
+		},
+		Log:  slog.New(slog.NewTextHandler(&log, nil)),
+		Name: "test", Addr: "here", Failure: "handshake failed",
+	})
+	t.Cleanup(func() { a.Stop(); l.close(); a.Wait() })
+	c := &fakeConn{name: "after"}
+	l.incoming <- c
+	if got := accept(t, a); got != c {
+		t.Fatalf("accepted %s; want the connection that came after the failures", got.name)
+	}
+	if n := strings.Count(log.String(), "test: accept failed; retrying"); n != 3 {
+		t.Errorf("%d warnings for 3 failed accepts; want 3:\n%s", n, log.String())
+	}
+}
