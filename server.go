@@ -106,6 +106,10 @@ func NewServer(cfg *Config) (*Server, error) {
 // "Service.Method"). Req and Resp are the message types the codec decodes
 // and encodes (for protobuf, generated message structs). Register every
 // method before Start.
+//
+// The request is made in one allocation with the call's context (some
+// 470 bytes), so a handler that keeps its request after returning keeps
+// that memory too, and one that keeps its context keeps the request.
 func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context, req *Req) (*Resp, error)) {
 	if err := s.register(method, &methodDesc{
 		newRequest: func() any { return new(Req) },
