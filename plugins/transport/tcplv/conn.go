@@ -62,8 +62,8 @@ type conn struct {
 	readDeadline time.Time
 	// A ctx whose cancellation ReadFrame saw in two reads in a row is
 	// watched on from then on (read.go's watch): lastDone is the Done
-	// channel of the last read that watched one, keptDone the one watched
-	// on, keptStop ends that watch.
+	// channel of the last ctx watched for one read alone, keptDone that
+	// of the ctx watched on, keptStop ends that watch.
 	lastDone, keptDone <-chan struct{}
 	keptStop           func() bool
 
