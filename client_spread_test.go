@@ -100,12 +100,21 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 // waitFor polls cond for up to 5s.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
+	if !eventually(5*time.Second, cond) {
+		t.Fatalf("no %s within 5s", what)
 	}
+}
+
+// eventually polls cond every millisecond for up to d and reports whether
+// it came to hold: for what the server does after the client has its
+// answer (counting, logging, closing), which a test can only wait for.
+func eventually(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return cond()
+		}
+	}
+	return true
 }
 
 // oneDialTCP is tcp-lv that refuses every dial after its first, as a

@@ -149,14 +149,11 @@ func TestConsoleViewsAgreeWithCalls(t *testing.T) {
 	// A call is counted just after its answer is written, so the client
 	// may ask before its last call is counted; it is once nothing is in
 	// flight, since a call leaves the in-flight count after it is counted.
-	for deadline := time.Now().Add(2 * time.Second); ; {
+	eventually(2*time.Second, func() bool {
 		st = consoleStatus{}
 		getJSON(t, base+"/status.json", &st)
-		if st.Summary.InFlight == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return st.Summary.InFlight == 0
+	})
 
 	byName := map[string]consoleMethod{}
 	for _, m := range st.Methods {
@@ -406,13 +403,12 @@ func TestConsoleDocExample(t *testing.T) {
 	// The server records a call after writing its answer, so the client
 	// can ask before the call is in the page.
 	var real any
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	eventually(5*time.Second, func() bool {
 		real = nil
 		getJSON(t, "http://"+srv.AdminAddr()+"/status.json", &real)
-		if slow, _ := real.(map[string]any)["slowest"].([]any); len(slow) > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		slow, _ := real.(map[string]any)["slowest"].([]any)
+		return len(slow) > 0
+	})
 	docKeys, realKeys := map[string]bool{}, map[string]bool{}
 	jsonKeys(example, "", docKeys)
 	jsonKeys(real, "", realKeys)

@@ -120,14 +120,11 @@ func TestServerFilterHooks(t *testing.T) {
 
 	// CallEnded runs after the answer is written, so the client may have
 	// its answer first: wait for all four, in whatever order.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	eventually(5*time.Second, func() bool {
 		h.mu.Lock()
-		n := len(h.ended)
-		h.mu.Unlock()
-		if n >= 4 || time.Now().After(deadline) {
-			break
-		}
-	}
+		defer h.mu.Unlock()
+		return len(h.ended) >= 4
+	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	slices.SortFunc(h.ended, func(a, b ended) int { return cmp.Or(cmp.Compare(a.code, b.code), cmp.Compare(a.request, b.request)) })

@@ -139,9 +139,7 @@ func TestRequestsOverMaxConcurrentCallsAreRefusedUnprocessed(t *testing.T) {
 	}
 	// An admitted call is counted before its handler starts: wait for the
 	// four to be running, so that a late one cannot miss the others.
-	for deadline := time.Now().Add(5 * time.Second); running.Load() < 4 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(5*time.Second, func() bool { return running.Load() >= 4 })
 	close(release)
 	wg.Wait()
 	close(errs)

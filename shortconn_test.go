@@ -46,9 +46,7 @@ func shortConnections(t *testing.T, transport string) {
 		}
 	}
 	// The server logs a connection's end once it reads it: wait for all.
-	for deadline := time.Now().Add(5 * time.Second); obs.readings(t)["server_connections_open"].Value > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(5*time.Second, func() bool { return obs.readings(t)["server_connections_open"].Value == 0 })
 	if open := obs.readings(t)["server_connections_open"].Value; open > 0 {
 		t.Fatalf("%v connections still open after every client closed", open)
 	}

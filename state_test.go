@@ -83,9 +83,10 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 		if side == "client" {
 			// A Watch's first report (the current set) comes on a
 			// goroutine of its own: wait for it.
-			for deadline := time.Now().Add(5 * time.Second); rd["client_registry_updates_total"].Value < 1 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			eventually(5*time.Second, func() bool {
 				rd = obs.readings(t)
-			}
+				return rd["client_registry_updates_total"].Value >= 1
+			})
 			if r := rd["client_registry_updates_total"]; r.Value < 1 || r.Kind != kernel.Counter {
 				t.Errorf("client_registry_updates_total = %+v, want a counter of at least the registry's first report", r)
 			}

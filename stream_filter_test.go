@@ -81,16 +81,16 @@ func (c *countingStream) RecvMsg(m any) error {
 
 func (tp *tap) waitEnded(t *testing.T, n int) []tapped {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	var got []tapped
+	if !eventually(3*time.Second, func() bool {
 		tp.mu.Lock()
-		got := append([]tapped(nil), tp.ended...)
-		tp.mu.Unlock()
-		if len(got) >= n {
-			return got
-		}
+		defer tp.mu.Unlock()
+		got = append([]tapped(nil), tp.ended...)
+		return len(got) >= n
+	}) {
+		t.Fatalf("fewer than %d streams ended through the filter", n)
 	}
-	t.Fatalf("fewer than %d streams ended through the filter", n)
-	return nil
+	return got
 }
 
 var _ kernel.StreamFilter = (*tap)(nil)
@@ -194,9 +194,7 @@ func TestEngineReportsOpenStreams(t *testing.T) {
 	clientObs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
 	waitReading := func(o *observer, name string, want float64) {
 		t.Helper()
-		for deadline := time.Now().Add(3 * time.Second); o.readings(t)[name].Value != want && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		eventually(3*time.Second, func() bool { return o.readings(t)[name].Value == want })
 		if got := o.readings(t)[name]; got.Value != want || got.Help == "" {
 			t.Fatalf("%s = %+v, want %v", name, got, want)
 		}

@@ -207,10 +207,7 @@ func TestStreamBeyondCreditClosesConnection(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the server kept a connection whose client sent beyond its credit")
 	}
-	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(logs.String(), "beyond the credit") && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !strings.Contains(logs.String(), "beyond the credit") {
+	if !eventually(2*time.Second, func() bool { return strings.Contains(logs.String(), "beyond the credit") }) {
 		t.Fatalf("no log line says why the connection was closed:\n%s", logs.String())
 	}
 }

@@ -51,11 +51,8 @@ func FuzzStreamFrames(f *testing.F) {
 		}
 		time.Sleep(time.Millisecond)
 		_ = conn.Close()
-		for deadline := time.Now().Add(5 * time.Second); obs.readings(t)["server_streams_open"].Value > 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%v stream handlers still running 5s after their connection closed", obs.readings(t)["server_streams_open"].Value)
-			}
-			time.Sleep(time.Millisecond)
+		if !eventually(5*time.Second, func() bool { return obs.readings(t)["server_streams_open"].Value == 0 }) {
+			t.Fatalf("%v stream handlers still running 5s after their connection closed", obs.readings(t)["server_streams_open"].Value)
 		}
 		var resp echopb.Echo
 		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "still here"}, &resp); err != nil || resp.Text != "still here" {
