@@ -43,20 +43,33 @@ func (c *Client) pool(addr string) (*connPool, error) {
 // they would take is loaded with spreadAt bytes or more
 // (client.max_pool_size).
 type connPool struct {
-	client    *Client
-	addr      string
-	fixed     int // pool_size: the slots calls take in turn
-	spreadAt  int64
-	next      atomic.Uint32
-	downUntil atomic.Int64 // unix ns; until then, picks of this instance are passed over
+	client   *Client
+	addr     string
+	fixed    int // pool_size: the slots calls take in turn
+	spreadAt int64
+	next     atomic.Uint32
+	down     holdOff // picks of this instance are passed over while it lasts
 
 	mu      sync.Mutex
 	conns   []*clientConn
 	dialing []*pendingDial // per slot, while a dial is under way
 	retired bool
-	// noSpreadUntil (unix ns) holds off dialling for spreading after such
-	// a dial failed: the instance still serves on the connections it has.
-	noSpreadUntil int64
+	// noSpread holds off dialling for spreading after such a dial failed:
+	// the instance still serves on the connections it has.
+	noSpread holdOff
+}
+
+// holdOff is a span of time from now during which something is not done.
+type holdOff struct{ until atomic.Int64 } // unix ns; 0: none
+
+func (h *holdOff) start(d time.Duration) { h.until.Store(time.Now().Add(d).UnixNano()) }
+func (h *holdOff) end()                  { h.until.Store(0) }
+
+// on reports whether the span lasts, reading the clock only if one was
+// started.
+func (h *holdOff) on() bool {
+	until := h.until.Load()
+	return until != 0 && time.Now().UnixNano() < until
 }
 
 func newConnPool(c *Client, addr string) *connPool {
@@ -142,7 +155,7 @@ func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
 			best, load = o, l
 		}
 	}
-	if load >= p.spreadAt && free >= 0 && !p.retired && time.Now().UnixNano() >= p.noSpreadUntil {
+	if load >= p.spreadAt && free >= 0 && !p.retired && !p.noSpread.on() {
 		d := &pendingDial{done: make(chan struct{})}
 		p.dialing[free] = d
 		p.client.dials.Add(1)
@@ -165,7 +178,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 	switch {
 	case err != nil && i >= p.fixed:
 		// A dial to spread load: calls still have the fixed connections.
-		p.noSpreadUntil = time.Now().Add(dialAvoidance).UnixNano()
+		p.noSpread.start(dialAvoidance)
 		d.err = err
 	case err != nil:
 		p.markDown(dialAvoidance)
@@ -175,7 +188,7 @@ func (p *connPool) dial(i int, d *pendingDial) {
 		_ = conn.Close()
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	default:
-		p.downUntil.Store(0)
+		p.down.end()
 		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, pool: p, spare: i >= p.fixed}
 		if old := p.conns[i]; old != nil {
 			old.retire()
@@ -185,12 +198,9 @@ func (p *connPool) dial(i int, d *pendingDial) {
 }
 
 // avoided reports whether picks of this instance are passed over for now.
-func (p *connPool) avoided() bool {
-	until := p.downUntil.Load()
-	return until != 0 && time.Now().UnixNano() < until
-}
+func (p *connPool) avoided() bool { return p.down.on() }
 
-func (p *connPool) markDown(d time.Duration) { p.downUntil.Store(time.Now().Add(d).UnixNano()) }
+func (p *connPool) markDown(d time.Duration) { p.down.start(d) }
 
 // retire stops handing out the pool's connections; each closes once its
 // last call is answered.
