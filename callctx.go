@@ -32,7 +32,7 @@ type callCtx struct {
 	handled bool // went through the filters' Invoke
 	sc      *serverConn
 	desc    *methodDesc
-	req     any           // the request to decode into, made with the call (methodDesc.newCall); nil: made by newRequest
+	req     any           // the request to decode into, made with the call (methodDesc.newCall); nil for a stream
 	stream  *ServerStream // set for a stream, under sc.mu
 	info    kernel.CallInfo
 	out     kernel.Frame // the response frame, kept here so sending it does not allocate

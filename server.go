@@ -112,7 +112,6 @@ func NewServer(cfg *Config) (*Server, error) {
 // that memory too, and one that keeps its context keeps the request.
 func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context, req *Req) (*Resp, error)) {
 	if err := s.register(method, &methodDesc{
-		newRequest: func() any { return new(Req) },
 		newCall: func() (*callCtx, any) {
 			p := new(callWith[Req])
 			return &p.call, &p.req
@@ -137,9 +136,12 @@ type callWith[Req any] struct {
 // fresh value to decode a request into, and handler answers it. Handle is
 // the typed front end; Register suits gateways and reflection.
 func (s *Server) Register(method string, newRequest func() any, handler func(ctx context.Context, req any) (any, error)) error {
-	return s.register(method, &methodDesc{newRequest: newRequest, invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
-		return handler(ctx, req)
-	}})
+	return s.register(method, &methodDesc{
+		newCall: func() (*callCtx, any) { return new(callCtx), newRequest() },
+		invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
+			return handler(ctx, req)
+		},
+	})
 }
 
 func (s *Server) register(method string, d *methodDesc) error {

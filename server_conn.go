@@ -14,11 +14,11 @@ import (
 // methodDesc is one registered method: how to decode its requests, its
 // chain, and how slow its calls have lately been.
 type methodDesc struct {
-	newRequest func() any
-	// newCall, when set, makes a call's context and its request in one
-	// allocation (callWith); the request is then callCtx.req.
+	// newCall makes a unary call's context and the request it decodes
+	// into: in one allocation for Handle's (callWith), in two for
+	// Register's, whose request type is known only to its newRequest.
 	newCall func() (*callCtx, any)
-	stream  *streamMethod // set for a streaming method, which has no newRequest
+	stream  *streamMethod // set for a streaming method, which has no newCall
 	// invoke runs the filters that apply to the method around its handler,
 	// and admit are those of them that decide before the request is
 	// decoded; both are built at Start, once every method and filter is
@@ -271,12 +271,12 @@ func (sc *serverConn) watch() {
 // protocol error the client made: answer it without serving.
 func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
 	var c *callCtx
-	if desc != nil && desc.newCall != nil && f.Flags&kernel.FlagStream == 0 {
+	if desc != nil && desc.newCall != nil {
 		var req any
 		c, req = desc.newCall()
 		c.req = req
 	} else {
-		c = new(callCtx)
+		c = new(callCtx) // a stream's, or an unknown method's
 	}
 	c.parent, c.id, c.sc, c.desc = sc.srv.baseCtx, f.CallID, sc, desc
 	sc.mu.Lock()

@@ -180,9 +180,6 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 		}
 	}
 	req := c.req
-	if req == nil {
-		req = desc.newRequest()
-	}
 	aliases := codecAliases(codec)
 	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
 		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
