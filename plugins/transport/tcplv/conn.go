@@ -123,11 +123,10 @@ type conn struct {
 
 	// kaTimer runs keepalive, from the first request written on: it
 	// probes only while requests wait for answers, so a connection that
-	// sends none (a server's) never has one. kaMade guards making and
-	// stopping it; kaOn is set once it is made.
-	kaTimer  *time.Timer
+	// sends none (a server's) never has one. kaMade orders making it
+	// against stopping it and against its first run.
+	kaTimer  atomic.Pointer[time.Timer]
 	kaMade   sync.Mutex
-	kaOn     atomic.Bool
 	kaSeen   uint64 // received when keepalive last looked (keepalive only)
 	kaPinged bool   // keepalive's last run sent a Ping (keepalive only)
 }
@@ -342,7 +341,7 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	}
 	if f.Type == kernel.FrameRequest {
 		c.unanswered.Add(1)
-		if !c.kaOn.Load() {
+		if c.kaTimer.Load() == nil {
 			c.startKeepalive()
 		}
 	}

@@ -57,13 +57,7 @@ func TestDeadlineOnlyContextReadsWithTheSocketDeadline(t *testing.T) {
 	if raceflag.Enabled {
 		return
 	}
-	ctx := deadlineOnly(t, time.Minute)
-	send := blockingSender(t, client)
-	allocs := testing.AllocsPerRun(100, func() {
-		send <- struct{}{}
-		readOne(t, server, ctx)
-	})
-	if allocs != 0 {
+	if allocs := blockingReadAllocs(t, deadlineOnly(t, time.Minute)); allocs != 0 {
 		t.Errorf("a blocking ReadFrame under a deadline-only context: %.1f allocations, want 0", allocs)
 	}
 }

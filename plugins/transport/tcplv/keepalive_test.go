@@ -146,8 +146,9 @@ func TestSlowButLivePeerIsNotKilled(t *testing.T) {
 // server's) has no timer, and the first request written starts it.
 func TestKeepaliveTimerComesWithTheFirstRequest(t *testing.T) {
 	client, server := connPair(t, testOptions())
-	if client.kaOn.Load() || server.kaOn.Load() {
-		t.Fatalf("keepalive timer made before any request (client %v, server %v)", client.kaOn.Load(), server.kaOn.Load())
+	hasTimer := func(c *conn) bool { return c.kaTimer.Load() != nil }
+	if hasTimer(client) || hasTimer(server) {
+		t.Fatalf("keepalive timer made before any request (client %v, server %v)", hasTimer(client), hasTimer(server))
 	}
 	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "M"}); err != nil {
 		t.Fatal(err)
@@ -160,10 +161,10 @@ func TestKeepaliveTimerComesWithTheFirstRequest(t *testing.T) {
 	if err := server.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if !client.kaOn.Load() {
+	if !hasTimer(client) {
 		t.Errorf("no keepalive timer on the client after its first request")
 	}
-	if server.kaOn.Load() {
+	if hasTimer(server) {
 		t.Errorf("a keepalive timer on the server, which wrote only a response")
 	}
 }

@@ -402,12 +402,11 @@ func (c *conn) answered() {
 func (c *conn) startKeepalive() {
 	c.kaMade.Lock()
 	defer c.kaMade.Unlock()
-	if c.kaOn.Load() || c.Err() != nil {
+	if c.kaTimer.Load() != nil || c.Err() != nil {
 		return
 	}
 	c.kaSeen = c.received.Load()
-	c.kaTimer = time.AfterFunc(c.t.keepaliveInterval, c.keepalive)
-	c.kaOn.Store(true)
+	c.kaTimer.Store(time.AfterFunc(c.t.keepaliveInterval, c.keepalive))
 }
 
 // stopKeepalive stops the keepalive timer of a dying connection, if it was
@@ -415,8 +414,8 @@ func (c *conn) startKeepalive() {
 func (c *conn) stopKeepalive() {
 	c.kaMade.Lock()
 	defer c.kaMade.Unlock()
-	if c.kaTimer != nil {
-		c.kaTimer.Stop()
+	if t := c.kaTimer.Load(); t != nil {
+		t.Stop()
 	}
 }
 
@@ -442,16 +441,16 @@ func (c *conn) keepalive() {
 			return
 		}
 		c.kaSeen = now
-		c.kaTimer.Reset(c.t.keepaliveInterval)
+		c.kaTimer.Load().Reset(c.t.keepaliveInterval)
 		return
 	}
 	if now != c.kaSeen || !c.reading.Load() || c.unanswered.Load() <= 0 {
 		c.kaSeen = now
-		c.kaTimer.Reset(c.t.keepaliveInterval)
+		c.kaTimer.Load().Reset(c.t.keepaliveInterval)
 		return
 	}
 	_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which stops the timer
 	c.signalWriter()
 	c.kaPinged = true
-	c.kaTimer.Reset(c.t.keepaliveTimeout)
+	c.kaTimer.Load().Reset(c.t.keepaliveTimeout)
 }

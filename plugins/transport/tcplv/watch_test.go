@@ -26,6 +26,18 @@ func blockingSender(t *testing.T, client *conn) chan<- struct{} {
 	return send
 }
 
+// blockingReadAllocs is the allocations of a ReadFrame under ctx that
+// waits for its frame, on a fresh connection pair.
+func blockingReadAllocs(t *testing.T, ctx context.Context) float64 {
+	t.Helper()
+	client, server := connPair(t, testOptions())
+	send := blockingSender(t, client)
+	return testing.AllocsPerRun(100, func() {
+		send <- struct{}{}
+		readOne(t, server, ctx)
+	})
+}
+
 func readOne(t *testing.T, c *conn, ctx context.Context) {
 	t.Helper()
 	f, err := c.ReadFrame(ctx)
@@ -41,15 +53,9 @@ func TestReusedContextIsWatchedOnce(t *testing.T) {
 	if raceflag.Enabled {
 		t.Skip("the race detector allocates")
 	}
-	client, server := connPair(t, testOptions())
-	send := blockingSender(t, client)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	allocs := testing.AllocsPerRun(100, func() {
-		send <- struct{}{}
-		readOne(t, server, ctx)
-	})
-	if allocs != 0 {
+	if allocs := blockingReadAllocs(t, ctx); allocs != 0 {
 		t.Errorf("a blocking ReadFrame under a reused ctx: %.2f allocations, want 0", allocs)
 	}
 }
