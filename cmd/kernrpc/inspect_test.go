@@ -17,6 +17,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/reflectpb/testpb"
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 )
 
 // serveConfig is a kernrpc serve config whose proto-named echo method
@@ -37,7 +38,7 @@ func startServe(t *testing.T, config string) string {
 	t.Helper()
 	cfg := writeConfig(t, config)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
 	t.Cleanup(func() {
@@ -136,7 +137,7 @@ func TestListAgainstServe(t *testing.T) {
 func TestListWithoutReflection(t *testing.T) {
 	cfg := writeConfig(t, serveConfig)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", cfg, "-reflection=false"}, &out, &errOut) }()
 	defer func() { cancel(); <-done }()

@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"go.uber.org/goleak"
 )
 
@@ -18,24 +18,6 @@ import (
 // goroutines may outlive the test.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func writeConfig(t *testing.T, body string) string {
@@ -123,7 +105,7 @@ func TestServeThenCall(t *testing.T) {
 			const base = "service: echo\naddress: 127.0.0.1:0\nregistry: {name: memory, options: {namespace: cmd-test}}\n"
 			cfg := writeConfig(t, base+"codec: {name: "+codec+"}\n")
 			ctx, cancel := context.WithCancel(context.Background())
-			var out, errOut syncBuffer
+			var out, errOut syncbuf.Buffer
 			done := make(chan int, 1)
 			go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
 			addrRE := regexp.MustCompile(`serving echo on (\S+) `)
@@ -168,7 +150,7 @@ func TestServeThenCall(t *testing.T) {
 func TestHealthCommand(t *testing.T) {
 	cfg := writeConfig(t, "service: echo\naddress: 127.0.0.1:0\ncodec: flatbuffers\nregistry: {name: memory, options: {namespace: cmd-health}}\n")
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", cfg}, &out, &errOut) }()
 	defer func() { cancel(); <-done }()

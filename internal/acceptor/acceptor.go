@@ -24,8 +24,12 @@ type Conn interface {
 // Config says how to accept a listener's connections and ready them.
 type Config[C Conn] struct {
 	// Accept is the listener's blocking accept; it fails for good once
-	// the listener is closed.
+	// Close has closed the listener.
 	Accept func() (C, error)
+	// Close closes the listener; Closed is the error Accept returns once
+	// the acceptor is closed.
+	Close  func() error
+	Closed func() error
 	// Handshake readies an accepted connection. When it fails, the
 	// acceptor closes c and logs the error under Failure.
 	Handshake func(c C) (kernel.Conn, error)
@@ -55,32 +59,33 @@ func Start[C Conn](cfg Config[C]) *Acceptor[C] {
 }
 
 // Accept waits for the next connection whose handshake succeeded. It
-// returns ctx's error when ctx ends first, and closed() once Stop was
-// called.
-func (a *Acceptor[C]) Accept(ctx context.Context, closed func() error) (kernel.Conn, error) {
+// returns ctx's error when ctx ends first, and Config.Closed's once the
+// acceptor is closed.
+func (a *Acceptor[C]) Accept(ctx context.Context) (kernel.Conn, error) {
 	select {
 	case c := <-a.ready:
 		return c, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-a.closed:
-		return nil, closed()
+		return nil, a.cfg.Closed()
 	}
 }
 
-// Stop ends the handshakes in progress and makes Accept fail; the owner
-// then closes its listener, which ends the accept loop, and calls Wait.
-func (a *Acceptor[C]) Stop() {
+// Close ends the handshakes in progress, makes Accept fail, closes the
+// listener (returning its error) and waits for the accept loop and the
+// handshakes to end. Call it once.
+func (a *Acceptor[C]) Close() error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	close(a.closed)
 	for c := range a.shaking {
 		c.Close()
 	}
+	a.mu.Unlock()
+	err := a.cfg.Close()
+	a.loops.Wait()
+	return err
 }
-
-// Wait waits for the accept loop and the handshakes to end.
-func (a *Acceptor[C]) Wait() { a.loops.Wait() }
 
 // acceptLoop accepts until Stop, backing off while accept fails (out of
 // file descriptors, say) rather than spinning.

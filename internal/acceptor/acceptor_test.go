@@ -1,9 +1,9 @@
 package acceptor
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,26 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"github.com/kernrpc/kernrpc/kernel"
 )
-
-// lockedBuffer is a log the acceptor writes while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // fakeConn is an accepted connection; its handshake waits on release.
 type fakeConn struct {
@@ -71,10 +54,13 @@ func (l *fakeListener) accept() (*fakeConn, error) {
 
 func (l *fakeListener) close() error { l.once.Do(func() { close(l.done) }); return nil }
 
-func start(t *testing.T, l *fakeListener, log *lockedBuffer) *Acceptor[*fakeConn] {
-	t.Helper()
-	a := Start(Config[*fakeConn]{
-		Accept: l.accept,
+var errClosed = errors.New("closed")
+
+// testConfig accepts from l and logs to log; each handshake waits for
+// its connection's release.
+func testConfig(l *fakeListener, log io.Writer) Config[*fakeConn] {
+	return Config[*fakeConn]{
+		Accept: l.accept, Close: l.close, Closed: func() error { return errClosed },
 		Handshake: func(c *fakeConn) (kernel.Conn, error) {
 			if err := <-c.release; err != nil {
 				return nil, err
@@ -83,18 +69,22 @@ func start(t *testing.T, l *fakeListener, log *lockedBuffer) *Acceptor[*fakeConn
 		},
 		Log:  slog.New(slog.NewTextHandler(log, nil)),
 		Name: "test", Addr: "here", Failure: "handshake failed",
-	})
-	t.Cleanup(func() { a.Stop(); l.close(); a.Wait() })
-	return a
+	}
 }
 
-var errClosed = errors.New("closed")
+// start starts an acceptor on cfg and closes it when t ends.
+func start(t *testing.T, cfg Config[*fakeConn]) *Acceptor[*fakeConn] {
+	t.Helper()
+	a := Start(cfg)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
 
 func accept(t *testing.T, a *Acceptor[*fakeConn]) *fakeConn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := a.Accept(ctx, func() error { return errClosed })
+	c, err := a.Accept(ctx)
 	if err != nil {
 		t.Fatalf("Accept: %v", err)
 	}
@@ -105,7 +95,7 @@ func accept(t *testing.T, a *Acceptor[*fakeConn]) *fakeConn {
 // accepted first.
 func TestStalledHandshakeHoldsUpNobody(t *testing.T) {
 	l := newFakeListener()
-	a := start(t, l, new(lockedBuffer))
+	a := start(t, testConfig(l, io.Discard))
 	stalled := &fakeConn{name: "stalled", release: make(chan error)}
 	quick := &fakeConn{name: "quick", release: make(chan error, 1)}
 	quick.release <- nil
@@ -124,8 +114,8 @@ func TestStalledHandshakeHoldsUpNobody(t *testing.T) {
 // to the next one.
 func TestFailedHandshakeIsClosedAndLogged(t *testing.T) {
 	l := newFakeListener()
-	var log lockedBuffer
-	a := start(t, l, &log)
+	var log syncbuf.Buffer
+	a := start(t, testConfig(l, &log))
 	bad := &fakeConn{name: "bad", release: make(chan error, 1)}
 	bad.release <- errors.New("bad certificate")
 	good := &fakeConn{name: "good", release: make(chan error, 1)}
@@ -148,52 +138,56 @@ func TestFailedHandshakeIsClosedAndLogged(t *testing.T) {
 	}
 }
 
-// Stop ends the handshakes in progress and fails Accept with the owner's
-// error; Wait then returns, leaving no goroutine (goleak checks).
-func TestStopEndsHandshakesAndAccept(t *testing.T) {
+// Close ends the handshakes in progress, fails Accept with Config.Closed's
+// error, closes the listener and returns once every goroutine has ended
+// (goleak checks).
+func TestCloseEndsHandshakesAndAccept(t *testing.T) {
 	l := newFakeListener()
-	a := Start(Config[*fakeConn]{
-		Accept: l.accept,
-		Handshake: func(c *fakeConn) (kernel.Conn, error) {
-			// A stalled handshake ends when Stop closes its connection.
-			for !c.closed.Load() {
-				time.Sleep(time.Millisecond)
-			}
-			return nil, errors.New("connection closed")
-		},
-		Log:  slog.New(slog.NewTextHandler(new(bytes.Buffer), nil)),
-		Name: "test", Addr: "here", Failure: "handshake failed",
-	})
+	cfg := testConfig(l, io.Discard)
+	cfg.Handshake = func(c *fakeConn) (kernel.Conn, error) {
+		// A stalled handshake ends when Close closes its connection.
+		for !c.closed.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		return nil, errors.New("connection closed")
+	}
+	a := Start(cfg)
 	stalled := &fakeConn{name: "stalled"}
 	l.incoming <- stalled
 	accepted := make(chan error, 1)
 	go func() {
-		_, err := a.Accept(context.Background(), func() error { return errClosed })
+		_, err := a.Accept(context.Background())
 		accepted <- err
 	}()
-	a.Stop()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
 	if err := <-accepted; !errors.Is(err, errClosed) {
-		t.Errorf("Accept after Stop: %v; want the owner's closed error", err)
+		t.Errorf("Accept after Close: %v; want Config.Closed's error", err)
 	}
-	l.close()
-	done := make(chan struct{})
-	go func() { a.Wait(); close(done) }()
 	select {
-	case <-done:
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v; want the listener's nil", err)
+		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return after Stop and the listener's close")
+		t.Fatal("Close did not return")
 	}
 	if !stalled.closed.Load() {
-		t.Errorf("Stop left the handshake in progress open")
+		t.Errorf("Close left the handshake in progress open")
+	}
+	select {
+	case <-l.done:
+	default:
+		t.Errorf("Close did not close the listener")
 	}
 }
 
 // Accept honours its ctx.
 func TestAcceptEndsWithItsContext(t *testing.T) {
-	a := start(t, newFakeListener(), new(lockedBuffer))
+	a := start(t, testConfig(newFakeListener(), io.Discard))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := a.Accept(ctx, func() error { return errClosed }); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.Accept(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Accept with a 20ms ctx and nobody connecting: %v; want DeadlineExceeded", err)
 	}
 }
@@ -210,17 +204,12 @@ func TestFailingAcceptIsRetried(t *testing.T) {
 		}
 		return l.accept()
 	}
-	var log lockedBuffer
-	a := Start(Config[*fakeConn]{
-		Accept: failing,
-		Handshake: func(c *fakeConn) (kernel.Conn, error) {
-			return readyConn{from: c}, nil
-		},
-		Log:  slog.New(slog.NewTextHandler(&log, nil)),
-		Name: "test", Addr: "here", Failure: "handshake failed",
-	})
-	t.Cleanup(func() { a.Stop(); l.close(); a.Wait() })
-	c := &fakeConn{name: "after"}
+	var log syncbuf.Buffer
+	cfg := testConfig(l, &log)
+	cfg.Accept = failing
+	a := start(t, cfg)
+	c := &fakeConn{name: "after", release: make(chan error, 1)}
+	c.release <- nil
 	l.incoming <- c
 	if got := accept(t, a); got != c {
 		t.Fatalf("accepted %s; want the connection that came after the failures", got.name)

@@ -1,26 +1,7 @@
 package enginetest
 
-import (
-	"bytes"
-	"sync"
-)
+import "github.com/kernrpc/kernrpc/internal/syncbuf"
 
 // LogBuffer is what a test's logger writes to while servers and clients
-// log from goroutines of their own: a bytes.Buffer behind a lock.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String is everything logged so far.
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// log from goroutines of their own.
+type LogBuffer = syncbuf.Buffer

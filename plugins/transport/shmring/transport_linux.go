@@ -107,8 +107,9 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	}
 	l := &listener{t: t, ln: ln.(*net.UnixListener), addr: path}
 	l.shaker = acceptor.Start(acceptor.Config[*net.UnixConn]{
-		Accept: l.ln.AcceptUnix, Handshake: l.attach,
-		Log: t.log, Name: "shm-ring", Addr: path, Failure: "client not attached",
+		Accept: l.ln.AcceptUnix, Close: l.ln.Close, Handshake: l.attach,
+		Closed: func() error { return fmt.Errorf("shm-ring: listener %s: %w", path, kernel.ErrClosed) },
+		Log:    t.log, Name: "shm-ring", Addr: path, Failure: "client not attached",
 	})
 	return l, nil
 }
@@ -189,9 +190,7 @@ type listener struct {
 
 // Accept waits for the next attached client.
 func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
-	return l.shaker.Accept(ctx, func() error {
-		return fmt.Errorf("shm-ring: listener %s: %w", l.addr, kernel.ErrClosed)
-	})
+	return l.shaker.Accept(ctx)
 }
 
 // attach runs one server handshake.
@@ -213,11 +212,9 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
-		l.shaker.Stop()
-		if err = l.ln.Close(); err != nil {
+		if err = l.shaker.Close(); err != nil {
 			err = fmt.Errorf("shm-ring: close listener %s: %w", l.addr, err)
 		}
-		l.shaker.Wait()
 	})
 	return err
 }

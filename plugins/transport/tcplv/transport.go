@@ -112,7 +112,7 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	}
 	if t.tlsOn {
 		l.shaker = acceptor.Start(acceptor.Config[*net.TCPConn]{
-			Accept: l.ln.AcceptTCP, Handshake: l.shake,
+			Accept: l.ln.AcceptTCP, Close: l.ln.Close, Closed: l.closedError, Handshake: l.shake,
 			Log: t.log, Name: "tcp-lv", Addr: l.addr, Failure: "TLS handshake failed; connection refused",
 		})
 	}
@@ -192,7 +192,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // handshake succeeded (a failed handshake is logged and skipped).
 func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
 	if l.shaker != nil {
-		return l.shaker.Accept(ctx, l.closedError)
+		return l.shaker.Accept(ctx)
 	}
 	select {
 	case l.turn <- struct{}{}:
@@ -255,13 +255,12 @@ func (l *listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
 		if l.shaker != nil {
-			l.shaker.Stop()
+			err = l.shaker.Close()
+		} else {
+			err = l.ln.Close()
 		}
-		if err = l.ln.Close(); err != nil {
+		if err != nil {
 			err = fmt.Errorf("tcp-lv: close listener %s: %w", l.addr, err)
-		}
-		if l.shaker != nil {
-			l.shaker.Wait()
 		}
 	})
 	return err

@@ -1,0 +1,29 @@
+// Package syncbuf is a bytes.Buffer behind a lock, for tests whose logger
+// or command writes from goroutines of its own while the test reads. Only
+// tests import it; it imports the standard library alone, so that any
+// package's tests can, the engine's and the transports' alike.
+package syncbuf
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is safe for one writer and readers at once.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String is everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
