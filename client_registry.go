@@ -70,12 +70,25 @@ func (c *Client) useInstances(insts []kernel.Instance) {
 	c.balancer.Update(insts)
 	c.instances.Store(int64(len(insts)))
 	c.registryUpdates.Add(1)
+	c.dropPoolsNotIn(insts)
+	fresh := make(chan struct{})
+	close(*c.updated.Swap(&fresh))
+}
+
+// dropPoolsNotIn retires the pools of instances not in insts. With no
+// pool yet (the first set, which a client made for one call gets alone),
+// there is nothing to build.
+func (c *Client) dropPoolsNotIn(insts []kernel.Instance) {
+	c.poolsMu.Lock()
+	defer c.poolsMu.Unlock()
+	old := *c.pools.Load()
+	if len(old) == 0 {
+		return
+	}
 	live := make(map[string]bool, len(insts))
 	for _, in := range insts {
 		live[in.Address] = true
 	}
-	c.poolsMu.Lock()
-	old := *c.pools.Load()
 	next := make(map[string]*connPool, len(old))
 	for addr, p := range old {
 		if live[addr] {
@@ -85,7 +98,4 @@ func (c *Client) useInstances(insts []kernel.Instance) {
 		}
 	}
 	c.pools.Store(&next)
-	c.poolsMu.Unlock()
-	fresh := make(chan struct{})
-	close(*c.updated.Swap(&fresh))
 }
