@@ -1,37 +1,25 @@
 package accesslog
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// lines is a slog destination that keeps each JSON line, decoded.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+// lines is a slog destination whose JSON lines a test takes, decoded.
+type lines struct{ syncbuf.Buffer }
 
 func (l *lines) all(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, s := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, s := range strings.Split(strings.TrimSpace(l.Take()), "\n") {
 		if s == "" {
 			continue
 		}
@@ -41,7 +29,6 @@ func (l *lines) all(t *testing.T) []map[string]any {
 		}
 		out = append(out, m)
 	}
-	l.buf.Reset()
 	return out
 }
 
