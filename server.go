@@ -116,6 +116,7 @@ func Handle[Req, Resp any](s *Server, method string, h func(ctx context.Context,
 			p := new(callWith[Req])
 			return &p.call, &p.req
 		},
+		freshRequests: true,
 		invoke: func(ctx context.Context, _ *kernel.CallInfo, req any) (any, error) {
 			return h(ctx, req.(*Req))
 		},

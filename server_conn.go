@@ -18,7 +18,10 @@ type methodDesc struct {
 	// into: in one allocation for Handle's (callWith), in two for
 	// Register's, whose request type is known only to its newRequest.
 	newCall func() (*callCtx, any)
-	stream  *streamMethod // set for a streaming method, which has no newCall
+	// freshRequests says newCall's requests are zero values made for the
+	// call (Handle's), which a kernel.FreshUnmarshaler need not clear.
+	freshRequests bool
+	stream        *streamMethod // set for a streaming method, which has no newCall
 	// invoke runs the filters that apply to the method around its handler,
 	// and admit are those of them that decide before the request is
 	// decoded; both are built at Start, once every method and filter is

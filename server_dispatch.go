@@ -184,7 +184,7 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
 		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
 	} else {
-		err = codec.Unmarshal(f.Payload, req)
+		err = unmarshal(codec, f.Payload, req, desc.freshRequests)
 	}
 	if err != nil {
 		return nil, codec, nil, kernel.Errorf(kernel.InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)

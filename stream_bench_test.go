@@ -9,6 +9,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/plainpb"
 )
 
 // benchStreams runs b.N messages of each size from Count.Up's handler to
@@ -71,3 +72,43 @@ func BenchmarkServerStream(b *testing.B) { benchStreams(b, 1) }
 
 // BenchmarkServerStreams16 is 16 streams at once on one connection.
 func BenchmarkServerStreams16(b *testing.B) { benchStreams(b, 16) }
+
+// BenchmarkServerStreamDefault is the default path of a 16 B server
+// stream: plain protoc-gen-go messages, a new one per typed Recv, as
+// benchmarks/ runs it across processes. cpu-ns/op counts both sides.
+func BenchmarkServerStreamDefault(b *testing.B) {
+	cfg := testConfig(b)
+	startServer(b, cfg, func(s *kernrpc.Server) {
+		kernrpc.HandleServerStream(s, "Plain.Up", func(ctx context.Context, req *plainpb.Echo, st kernrpc.ServerStreamOf[plainpb.Echo, plainpb.Echo]) error {
+			n, err := strconv.Atoi(req.Text)
+			if err != nil {
+				return err
+			}
+			m := &plainpb.Echo{Payload: req.Payload}
+			for range n {
+				if err := st.Send(m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	cli := newClient(b, cfg)
+	b.ReportAllocs()
+	reportCPU(b, func() {
+		st, err := kernrpc.OpenServerStream[plainpb.Echo, plainpb.Echo](context.Background(), cli, "Plain.Up", &plainpb.Echo{Text: strconv.Itoa(b.N), Payload: make([]byte, 16)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for got := 0; ; got++ {
+			if _, err := st.Recv(); errors.Is(err, io.EOF) {
+				if got != b.N {
+					b.Fatalf("stream ended after %d messages, want %d", got, b.N)
+				}
+				return
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

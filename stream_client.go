@@ -307,6 +307,16 @@ func (cs *ClientStream) SendMsg(m any) error { return cs.msgs.SendMsg(m) }
 // io.EOF if the server ended the stream with OK, else its status.
 func (cs *ClientStream) RecvMsg(m any) error { return cs.msgs.RecvMsg(m) }
 
+// recvNew is RecvMsg into v, a value the caller has just made; without
+// stream filters (which would see v) nobody else has seen it, and the
+// codec may decode it as fresh.
+func (cs *ClientStream) recvNew(v any) error {
+	if m, ok := cs.msgs.(clientMsgs); ok {
+		return m.recv(v, true)
+	}
+	return cs.msgs.RecvMsg(v)
+}
+
 // CloseSend tells the server no more messages will come; its RecvMsg
 // returns io.EOF once it has read them all.
 func (cs *ClientStream) CloseSend() error { return cs.core.closeSend() }
@@ -351,9 +361,11 @@ type clientMsgs struct{ cs *ClientStream }
 
 func (m clientMsgs) SendMsg(v any) error { return m.cs.core.send(v) }
 
-func (m clientMsgs) RecvMsg(v any) error {
+func (m clientMsgs) RecvMsg(v any) error { return m.recv(v, false) }
+
+func (m clientMsgs) recv(v any, fresh bool) error {
 	cs := m.cs
-	err := cs.core.recv(v, cs.core.finalErr)
+	err := cs.core.recv(v, fresh, cs.core.finalErr)
 	if err != nil {
 		// The caller has seen the end, or an error that ends the stream
 		// here (a message that does not decode): then the server is told.

@@ -217,9 +217,10 @@ func (s *streamCore) releaseMsg(m *queuedMsg) {
 	}
 }
 
-// recv decodes the next message into m. At the peer's end it returns
-// atEnd's answer (io.EOF, or the final status on the client).
-func (s *streamCore) recv(m any, atEnd func() error) error {
+// recv decodes the next message into m, which fresh says the engine has
+// just made (a typed Recv's). At the peer's end it returns atEnd's answer
+// (io.EOF, or the final status on the client).
+func (s *streamCore) recv(m any, fresh bool, atEnd func() error) error {
 	for {
 		s.rmu.Lock()
 		if s.bhead < len(s.batch) {
@@ -232,7 +233,7 @@ func (s *streamCore) recv(m any, atEnd func() error) error {
 				counted, s.readCost = s.readCost, 0
 			}
 			s.rmu.Unlock()
-			err := s.codec.Unmarshal(q.data, m)
+			err := unmarshal(s.codec, q.data, m, fresh)
 			s.releaseMsg(&q)
 			if counted > 0 {
 				s.mu.Lock()

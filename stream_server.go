@@ -77,7 +77,15 @@ func (ss *ServerStream) SetTrailer(md kernel.Metadata) {
 type serverMsgs struct{ ss *ServerStream }
 
 func (m serverMsgs) SendMsg(v any) error { return m.ss.core.send(v) }
-func (m serverMsgs) RecvMsg(v any) error { return m.ss.core.recv(v, eof) }
+func (m serverMsgs) RecvMsg(v any) error { return m.ss.core.recv(v, false, eof) }
+
+// recvNew is ClientStream.recvNew on the server.
+func (ss *ServerStream) recvNew(v any) error {
+	if _, ok := ss.msgs.(serverMsgs); ok {
+		return ss.core.recv(v, true, eof)
+	}
+	return ss.msgs.RecvMsg(v)
+}
 
 type serverStreamKey struct{}
 

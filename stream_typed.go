@@ -17,7 +17,7 @@ type ServerStreamOf[Req, Resp any] struct {
 // Recv reads the client's next message; io.EOF once it closed its side.
 func (s ServerStreamOf[Req, Resp]) Recv() (*Req, error) {
 	m := new(Req)
-	if err := s.RecvMsg(m); err != nil {
+	if err := s.recvNew(m); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -112,7 +112,7 @@ func (s ClientStreamOf[Req, Resp]) Send(m *Req) error { return s.SendMsg(m) }
 // the server ended the stream with OK, else its status.
 func (s ClientStreamOf[Req, Resp]) Recv() (*Resp, error) {
 	m := new(Resp)
-	if err := s.RecvMsg(m); err != nil {
+	if err := s.recvNew(m); err != nil {
 		return nil, err
 	}
 	return m, nil

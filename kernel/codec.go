@@ -43,3 +43,24 @@ type AliasingCodec interface {
 type InPlaceUnmarshaler interface {
 	UnmarshalInPlace(data []byte, v any) error
 }
+
+// SizedMarshaler is an optional interface for a CodecSizer whose Marshal
+// would size v over again: the engine, having just taken Size(v) on the
+// same goroutine with nothing changing v since, hands that size to
+// MarshalSized, which may then encode from what Size left behind (the
+// protobuf codec from the sizes protobuf-go caches in the message). It
+// returns what Marshal would, and an error, never a corrupt encoding,
+// when v's encoding is not size bytes long after all (a caller that
+// changed v meanwhile, a data race).
+type SizedMarshaler interface {
+	MarshalSized(dst []byte, v any, size int) ([]byte, error)
+}
+
+// FreshUnmarshaler is an optional interface for codecs that decode faster
+// into a value they need not clear first. UnmarshalFresh is Unmarshal into
+// a v that the engine has just made (new(T)) and nobody else has seen: a
+// typed handler's request, a typed stream's message. It must leave v as
+// Unmarshal would.
+type FreshUnmarshaler interface {
+	UnmarshalFresh(data []byte, v any) error
+}

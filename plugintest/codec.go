@@ -139,6 +139,15 @@ type CodecConfig struct {
 //   - InPlace/<sample>: if the codec is a kernel.InPlaceUnmarshaler,
 //     UnmarshalInPlace decodes every sample to a value equal to itself.
 //     Skipped for other codecs.
+//   - Sized/<sample>: if the codec is a kernel.SizedMarshaler, MarshalSized
+//     given the size Size just took appends an encoding of the sample, and
+//     given that size less or more by one (the value changed since Size)
+//     fails or still appends an encoding of the sample, never a corrupt
+//     one. Skipped for other codecs.
+//   - Fresh/<sample>: if the codec is a kernel.FreshUnmarshaler,
+//     UnmarshalFresh into a value New has just made decodes every sample,
+//     and refuses, without panicking, every prefix of its encoding that
+//     Unmarshal refuses. Skipped for other codecs.
 //   - Lifecycle and Options, as for every plugin kind, using the codec to
 //     round-trip the first sample.
 func Codec(t *testing.T, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
@@ -175,6 +184,8 @@ func codecSuite(t tb, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
 	codecEachSample(t, "Size", cfg.Samples, func(t tb, s CodecSample) { codecSize(t, c, s, codecResized(s, cfg.Samples), cfg.maxLength, &measured) })
 	codecEachSample(t, "Aliasing", cfg.Samples, func(t tb, s CodecSample) { codecAliasing(t, c, s) })
 	codecEachSample(t, "InPlace", cfg.Samples, func(t tb, s CodecSample) { codecInPlace(t, c, s) })
+	codecEachSample(t, "Sized", cfg.Samples, func(t tb, s CodecSample) { codecSized(t, c, s) })
+	codecEachSample(t, "Fresh", cfg.Samples, func(t tb, s CodecSample) { codecFresh(t, c, s) })
 
 	lifecycle(t, f, cfg.Options, func(t tb, c kernel.Codec) {
 		t.Helper()

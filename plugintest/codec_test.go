@@ -89,6 +89,24 @@ type codecInPlaceFault struct {
 
 func (c codecInPlaceFault) UnmarshalInPlace(data []byte, v any) error { return c.inPlace(data, v) }
 
+// codecSizedFault adds a faulty MarshalSized to a codec.
+type codecSizedFault struct {
+	*codecFault
+	sized func(dst []byte, v any, size int) ([]byte, error)
+}
+
+func (c codecSizedFault) MarshalSized(dst []byte, v any, size int) ([]byte, error) {
+	return c.sized(dst, v, size)
+}
+
+// codecFreshFault adds a faulty UnmarshalFresh to a codec.
+type codecFreshFault struct {
+	*codecFault
+	fresh func(data []byte, v any) error
+}
+
+func (c codecFreshFault) UnmarshalFresh(data []byte, v any) error { return c.fresh(data, v) }
+
 // codecWithoutSize hides Size, to stand for a codec that is no CodecSizer.
 type codecWithoutSize struct{ kernel.Codec }
 
@@ -121,7 +139,7 @@ func codecExpectClean(t *testing.T, rec *recording) {
 func TestCodecPassesTheProtobufCodec(t *testing.T) {
 	rec := codecRecord(t, protobuf.Factory, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient})
 	codecExpectClean(t, rec)
-	for _, path := range []string{"Codec/Size", "Codec/Aliasing", "Codec/Empty", "Codec/Nil"} {
+	for _, path := range []string{"Codec/Size", "Codec/Aliasing", "Codec/Empty", "Codec/Nil", "Codec/Sized", "Codec/Fresh"} {
 		if why := rec.skippedUnder(path); why != "" {
 			t.Errorf("%s was skipped for the protobuf codec (%s); it has the capability", path, why)
 		}
@@ -268,6 +286,27 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 		{"in-place decode panics", func() kernel.Codec {
 			return codecInPlaceFault{&codecFault{}, func([]byte, any) error { panic("in place") }}
 		}, "Codec/InPlace"},
+		{"sized marshal cuts the encoding to the size it is given", func() kernel.Codec {
+			return codecSizedFault{&codecFault{}, func(dst []byte, v any, size int) ([]byte, error) {
+				out, err := pb.Marshal(dst, v)
+				return out[:min(len(out), len(dst)+size)], err
+			}}
+		}, "Codec/Sized"},
+		{"fresh decode loses the text", func() kernel.Codec {
+			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
+				err := pb.UnmarshalFresh(data, v)
+				if m, ok := v.(*echopb.Echo); ok {
+					m.Text = ""
+				}
+				return err
+			}}
+		}, "Codec/Fresh"},
+		{"fresh decode takes a cut encoding for a message", func() kernel.Codec {
+			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
+				_ = pb.UnmarshalFresh(data, v)
+				return nil
+			}}
+		}, "Codec/Fresh"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

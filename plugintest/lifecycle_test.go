@@ -39,6 +39,14 @@ func (c *lifecycleCodec) Marshal(dst []byte, v any) ([]byte, error) {
 	return c.Codec.Marshal(dst, v)
 }
 
+// MarshalSized refuses as Marshal does: the embedded codec's would not.
+func (c *lifecycleCodec) MarshalSized(dst []byte, v any, size int) ([]byte, error) {
+	if c.closed.Load() || (c.pool != nil && c.pool.Load()) {
+		return dst, fmt.Errorf("lifecycle codec: %w", kernel.ErrClosed)
+	}
+	return c.Codec.MarshalSized(dst, v, size)
+}
+
 func (c *lifecycleCodec) Close() error {
 	n := int(c.closes.Add(1))
 	c.closed.Store(true)

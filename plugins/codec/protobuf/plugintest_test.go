@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/plainpb"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	"github.com/kernrpc/kernrpc/plugintest"
 )
@@ -37,14 +40,23 @@ func echoSamples() []plugintest.CodecSample {
 		{"64KiB", &echopb.Echo{Text: "big", Payload: payload}},
 		{"unicode", &echopb.Echo{Text: "héllo, 世界 — ✓ 🚀 " + string(bytes.Repeat([]byte("ü"), 100))}},
 	}
+	equal := func(want, got any) bool { return proto.Equal(want.(proto.Message), got.(proto.Message)) }
 	samples := make([]plugintest.CodecSample, len(msgs))
 	for i, m := range msgs {
 		samples[i] = plugintest.CodecSample{
 			Name:  m.name,
 			Value: m.msg,
 			New:   func() any { return new(echopb.Echo) },
-			Equal: func(want, got any) bool { return proto.Equal(want.(proto.Message), got.(proto.Message)) },
+			Equal: equal,
 		}
 	}
-	return samples
+	// The default path: a message protoc-gen-go alone generated, which
+	// protobuf-go encodes through reflection, and one with messages
+	// inside messages, whose lengths MarshalSized takes from the sizes
+	// Size cached.
+	return append(samples,
+		plugintest.CodecSample{Name: "plain", Value: &plainpb.Echo{Text: "plain", Payload: payload[:300]},
+			New: func() any { return new(plainpb.Echo) }, Equal: equal},
+		plugintest.CodecSample{Name: "nested", Value: protodesc.ToFileDescriptorProto(echopb.File_internal_echopb_echo_proto),
+			New: func() any { return new(descriptorpb.FileDescriptorProto) }, Equal: equal})
 }

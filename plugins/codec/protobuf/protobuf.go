@@ -40,6 +40,7 @@ package protobuf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -79,12 +80,18 @@ func New(o *Options) (kernel.Codec, error) {
 }
 
 // Codec is the protobuf codec with default options. The zero value is
-// ready to use and safe for concurrent use.
+// ready to use and safe for concurrent use. A type that embeds it to change
+// Marshal or Unmarshal changes MarshalSized or UnmarshalFresh too, which
+// the engine calls in their place where it can (kernel.SizedMarshaler,
+// kernel.FreshUnmarshaler); or it embeds a kernel.Codec holding a Codec,
+// which hides them.
 type Codec struct{}
 
 var (
 	_ kernel.Codec              = Codec{}
 	_ kernel.CodecSizer         = Codec{}
+	_ kernel.SizedMarshaler     = Codec{}
+	_ kernel.FreshUnmarshaler   = Codec{}
 	_ kernel.InPlaceUnmarshaler = aliasingCodec{}
 )
 
@@ -111,6 +118,16 @@ type (
 // costs one extra walk of the message, small next to the encoding itself.
 var marshalOptions = proto.MarshalOptions{}
 
+// sizedOptions encodes from the sizes a Size call just cached in the
+// message, for MarshalSized only: there the engine took Size itself, a
+// moment before on the same goroutine.
+var sizedOptions = proto.MarshalOptions{UseCachedSize: true}
+
+// freshOptions merges, which into a message nobody has used is decoding
+// without the reset Unmarshal starts with: some 30 ns of a 16 B message's
+// 120 (BenchmarkUnmarshalFresh).
+var freshOptions = proto.UnmarshalOptions{Merge: true}
+
 // unmarshalOptions keeps Merge false: v is reset before decoding, so a
 // reused message does not keep fields from its previous contents (the
 // behaviour of proto.Unmarshal, which every other codec's Unmarshal matches).
@@ -136,18 +153,57 @@ func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 	return out, nil
 }
 
+// MarshalSized is Marshal of v, whose Size the engine has just taken:
+// the message is not sized a second time, which saves some 8 ns of a
+// 16 B message's 76 (BenchmarkMarshalSized, Size included). A v changed since (by a caller racing with its
+// own send) fails: protobuf-go checks each nested message against the size
+// it cached, and MarshalSized the whole encoding against size.
+func (Codec) MarshalSized(dst []byte, v any, size int) ([]byte, error) {
+	if m, ok := v.(vtMarshaler); ok {
+		return marshalVTSized(dst, m, v, size)
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return dst, notMessage("marshal", v)
+	}
+	out, err := sizedOptions.MarshalAppend(dst, m)
+	if err != nil {
+		return dst, fmt.Errorf("protobuf: marshal %T: %w", v, err)
+	}
+	if len(out)-len(dst) != size {
+		return dst, sizeChanged(v, size, len(out)-len(dst))
+	}
+	return out, nil
+}
+
 func marshalVT(dst []byte, m vtMarshaler, v any) ([]byte, error) {
-	n := m.SizeVT()
-	out := slices.Grow(dst, n)[:len(dst)+n]
-	// MarshalToSizedBufferVT fills its buffer from the end backwards.
-	wrote, err := m.MarshalToSizedBufferVT(out[len(dst):])
+	return marshalVTSized(dst, m, v, m.SizeVT())
+}
+
+func sizeChanged(v any, sized, wrote int) error {
+	return fmt.Errorf("protobuf: marshal %T: sized %d bytes, wrote %d; was the message changed while it was being sent?", v, sized, wrote)
+}
+
+func marshalVTSized(dst []byte, m vtMarshaler, v any, n int) (out []byte, err error) {
+	buf := slices.Grow(dst, n)[:len(dst)+n]
+	// MarshalToSizedBufferVT fills its buffer from the end backwards, and
+	// indexes past its start when the message grew since it was sized.
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(runtime.Error); !ok {
+				panic(r)
+			}
+			out, err = dst, fmt.Errorf("protobuf: marshal %T: sized %d bytes, but it no longer fits them; was the message changed while it was being sent?", v, n)
+		}
+	}()
+	wrote, err := m.MarshalToSizedBufferVT(buf[len(dst):])
 	if err != nil {
 		return dst, fmt.Errorf("protobuf: marshal %T: %w", v, err)
 	}
 	if wrote != n {
-		return dst, fmt.Errorf("protobuf: marshal %T: sized %d bytes, wrote %d; was the message changed while it was being sent?", v, n, wrote)
+		return dst, sizeChanged(v, n, wrote)
 	}
-	return out, nil
+	return buf, nil
 }
 
 // Unmarshal decodes data into v, a non-nil pointer to a generated message.
@@ -161,6 +217,27 @@ func (Codec) Unmarshal(data []byte, v any) error {
 		return err
 	}
 	if err := unmarshalOptions.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
+	}
+	return nil
+}
+
+// UnmarshalFresh is Unmarshal into a message the engine has just made:
+// there is nothing to reset, and v cannot be a nil pointer.
+func (Codec) UnmarshalFresh(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return notMessage("unmarshal into", v)
+	}
+	var err error
+	if u, ok := v.(vtUnmarshaler); ok { // vtprotobuf's decoders merge
+		if err = u.UnmarshalVT(data); err == nil {
+			err = checkUnknown(m)
+		}
+	} else {
+		err = freshOptions.Unmarshal(data, m)
+	}
+	if err != nil {
 		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
 	}
 	return nil
