@@ -214,8 +214,12 @@ func fieldsLen(f *Frame) int {
 	if f.Message != "" {
 		n += fieldLen(len(f.Message))
 	}
-	for k, v := range f.Metadata {
-		n += fieldLen(uvarintLen(uint64(len(k))) + len(k) + len(v))
+	// Guarded: ranging over even a nil map calls into the runtime, some
+	// 10 ns a frame, and most frames carry no metadata.
+	if len(f.Metadata) > 0 {
+		for k, v := range f.Metadata {
+			n += fieldLen(uvarintLen(uint64(len(k))) + len(k) + len(v))
+		}
 	}
 	if f.Credit != 0 {
 		n += fieldLen(uvarintLen(uint64(f.Credit)))
@@ -267,12 +271,14 @@ func AppendFrameHeader(dst []byte, f *Frame) []byte {
 	if f.Message != "" {
 		dst = appendStringField(dst, tagMessage, f.Message)
 	}
-	for k, v := range f.Metadata {
-		dst = append(dst, tagMetadata)
-		dst = binary.AppendUvarint(dst, uint64(uvarintLen(uint64(len(k)))+len(k)+len(v)))
-		dst = binary.AppendUvarint(dst, uint64(len(k)))
-		dst = append(dst, k...)
-		dst = append(dst, v...)
+	if len(f.Metadata) > 0 { // see fieldsLen
+		for k, v := range f.Metadata {
+			dst = append(dst, tagMetadata)
+			dst = binary.AppendUvarint(dst, uint64(uvarintLen(uint64(len(k)))+len(k)+len(v)))
+			dst = binary.AppendUvarint(dst, uint64(len(k)))
+			dst = append(dst, k...)
+			dst = append(dst, v...)
+		}
 	}
 	if f.Credit != 0 {
 		dst = appendUvarintField(dst, tagCredit, uint64(f.Credit))
