@@ -26,6 +26,9 @@ type callCtx struct {
 	// filter's name; timeoutBy is empty when the client sent the deadline.
 	timeout   time.Duration
 	timeoutBy string
+	// arrived is when serving began (monoNow), if a clock was read for it
+	// anyway; 0 if not.
+	arrived time.Duration
 
 	id      uint64
 	refused bool // arrived while the server was draining: answered, not served
@@ -191,4 +194,13 @@ func IncomingMetadata(ctx context.Context) kernel.Metadata {
 		return ci.Metadata
 	}
 	return nil
+}
+
+// deadlineIn is the deadline d after the call arrived: from the clock
+// read as serving began, if there was one, else from now.
+func (c *callCtx) deadlineIn(d time.Duration) time.Time {
+	if c.arrived > 0 {
+		return deadlineFrom(c.arrived, d)
+	}
+	return deadlineIn(d)
 }

@@ -34,6 +34,9 @@ type callState struct {
 	givenBy      string
 	chain        *chainCtx
 	dl           *callDeadline
+	// sendGiven says the deadline given in place has not been sent yet
+	// (see sentTimeout).
+	sendGiven atomic.Bool
 
 	// shared is set when filters run: attempts may then overlap or outlive
 	// the call, and mu guards reply, lent, over and info's outcome fields.

@@ -36,6 +36,7 @@ type callDeadline struct {
 	done     chan struct{} // made once, remade only after it was closed
 	exposed  atomic.Bool   // done left the engine: close it when the call ends
 	afters   []*afterFunc  // registered through chainCtx.AfterFunc
+	waiter   *attempt      // woken at the deadline in place of a done channel (sleeper)
 }
 
 // afterFunc is one function registered through chainCtx.AfterFunc.
@@ -53,6 +54,7 @@ func (cs *callState) withDeadline(ctx context.Context, timeout time.Duration, by
 	c := &chainCtx{Context: ctx, cs: cs, dl: cs.dl, deadline: dl}
 	cs.given, cs.givenTimeout, cs.givenBy = dl, timeout, by
 	cs.chain = c
+	cs.sendGiven.Store(true)
 	// No lock: between calls only a late timer runs, and it reads the
 	// flags only through the live chain, published last.
 	d := cs.dl
@@ -67,12 +69,32 @@ func (cs *callState) withDeadline(ctx context.Context, timeout time.Duration, by
 	return c
 }
 
+// sentTimeout is the timeout a request sent under ctx, whose deadline is
+// dl, carries. The first request of a call whose deadline the client gave
+// it in place (withDeadline) carries that timeout as given, without a
+// clock read: it overstates what is left by the microseconds spent since,
+// which the request's transit, that no timeout counts, exceeds anyway.
+// Later attempts, and contexts derived from the chain's, read the clock.
+func (cs *callState) sentTimeout(ctx context.Context, dl time.Time) time.Duration {
+	if c, ok := ctx.(*chainCtx); ok && c == cs.chain && cs.sendGiven.CompareAndSwap(true, false) {
+		return cs.givenTimeout
+	}
+	return time.Until(dl)
+}
+
 // deadlineIn is time.Now().Add(d) from one read of the monotonic clock,
 // where time.Now reads the wall clock too (some 20 ns a call): the wall
 // reading of such a deadline is off from the system's only by how far the
 // wall clock was stepped or slewed since the process started, and Until,
 // Before and the timeout sent to the server use the monotonic one.
 func deadlineIn(d time.Duration) time.Time { return clockBase.Add(time.Since(clockBase) + d) }
+
+// monoNow is the monotonic clock as deadlineIn reads it, so that a reading
+// taken for another purpose can place a deadline later (deadlineFrom).
+func monoNow() time.Duration { return time.Since(clockBase) }
+
+// deadlineFrom is deadlineIn(d) for a clock read at now (monoNow).
+func deadlineFrom(now, d time.Duration) time.Time { return clockBase.Add(now + d) }
 
 var clockBase = time.Now()
 
@@ -160,7 +182,7 @@ func (d *callDeadline) fire() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.armedFor = time.Time{}
-	if d.chain.Load() != nil && !d.expireLocked() && (d.done != nil || len(d.afters) > 0) {
+	if d.chain.Load() != nil && !d.expireLocked() && (d.done != nil || len(d.afters) > 0 || d.waiter != nil) {
 		d.armLocked()
 	}
 }
@@ -190,6 +212,10 @@ func (d *callDeadline) endLocked() {
 		d.afters[i] = nil
 	}
 	d.afters = d.afters[:0]
+	if d.waiter != nil {
+		d.waiter.signal()
+		d.waiter = nil
+	}
 }
 
 // end ends the call's context as the call returns, as a WithTimeout's
@@ -212,6 +238,7 @@ func (d *callDeadline) end(c *chainCtx, attemptsLeft bool) {
 	// here asks it: a closed Done with a nil Err breaks the contract (and
 	// a derived context's cancel panics on it).
 	d.chain.Store(nil)
+	d.waiter = nil
 	if !d.expired.Load() && (d.exposed.Load() || attemptsLeft) {
 		d.endLocked()
 	}
@@ -292,6 +319,68 @@ func waitsOutDial(ctx context.Context, d time.Duration) bool {
 		return time.Until(dl) >= d
 	}
 	return ctx.Done() == nil
+}
+
+// sleeper is how an attempt that is not reading waits for its wake-up or
+// the end of its ctx. A deadline the client gave in place wakes the
+// attempt itself (callDeadline.wakeAt), so the wait is a receive on one
+// channel: a select on two costs some 100 ns more a call, as both
+// channels are locked to park and again to wake.
+type sleeper struct {
+	done  <-chan struct{} // ctx's, once asked for (engineDone)
+	wakes bool            // the in-place deadline wakes the attempt
+}
+
+// sleep reports whether at was woken, false once ctx is done.
+func (w *sleeper) sleep(ctx context.Context, at *attempt) bool {
+	if c, ok := ctx.(*chainCtx); ok && c.dl != nil && w.done == nil {
+		if !w.wakes {
+			switch c.dl.wakeAt(c, at) {
+			case deadlinePassed:
+				return false
+			case deadlineWakes:
+				w.wakes = true
+			}
+		}
+		if w.wakes {
+			<-at.wake
+			return !c.dl.expired.Load()
+		}
+	}
+	if w.done == nil {
+		w.done = engineDone(ctx)
+	}
+	select {
+	case <-at.wake:
+		return true
+	case <-w.done:
+		return false
+	}
+}
+
+// What wakeAt did.
+const (
+	deadlineWakes  = iota // the timer wakes the attempt at the deadline
+	deadlinePassed        // the deadline has passed (or the call is over)
+	deadlineTaken         // another attempt waits under this deadline: use Done
+)
+
+// wakeAt makes the deadline's timer wake at when c's deadline passes. It
+// reads no clock: a timer set for a deadline already passed fires at once.
+// The waiter is forgotten as the call ends: a late wake-up only makes at
+// look around once more.
+func (d *callDeadline) wakeAt(c *chainCtx, at *attempt) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.chain.Load() != c || d.expired.Load():
+		return deadlinePassed
+	case d.waiter != nil && d.waiter != at:
+		return deadlineTaken
+	}
+	d.waiter = at
+	d.armLocked()
+	return deadlineWakes
 }
 
 // engineDone is ctx.Done for the engine's own wait: the channel of an

@@ -11,7 +11,7 @@ import (
 // BenchmarkGivenDeadline is the work a call does for a deadline the
 // client gives it in place, as a call through tcp-lv does it: make the
 // context, read its deadline for the wire, ask Err as the read starts,
-// wait on it once as a caller that is not reading, end it. "chain" is the
+// have it wake a caller that is not reading, end it. "chain" is the
 // context any call through a filter gets, for comparison.
 func BenchmarkGivenDeadline(b *testing.B) {
 	cs := &callState{Context: context.Background()}
@@ -25,6 +25,7 @@ func BenchmarkGivenDeadline(b *testing.B) {
 		}
 	})
 	b.Run("given", func(b *testing.B) {
+		at := &attempt{wake: make(chan struct{}, 1)}
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx := cs.withDeadline(context.Background(), 10*time.Second, "timeout")
@@ -33,7 +34,7 @@ func BenchmarkGivenDeadline(b *testing.B) {
 			}
 			_, _ = kernel.DeadlineOnly(ctx)
 			_ = ctx.Err()
-			_ = engineDone(ctx)
+			_ = cs.dl.wakeAt(ctx, at)
 			cs.dl.end(ctx, false)
 			cs.chain = nil
 		}
@@ -124,4 +125,81 @@ func TestGivenDeadlineEndWakesWithErrSet(t *testing.T) {
 		cancel()
 		cs.chain = nil
 	}
+}
+
+// A caller that waits without reading under a deadline given in place is
+// woken by the deadline's timer on its own channel (sleeper), and not by a
+// later call's deadline; a second waiter under the same deadline waits on
+// Done instead, and is ended too.
+func TestGivenDeadlineWakesTheWaitingAttempt(t *testing.T) {
+	cs := &callState{}
+	ctx := cs.withDeadline(context.Background(), 40*time.Millisecond, "timeout")
+	first, second := &attempt{wake: make(chan struct{}, 1)}, &attempt{wake: make(chan struct{}, 1)}
+	var w1, w2 sleeper
+	results := make(chan bool, 2)
+	start := time.Now()
+	go func() { results <- w1.sleep(ctx, first) }()
+	go func() {
+		for cs.dl.waiterIs(nil) { // let first register as the waiter
+			time.Sleep(time.Millisecond)
+		}
+		results <- w2.sleep(ctx, second)
+	}()
+	for range 2 {
+		select {
+		case woken := <-results:
+			if woken {
+				t.Errorf("sleep = true at the deadline, want false (ctx done)")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter was not woken at its deadline")
+		}
+	}
+	if el := time.Since(start); el < 40*time.Millisecond {
+		t.Errorf("woken after %v, before the 40ms deadline", el)
+	}
+	if !w1.wakes || w2.wakes {
+		t.Errorf("first waited on its own channel: %v, second: %v; want true, false", w1.wakes, w2.wakes)
+	}
+	cs.dl.end(ctx, false)
+
+	// An answer wakes the waiter as before; the deadline does not.
+	later := cs.withDeadline(context.Background(), time.Hour, "timeout")
+	var w sleeper
+	go first.signal()
+	if !w.sleep(later, first) {
+		t.Error("sleep = false on an answer before the deadline")
+	}
+	cs.dl.end(later, false)
+	if !cs.dl.waiterIs(nil) {
+		t.Error("the waiter outlived its call")
+	}
+}
+
+func (d *callDeadline) waiterIs(at *attempt) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.waiter == at
+}
+
+// The first request under a deadline given in place carries the timeout
+// as given; a second attempt, and one under a derived context, carry
+// what the clock says is left.
+func TestGivenDeadlineSentAsGivenOnce(t *testing.T) {
+	cs := &callState{}
+	ctx := cs.withDeadline(context.Background(), 10*time.Second, "timeout")
+	dl, _ := ctx.Deadline()
+	derived, cancel := context.WithCancel(ctx)
+	defer cancel()
+	time.Sleep(2 * time.Millisecond)
+	if got := cs.sentTimeout(derived, dl); got >= 10*time.Second || got < 9*time.Second {
+		t.Errorf("under a derived context: %v, want what is left of 10s", got)
+	}
+	if got := cs.sentTimeout(ctx, dl); got != 10*time.Second {
+		t.Errorf("first request: %v, want the 10s given", got)
+	}
+	if got := cs.sentTimeout(ctx, dl); got >= 10*time.Second-time.Millisecond {
+		t.Errorf("second request: %v, want what is left of 10s, 2ms on", got)
+	}
+	cs.dl.end(ctx, false)
 }

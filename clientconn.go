@@ -223,7 +223,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	f := &at.req
 	*f = kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: info.Method, Codec: codec.Name(), Metadata: info.Metadata, Payload: payload}
 	if dl, ok := ctx.Deadline(); ok {
-		if f.Timeout = time.Until(dl); f.Timeout <= 0 {
+		if f.Timeout = call.sentTimeout(ctx, dl); f.Timeout <= 0 {
 			cc.conn.Recycle(payload)
 			return c.ctxStatus(ctx, call, "before the request for "+info.Method+" was sent")
 		}
@@ -267,7 +267,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 // wait blocks until at is answered, the connection dies or ctx is done,
 // taking the reader role whenever it is free.
 func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo) error {
-	var done <-chan struct{}
+	var w sleeper
 	for {
 		cc.mu.Lock()
 		if at.done {
@@ -288,13 +288,8 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 				cc.waiters.push(at)
 			}
 			cc.mu.Unlock()
-			if done == nil {
-				done = engineDone(ctx)
-			}
-			select {
-			case <-at.wake:
+			if w.sleep(ctx, at) {
 				continue
-			case <-done:
 			}
 			cc.mu.Lock()
 		}

@@ -240,10 +240,11 @@ func (sc *serverConn) serveInline(c *callCtx, f *kernel.Frame, desc *methodDesc,
 	// In a burst the calls queued behind this one wait for it: a method
 	// that takes longer than a few syscalls would save is served off the
 	// reader from now on, in parallel.
-	start := time.Now()
+	start := monoNow()
+	c.arrived = start // spares run its own clock read for a deadline
 	sc.serve(c, f, true)
 	if desc != nil {
-		desc.noteBurstCall(time.Since(start))
+		desc.noteBurstCall(monoNow() - start)
 	}
 	return sc.readState.CompareAndSwap(servingInline, reading)
 }
