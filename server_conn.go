@@ -241,7 +241,7 @@ func (sc *serverConn) serveInline(c *callCtx, f *kernel.Frame, desc *methodDesc,
 	// that takes longer than a few syscalls would save is served off the
 	// reader from now on, in parallel.
 	start := monoNow()
-	c.arrived = start // spares run its own clock read for a deadline
+	c.arrived = start // so that run places a deadline without reading the clock again
 	sc.serve(c, f, true)
 	if desc != nil {
 		desc.noteBurstCall(monoNow() - start)
