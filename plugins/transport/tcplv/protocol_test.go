@@ -8,10 +8,10 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -81,10 +81,9 @@ func TestBadInputClosesTheConnectionWithAClearError(t *testing.T) {
 // sends a frame claiming almost 4 GiB on one connection while another
 // connection to the same listener keeps working.
 func TestLengthOverTheMaximumClosesOnlyThatConnectionAndAllocatesNothingForIt(t *testing.T) {
-	var logged bytes.Buffer
-	var logMu sync.Mutex
+	var logged syncbuf.Buffer
 	o := testOptions()
-	o.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))
+	o.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	tr := newTransport(t, o)
 	ln := listen(t, tr)
 	good := dial(t, tr, ln.Addr())
@@ -108,9 +107,7 @@ func TestLengthOverTheMaximumClosesOnlyThatConnectionAndAllocatesNothingForIt(t 
 	if n := after.TotalAlloc - before.TotalAlloc; n > 256<<10 {
 		t.Fatalf("rejecting a frame of 0xFFFFFFF0 bytes allocated %d bytes", n)
 	}
-	logMu.Lock()
 	log := logged.String()
-	logMu.Unlock()
 	if !strings.Contains(log, "frame too large") || !strings.Contains(log, bad.RemoteAddr()) {
 		t.Errorf("the reason was not logged with the peer's address; log:\n%s", log)
 	}
@@ -130,15 +127,4 @@ func TestLengthOverTheMaximumClosesOnlyThatConnectionAndAllocatesNothingForIt(t 
 		t.Fatalf("the other connection died too: %v", err)
 	}
 	f.Release()
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
