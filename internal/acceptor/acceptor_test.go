@@ -24,6 +24,13 @@ type fakeConn struct {
 
 func (c *fakeConn) Close() error { c.closed.Store(true); return nil }
 
+// handshaken is a connection whose handshake ends at once with err.
+func handshaken(name string, err error) *fakeConn {
+	c := &fakeConn{name: name, release: make(chan error, 1)}
+	c.release <- err
+	return c
+}
+
 // readyConn is what a successful handshake hands to Accept.
 type readyConn struct {
 	kernel.Conn
@@ -97,8 +104,7 @@ func TestStalledHandshakeHoldsUpNobody(t *testing.T) {
 	l := newFakeListener()
 	a := start(t, testConfig(l, io.Discard))
 	stalled := &fakeConn{name: "stalled", release: make(chan error)}
-	quick := &fakeConn{name: "quick", release: make(chan error, 1)}
-	quick.release <- nil
+	quick := handshaken("quick", nil)
 	l.incoming <- stalled
 	l.incoming <- quick
 	if got := accept(t, a); got != quick {
@@ -116,10 +122,8 @@ func TestFailedHandshakeIsClosedAndLogged(t *testing.T) {
 	l := newFakeListener()
 	var log syncbuf.Buffer
 	a := start(t, testConfig(l, &log))
-	bad := &fakeConn{name: "bad", release: make(chan error, 1)}
-	bad.release <- errors.New("bad certificate")
-	good := &fakeConn{name: "good", release: make(chan error, 1)}
-	good.release <- nil
+	bad := handshaken("bad", errors.New("bad certificate"))
+	good := handshaken("good", nil)
 	l.incoming <- bad
 	l.incoming <- good
 	if got := accept(t, a); got != good {
@@ -208,8 +212,7 @@ func TestFailingAcceptIsRetried(t *testing.T) {
 	cfg := testConfig(l, &log)
 	cfg.Accept = failing
 	a := start(t, cfg)
-	c := &fakeConn{name: "after", release: make(chan error, 1)}
-	c.release <- nil
+	c := handshaken("after", nil)
 	l.incoming <- c
 	if got := accept(t, a); got != c {
 		t.Fatalf("accepted %s; want the connection that came after the failures", got.name)
