@@ -196,9 +196,9 @@ func IncomingMetadata(ctx context.Context) kernel.Metadata {
 	return nil
 }
 
-// deadlineIn is the deadline d after the call arrived: from the clock
+// deadlineAfter is the deadline d after the call arrived: from the clock
 // read as serving began, if there was one, else from now.
-func (c *callCtx) deadlineIn(d time.Duration) time.Time {
+func (c *callCtx) deadlineAfter(d time.Duration) time.Time {
 	if c.arrived > 0 {
 		return deadlineFrom(c.arrived, d)
 	}

@@ -87,7 +87,7 @@ func (cs *callState) sentTimeout(ctx context.Context, dl time.Time) time.Duratio
 // reading of such a deadline is off from the system's only by how far the
 // wall clock was stepped or slewed since the process started, and Until,
 // Before and the timeout sent to the server use the monotonic one.
-func deadlineIn(d time.Duration) time.Time { return clockBase.Add(time.Since(clockBase) + d) }
+func deadlineIn(d time.Duration) time.Time { return deadlineFrom(monoNow(), d) }
 
 // monoNow is the monotonic clock as deadlineIn reads it, so that a reading
 // taken for another purpose can place a deadline later (deadlineFrom).

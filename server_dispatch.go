@@ -168,10 +168,10 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	// The deadline is kept, not timed: Done and Err look at it when asked,
 	// so a handler that watches neither costs no timer.
 	if f.Timeout > 0 {
-		c.deadline = c.deadlineIn(f.Timeout)
+		c.deadline = c.deadlineAfter(f.Timeout)
 	} else if len(desc.deadliners) > 0 {
 		if d, by := timeoutFrom(desc.deadliners, &c.info); d > 0 {
-			c.deadline, c.timeout, c.timeoutBy = c.deadlineIn(d), d, by
+			c.deadline, c.timeout, c.timeoutBy = c.deadlineAfter(d), d, by
 		}
 	}
 	if len(desc.admit) > 0 {
