@@ -108,31 +108,6 @@ type (
 	vtResetter    interface{ ResetVT() }
 )
 
-// marshalOptions deliberately leaves UseCachedSize off. The kernel calls Size
-// and then Marshal as two separate calls, and the codec cannot know whether
-// the message changed in between, or whether the size cached in the message
-// was even computed by that Size call (any proto.Size anywhere refreshes it,
-// and the kernel does not call Size when the transport cannot lend a buffer).
-// A stale cached size does not fail: it writes wrong length prefixes for
-// nested messages, i.e. silently corrupt bytes on the wire. Recomputing sizes
-// costs one extra walk of the message, small next to the encoding itself.
-var marshalOptions = proto.MarshalOptions{}
-
-// sizedOptions encodes from the sizes a Size call just cached in the
-// message, for MarshalSized only: there the engine took Size itself, a
-// moment before on the same goroutine.
-var sizedOptions = proto.MarshalOptions{UseCachedSize: true}
-
-// freshOptions merges, which into a message nobody has used is decoding
-// without the reset Unmarshal starts with: some 30 ns of a 16 B message's
-// 120 (BenchmarkUnmarshalFresh).
-var freshOptions = proto.UnmarshalOptions{Merge: true}
-
-// unmarshalOptions keeps Merge false: v is reset before decoding, so a
-// reused message does not keep fields from its previous contents (the
-// behaviour of proto.Unmarshal, which every other codec's Unmarshal matches).
-var unmarshalOptions = proto.UnmarshalOptions{Merge: false}
-
 // Name returns "protobuf".
 func (Codec) Name() string { return Name }
 
@@ -142,12 +117,12 @@ func (Codec) Marshal(dst []byte, v any) ([]byte, error) {
 	if m, ok := v.(vtMarshaler); ok {
 		return marshalVT(dst, m, v)
 	}
-	return marshalWith(marshalOptions, dst, v, -1)
+	return marshalWith(dst, v, -1)
 }
 
 // MarshalSized is Marshal of v, whose Size the engine has just taken:
-// the message is not sized a second time, which saves some 8 ns of a
-// 16 B message's 76 (BenchmarkMarshalSized, Size included). A v changed
+// the message is not sized a second time, which saves some 11 ns of a
+// 16 B message's 72 (BenchmarkMarshalSized, Size included). A v changed
 // since (by a caller racing with its own send) fails: protobuf-go checks
 // each nested message against the size it cached, and MarshalSized the
 // whole encoding against size.
@@ -155,17 +130,22 @@ func (Codec) MarshalSized(dst []byte, v any, size int) ([]byte, error) {
 	if m, ok := v.(vtMarshaler); ok {
 		return marshalVTSized(dst, m, v, size)
 	}
-	return marshalWith(sizedOptions, dst, v, size)
+	return marshalWith(dst, v, size)
 }
 
-// marshalWith appends v's encoding through protobuf-go, checking it is
-// size bytes long unless size is negative.
-func marshalWith(o proto.MarshalOptions, dst []byte, v any, size int) ([]byte, error) {
+// marshalWith appends v's encoding through protobuf-go. A size of zero or
+// more is what the engine's Size call has just returned: the encoding
+// uses the sizes that call cached and must be size bytes long. A negative
+// size sizes the message again first. Marshal does not trust cached sizes:
+// it cannot know that the message is unchanged since they were taken, or
+// that they were taken at all, and a stale one does not fail, it writes
+// wrong length prefixes for nested messages.
+func marshalWith(dst []byte, v any, size int) ([]byte, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return dst, notMessage("marshal", v)
 	}
-	out, err := o.MarshalAppend(dst, m)
+	out, err := marshalAppend(dst, m, size >= 0)
 	if err != nil {
 		return dst, fmt.Errorf("protobuf: marshal %T: %w", v, err)
 	}
@@ -215,7 +195,8 @@ func (Codec) Unmarshal(data []byte, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := unmarshalOptions.Unmarshal(data, m); err != nil {
+	proto.Reset(m)
+	if err := unmarshalMerge(data, m); err != nil {
 		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
 	}
 	return nil
@@ -234,7 +215,7 @@ func (Codec) UnmarshalFresh(data []byte, v any) error {
 			err = checkUnknown(m)
 		}
 	} else {
-		err = freshOptions.Unmarshal(data, m)
+		err = unmarshalMerge(data, m)
 	}
 	if err != nil {
 		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
@@ -286,7 +267,7 @@ func (Codec) Size(v any) int {
 	if !ok {
 		return 0
 	}
-	return proto.Size(m)
+	return sizeOf(m)
 }
 
 // aliasingCodec is the codec with alias_requests on.
