@@ -537,6 +537,37 @@ func TestQueuedFramesLeaveTogetherInOrderWithoutAFlushCall(t *testing.T) {
 	}
 }
 
+// The writer goroutine leaves a queue whose lock is held, counting on the
+// holder to wake it once it lets go. A frame queued under cork does not
+// wake it otherwise: after such a miss it must, or the frames queued
+// before it would wait for the cork to end.
+func TestWriterThatFoundTheQueueLockedIsWokenByTheCorkedFrameHolding(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	server.qmu.Lock()
+	server.signalWriter() // as a sender did for a frame queued just before
+	for !server.missedQueue.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	own, _ := server.appendLocked(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}, nil)
+	server.qmu.Unlock()
+	server.pool.Put(own)
+	server.corked.Store(true)
+	if queued, err := server.enqueueCorked(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2}); !queued || err != nil {
+		t.Fatalf("enqueueCorked = %v, %v; want it queued under the cork", queued, err)
+	}
+	ctx := timeout(t, 5*time.Second)
+	for id := uint64(1); id <= 2; id++ {
+		f, err := client.ReadFrame(ctx)
+		if err != nil {
+			t.Fatalf("frame %d never arrived: %v", id, err)
+		}
+		if f.CallID != id {
+			t.Fatalf("got call %d, want %d", f.CallID, id)
+		}
+		f.Release()
+	}
+}
+
 // A client's reader hands out a burst of answers already received; the
 // requests their callers send meanwhile must wait and then leave together
 // once the last answer is taken, and a Cancel must not wait for that.

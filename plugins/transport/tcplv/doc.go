@@ -68,6 +68,11 @@
 // left unread. Other frames (Cancel, GoAway, Ping) never wait. At 64
 // callers this cut the client's write calls per call from 0.54 to about
 // 0.15 and the CPU per call on both sides by half.
+// The writer goroutine never waits for the queue's lock: finding it held,
+// it leaves the queue for its next wake-up, which the holder, a caller
+// queueing a frame, gives it on letting go. Spinning for the lock while a
+// stream's sender appended its messages had cost 14% of the time per
+// message of a 16 B stream.
 //
 // Keepalive probes only when the connection waits for an answer: a ReadFrame
 // is blocked and requests written outnumber responses read. An idle client,
