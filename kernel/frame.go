@@ -190,7 +190,22 @@ func (f *Frame) Release() {
 }
 
 // Reset clears f for reuse, owner included.
-func (f *Frame) Reset() { *f = Frame{} }
+func (f *Frame) Reset() {
+	// A frame read off a stream carries a payload and no other pointer.
+	// Zeroing the whole frame while the collector marks puts every pointer
+	// word through the write barrier, and a receiver of small messages
+	// allocates enough to keep the collector marking much of the time: it
+	// spent about 3% of its CPU here. TestResetClearsEveryField keeps
+	// this in step with the fields.
+	if f.Method != "" || f.Codec != "" || f.Message != "" || f.Metadata != nil || f.owner != nil {
+		*f = Frame{}
+		return
+	}
+	if f.Payload != nil {
+		f.Payload = nil
+	}
+	f.Type, f.Flags, f.CallID, f.Timeout, f.Code, f.Credit = 0, 0, 0, 0, 0, 0
+}
 
 // FrameHeaderLen returns how many bytes AppendFrameHeader writes for f.
 func FrameHeaderLen(f *Frame) int {
