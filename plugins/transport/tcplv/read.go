@@ -209,6 +209,17 @@ func (c *conn) readFrame() (*pooledFrame, error) {
 			return nil, c.protocolError(err)
 		}
 		c.br.Discard(kernel.FramePrefixLen)
+		if n <= bufpool.MinSize && c.br.Buffered() >= n {
+			if pf := c.pool.takeSpare(); pf != nil {
+				// The whole frame is here: read it into the spare without
+				// recording it in c, where each pointer stored costs a
+				// write barrier while the collector marks (reslicing the
+				// spare's own buffer stores none).
+				pf.body = pf.body[:n]
+				c.br.Read(pf.body) // whole: Buffered covers it
+				return c.decode(pf)
+			}
+		}
 		// Memory follows the bytes that arrive, not the length announced:
 		// a peer announcing 4 MiB and sending nothing gets firstFrameBuffer.
 		c.want, c.got = n, 0
@@ -242,6 +253,11 @@ func (c *conn) readFrame() (*pooledFrame, error) {
 		pf = c.pool.getFrame(c)
 	}
 	pf.body, c.body = c.body, nil
+	return c.decode(pf)
+}
+
+// decode decodes the frame whose bytes pf.body holds.
+func (c *conn) decode(pf *pooledFrame) (*pooledFrame, error) {
 	if err := c.t.limits.Decode(pf.body, &pf.f, &c.in); err != nil {
 		c.pool.putFrame(pf)
 		return nil, c.protocolError(err)
