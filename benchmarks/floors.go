@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kernrpc/kernrpc/internal/plainpb"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/transport/shmring"
 )
@@ -21,17 +24,22 @@ import (
 // into a buffer of its own, as a caller of an echo service does.
 //
 //   - bare-tcp: a 4-byte length and the payload over loopback TCP.
+//   - bare-tcp-pb: the same, with the payload in a plainpb.Echo that each
+//     side encodes with protobuf-go into a reused buffer and decodes into a
+//     new message, as a framework must for a user's plain protoc-gen-go
+//     messages: the floor under kernrpc's default path.
 //   - bare-shm (Linux): the shm-ring transport's frames, written into the
 //     ring and read from it, without the kernel, a codec or call matching.
 
 // floorSystems are the systems -floors adds.
-var floorSystems = []string{"bare-tcp", "bare-shm"}
+var floorSystems = []string{"bare-tcp", "bare-tcp-pb", "bare-shm"}
 
 func init() {
 	registerSystem(&system{name: "bare-tcp", label: "bare TCP", serve: serveBareTCP, dial: dialBareTCP})
+	registerSystem(&system{name: "bare-tcp-pb", label: "bare TCP + protobuf", serve: serveBareTCPProto, dial: dialBareTCPProto})
 	registerSystem(&system{name: "bare-shm", label: "bare shm-ring", serve: serveBareShm, dial: dialBareShm})
 	if runtime.GOOS != "linux" {
-		floorSystems = floorSystems[:1]
+		floorSystems = floorSystems[:2]
 	}
 }
 
@@ -40,6 +48,16 @@ func init() {
 const maxBareFrame = 64 << 20
 
 func serveBareTCP(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
+	return listenBareTCP(ctx, addr, echoBareTCP)
+}
+
+func serveBareTCPProto(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
+	return listenBareTCP(ctx, addr, echoBareTCPProto)
+}
+
+// listenBareTCP serves every connection accepted on addr with echo, on a
+// goroutine of its own.
+func listenBareTCP(ctx context.Context, addr string, echo func(net.Conn)) (string, func(context.Context) error, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -51,7 +69,7 @@ func serveBareTCP(ctx context.Context, addr string, _ serveOptions) (string, fun
 			if err != nil {
 				return
 			}
-			go echoBareTCP(conn)
+			go echo(conn)
 		}
 	}()
 	return ln.Addr().String(), func(context.Context) error { return ln.Close() }, nil
@@ -71,6 +89,39 @@ func echoBareTCP(conn net.Conn) {
 			return
 		}
 	}
+}
+
+// echoBareTCPProto answers every length-prefixed plainpb.Echo on conn
+// with the message it decodes, encoded again, until the peer hangs up.
+func echoBareTCPProto(conn net.Conn) {
+	defer conn.Close()
+	in, out := make([]byte, 64<<10), make([]byte, 0, 64<<10)
+	for {
+		n, err := readBareMessage(conn, &in)
+		if err != nil {
+			return
+		}
+		req := new(plainpb.Echo)
+		if err := proto.Unmarshal(in[4:4+n], req); err != nil {
+			return
+		}
+		if out, err = appendBareProto(out[:0], req); err != nil {
+			return
+		}
+		if _, err := conn.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// appendBareProto appends m to dst behind a 4-byte length.
+func appendBareProto(dst []byte, m proto.Message) ([]byte, error) {
+	dst, err := proto.MarshalOptions{}.MarshalAppend(append(dst, 0, 0, 0, 0), m)
+	if err != nil {
+		return dst, fmt.Errorf("bare tcp: encode: %w", err)
+	}
+	binary.BigEndian.PutUint32(dst, uint32(len(dst)-4))
+	return dst, nil
 }
 
 // readBareMessage reads one length-prefixed message into *buf, growing it
@@ -112,6 +163,40 @@ func bareTCPCall(c io.Closer, payload []byte) callFunc {
 			return 0, err
 		}
 		return readBareMessage(conn, &in)
+	}
+}
+
+func dialBareTCPProto(_ context.Context, addr string) (echoClient, error) {
+	return &bareClient{addr: addr, dial: func(ctx context.Context, addr string) (io.Closer, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}, call: bareTCPProtoCall}, nil
+}
+
+// bareTCPProtoCall returns one caller's ping-pong on its connection, with
+// the request encoded on every call and each answer decoded into a new
+// message, as a framework's caller gets it.
+func bareTCPProtoCall(c io.Closer, payload []byte) callFunc {
+	conn := c.(net.Conn)
+	req := &plainpb.Echo{Payload: payload}
+	out, in := make([]byte, 0, 4+len(payload)+16), make([]byte, 4+len(payload)+16)
+	return func(context.Context) (int, error) {
+		var err error
+		if out, err = appendBareProto(out[:0], req); err != nil {
+			return 0, err
+		}
+		if _, err := conn.Write(out); err != nil {
+			return 0, err
+		}
+		n, err := readBareMessage(conn, &in)
+		if err != nil {
+			return 0, err
+		}
+		resp := new(plainpb.Echo)
+		if err := proto.Unmarshal(in[4:4+n], resp); err != nil {
+			return 0, fmt.Errorf("bare tcp: decode: %w", err)
+		}
+		return len(resp.Payload), nil
 	}
 }
 

@@ -89,15 +89,17 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 	}
 	// The default path is compared with the peers before the tuned one; each
 	// floor is compared with kernrpc over its own transport, and only with
-	// that; nothing divides by a floor's near-zero allocations.
+	// that, then the TCP floors with grpc-go; nothing divides by a bare
+	// ping-pong's near-zero allocations.
 	checkRowsInOrder(t, md, "kernrpc / grpc-go", "kernrpc / net/rpc", "kernrpc generated / grpc-go generated",
 		"kernrpc tuned / grpc-go", "kernrpc tuned / kernrpc", "kernrpc generated / kernrpc", "grpc-go generated / grpc-go",
-		"kernrpc/shm-ring / kernrpc", "kernrpc / bare TCP", "kernrpc/shm-ring / bare shm-ring")
+		"kernrpc/shm-ring / kernrpc", "kernrpc / bare TCP", "kernrpc / bare TCP + protobuf", "kernrpc/shm-ring / bare shm-ring",
+		"bare TCP / grpc-go", "bare TCP + protobuf / grpc-go")
 	if strings.Contains(md, "| kernrpc / bare shm-ring") {
 		t.Errorf("report compares kernrpc over tcp-lv with the bare shm-ring ping-pong:\n%s", md)
 	}
 	for _, line := range strings.Split(md, "\n") {
-		if strings.HasPrefix(line, "| kernrpc / bare TCP ") && !strings.Contains(line, "n/a") {
+		if row := splitRow(line); len(row) > 6 && row[0] == "kernrpc / bare TCP" && row[6] != "n/a" {
 			t.Errorf("allocation ratio against a bare ping-pong is not n/a: %s", line)
 		}
 	}

@@ -181,7 +181,11 @@ func (b *benchmark) logLine(w *strings.Builder, mode string, payload int) {
 
 // floorOf names, for each bare ping-pong, the kernrpc systems over the same
 // transport, which are compared with it.
-var floorOf = map[string][]string{"bare-tcp": {"kernrpc", "kernrpc-tuned", "kernrpc-gen"}, "bare-shm": {"kernrpc-shm", "kernrpc-shm-tuned"}}
+var floorOf = map[string][]string{
+	"bare-tcp":    {"kernrpc", "kernrpc-tuned", "kernrpc-gen"},
+	"bare-tcp-pb": {"kernrpc", "kernrpc-gen"},
+	"bare-shm":    {"kernrpc-shm", "kernrpc-shm-tuned"},
+}
 
 // ratioPairs lists the comparisons the report makes, as indexes into the
 // run's systems, in the order they are printed: every kernrpc system to
@@ -223,6 +227,11 @@ func (b *benchmark) ratioPairs() [][2]int {
 			add(k, floor)
 		}
 	}
+	// The TCP floors against grpc-go: the most a framework over loopback
+	// TCP could reach in the ratios above, with any messages and with plain
+	// protobuf-go ones.
+	add("bare-tcp", "grpc")
+	add("bare-tcp-pb", "grpc")
 	return pairs
 }
 
