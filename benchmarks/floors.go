@@ -36,7 +36,7 @@ var floorSystems = []string{"bare-tcp", "bare-tcp-pb", "bare-shm"}
 
 func init() {
 	registerSystem(&system{name: "bare-tcp", label: "bare TCP", serve: serveBareTCP, dial: dialBareTCP})
-	registerSystem(&system{name: "bare-tcp-pb", label: "bare TCP + protobuf", serve: serveBareTCPProto, dial: dialBareTCPProto})
+	registerSystem(&system{name: "bare-tcp-pb", label: "bare TCP + protobuf", serve: serveBareTCPProto, dial: dialBareTCPProto, streams: true})
 	registerSystem(&system{name: "bare-shm", label: "bare shm-ring", serve: serveBareShm, dial: dialBareShm})
 	if runtime.GOOS != "linux" {
 		floorSystems = floorSystems[:2]
@@ -92,7 +92,8 @@ func echoBareTCP(conn net.Conn) {
 }
 
 // echoBareTCPProto answers every length-prefixed plainpb.Echo on conn
-// with the message it decodes, encoded again, until the peer hangs up.
+// with the message it decodes, encoded again, until the peer hangs up; a
+// message with a text asks for a stream (floors_stream.go).
 func echoBareTCPProto(conn net.Conn) {
 	defer conn.Close()
 	in, out := make([]byte, 64<<10), make([]byte, 0, 64<<10)
@@ -104,6 +105,12 @@ func echoBareTCPProto(conn net.Conn) {
 		req := new(plainpb.Echo)
 		if err := proto.Unmarshal(in[4:4+n], req); err != nil {
 			return
+		}
+		if req.Text != "" {
+			if out, err = sendBareStream(conn, req, out); err != nil {
+				return
+			}
+			continue
 		}
 		if out, err = appendBareProto(out[:0], req); err != nil {
 			return
@@ -167,10 +174,10 @@ func bareTCPCall(c io.Closer, payload []byte) callFunc {
 }
 
 func dialBareTCPProto(_ context.Context, addr string) (echoClient, error) {
-	return &bareClient{addr: addr, dial: func(ctx context.Context, addr string) (io.Closer, error) {
+	return bareProtoClient{&bareClient{addr: addr, dial: func(ctx context.Context, addr string) (io.Closer, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
-	}, call: bareTCPProtoCall}, nil
+	}, call: bareTCPProtoCall}}, nil
 }
 
 // bareTCPProtoCall returns one caller's ping-pong on its connection, with

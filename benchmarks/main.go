@@ -52,7 +52,8 @@ Modes (-mode, comma-separated, or all):
   stream server streaming: -streams concurrent streams sharing one client, each
          asking once for messages of one of -stream-sizes, which the server sends
          as fast as flow control allows until the round ends (-stream-duration);
-         kernrpc and grpc-go only (net/rpc and the floors cannot stream)
+         kernrpc, grpc-go and the protobuf floor only (net/rpc and the
+         other floors cannot stream)
 
 Per cell and system it reports calls/s, latency mean/p50/p99, and per call
 the heap allocations and CPU time of the client side (the harness, or all

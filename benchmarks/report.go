@@ -106,8 +106,9 @@ func (b *benchmark) modeHow(mode string) string {
 			"The streams of a row share one client (one connection), made before the round, each opened in the warm-up. " +
 			"The figures are per message received; the gap is the time between two messages of one stream, timed for about one message in 16 " +
 			"(a clock read per message would cost some 25 ns, a tenth of a 16 B message, on every system alike). " +
-			"Systems that cannot stream (net/rpc, the bare ping-pongs) sit this mode out, and so do the generated-code systems, " +
-			"whose proto declares only the unary method."
+			"Systems that cannot stream (net/rpc, bare TCP, bare shm-ring) sit this mode out, and so do the generated-code systems, " +
+			"whose proto declares only the unary method. Bare TCP + protobuf streams on a connection of its own per stream, " +
+			"with TCP's flow control alone, each message decoded into a new plainpb.Echo."
 	}
 	return "The callers run in the harness and share one client, made before the round."
 }

@@ -21,8 +21,9 @@ import (
 // the long mode: at 16 streams they are 16 streams on one connection.
 //
 // The systems that stream (kernrpc's, grpc-go) serve a method "Stream"
-// beside Echo; net/rpc cannot stream, and the bare ping-pongs have no
-// stream counterpart, so they sit this mode out.
+// beside Echo, and the protobuf floor streams on a connection of its own
+// (floors_stream.go); net/rpc cannot stream, and the other bare ping-pongs
+// have no stream counterpart, so they sit this mode out.
 
 // streamMethod is kernrpc's name for the streaming method; grpc-go's is
 // grpcStreamMethod.

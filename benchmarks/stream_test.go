@@ -14,7 +14,7 @@ import (
 // streamSystems are the streaming systems the tests run: kernrpc's
 // default path over both transports, its tuned path, and grpc-go.
 func streamSystems(t *testing.T) []*system {
-	names := []string{"kernrpc", "kernrpc-tuned", "grpc"}
+	names := []string{"kernrpc", "kernrpc-tuned", "grpc", "bare-tcp-pb"}
 	if runtime.GOOS == "linux" {
 		names = append(names, "kernrpc-shm")
 	}
