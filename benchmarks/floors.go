@@ -30,16 +30,19 @@ import (
 //     messages: the floor under kernrpc's default path.
 //   - bare-shm (Linux): the shm-ring transport's frames, written into the
 //     ring and read from it, without the kernel, a codec or call matching.
+//   - bare-shm-pb (Linux): the same, with protobuf-go messages as in
+//     bare-tcp-pb: the floor under kernrpc/shm-ring's default path.
 
 // floorSystems are the systems -floors adds.
-var floorSystems = []string{"bare-tcp", "bare-tcp-pb", "bare-shm"}
+var floorSystems = []string{"bare-tcp", "bare-tcp-pb", "bare-shm", "bare-shm-pb"}
 
 func init() {
 	registerSystem(&system{name: "bare-tcp", label: "bare TCP", serve: serveBareTCP, dial: dialBareTCP})
 	registerSystem(&system{name: "bare-tcp-pb", label: "bare TCP + protobuf", serve: serveBareTCPProto, dial: dialBareTCPProto, streams: true})
 	registerSystem(&system{name: "bare-shm", label: "bare shm-ring", serve: serveBareShm, dial: dialBareShm})
+	registerSystem(&system{name: "bare-shm-pb", label: "bare shm-ring + protobuf", serve: serveBareShmProto, dial: dialBareShmProto})
 	if runtime.GOOS != "linux" {
-		floorSystems = floorSystems[:2]
+		floorSystems = floorSystems[:2] // the TCP ones
 	}
 }
 
@@ -208,6 +211,16 @@ func bareTCPProtoCall(c io.Closer, payload []byte) callFunc {
 }
 
 func serveBareShm(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
+	return listenBareShm(ctx, addr, echoBareShm)
+}
+
+func serveBareShmProto(ctx context.Context, addr string, _ serveOptions) (string, func(context.Context) error, error) {
+	return listenBareShm(ctx, addr, echoBareShmProto)
+}
+
+// listenBareShm serves every client attached on addr with echo, on a
+// goroutine of its own.
+func listenBareShm(ctx context.Context, addr string, echo func(kernel.Conn)) (string, func(context.Context) error, error) {
 	tr, err := shmring.New(shmring.DefaultOptions())
 	if err != nil {
 		return "", nil, fmt.Errorf("bare shm-ring: %w", err)
@@ -222,7 +235,7 @@ func serveBareShm(ctx context.Context, addr string, _ serveOptions) (string, fun
 			if err != nil {
 				return
 			}
-			go echoBareShm(conn)
+			go echo(conn)
 		}
 	}()
 	return ln.Addr(), func(context.Context) error { return ln.Close() }, nil
@@ -246,14 +259,89 @@ func echoBareShm(conn kernel.Conn) {
 	}
 }
 
+// echoBareShmProto answers every frame on conn with the plainpb.Echo it
+// decodes from the frame, encoded again into the ring.
+func echoBareShmProto(conn kernel.Conn) {
+	defer conn.Close()
+	for {
+		f, err := conn.ReadFrame(context.Background())
+		if err != nil {
+			return
+		}
+		req := new(plainpb.Echo)
+		err = proto.Unmarshal(f.Payload, req)
+		back := *f
+		f.Release()
+		if err != nil {
+			return
+		}
+		if back.Payload, err = encodeIntoRing(conn, req); err != nil || conn.WriteFrame(&back) != nil {
+			return
+		}
+	}
+}
+
+// encodeIntoRing encodes m into a buffer conn lends for its next frame.
+func encodeIntoRing(conn kernel.Conn, m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(conn.Buffer(proto.Size(m)), m)
+	if err != nil {
+		return nil, fmt.Errorf("bare shm-ring: encode: %w", err)
+	}
+	return b, nil
+}
+
 func dialBareShm(_ context.Context, addr string) (echoClient, error) {
+	return dialShm(addr, bareShmCall)
+}
+
+func dialBareShmProto(_ context.Context, addr string) (echoClient, error) {
+	return dialShm(addr, bareShmProtoCall)
+}
+
+// dialShm makes a bare client whose callers each attach to addr and call
+// it with call.
+func dialShm(addr string, call func(io.Closer, []byte) callFunc) (echoClient, error) {
 	tr, err := shmring.New(shmring.DefaultOptions())
 	if err != nil {
 		return nil, fmt.Errorf("bare shm-ring: %w", err)
 	}
 	return &bareClient{addr: addr, dial: func(ctx context.Context, addr string) (io.Closer, error) {
 		return tr.Dial(ctx, addr)
-	}, call: bareShmCall}, nil
+	}, call: call}, nil
+}
+
+// bareShmProtoCall returns one caller's ping-pong on its attached client,
+// with the request encoded on every call and each answer decoded into a
+// new message.
+func bareShmProtoCall(c io.Closer, payload []byte) callFunc {
+	conn := c.(kernel.Conn)
+	f := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, Method: "Echo.Echo"}
+	req := &plainpb.Echo{Payload: payload}
+	return func(ctx context.Context) (int, error) {
+		var err error
+		f.CallID++
+		if f.Payload, err = encodeIntoRing(conn, req); err != nil {
+			return 0, err
+		}
+		if err := conn.WriteFrame(f); err != nil {
+			return 0, err
+		}
+		r, err := conn.ReadFrame(ctx)
+		if err != nil {
+			return 0, err
+		}
+		resp := new(plainpb.Echo)
+		err = proto.Unmarshal(r.Payload, resp)
+		id := r.CallID
+		r.Release()
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("bare shm-ring: decode: %w", err)
+		case id != f.CallID:
+			return 0, fmt.Errorf("bare shm-ring: frame %d answered message %d", id, f.CallID)
+		}
+		return len(resp.Payload), nil
+	}
 }
 
 // bareShmCall returns one caller's ping-pong on its attached client.

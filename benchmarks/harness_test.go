@@ -94,7 +94,8 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 	checkRowsInOrder(t, md, "kernrpc / grpc-go", "kernrpc / net/rpc", "kernrpc generated / grpc-go generated",
 		"kernrpc tuned / grpc-go", "kernrpc tuned / kernrpc", "kernrpc generated / kernrpc", "grpc-go generated / grpc-go",
 		"kernrpc/shm-ring / kernrpc", "kernrpc / bare TCP", "kernrpc / bare TCP + protobuf", "kernrpc/shm-ring / bare shm-ring",
-		"bare TCP / grpc-go", "bare TCP + protobuf / grpc-go")
+		"kernrpc/shm-ring / bare shm-ring + protobuf", "bare TCP / grpc-go", "bare TCP + protobuf / grpc-go",
+		"bare TCP + protobuf / bare TCP", "bare shm-ring + protobuf / bare shm-ring", "bare shm-ring + protobuf / bare TCP + protobuf")
 	if strings.Contains(md, "| kernrpc / bare shm-ring") {
 		t.Errorf("report compares kernrpc over tcp-lv with the bare shm-ring ping-pong:\n%s", md)
 	}

@@ -182,7 +182,7 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	fs.BoolVar(&o.codecs, "codecs", false, "compare kernrpc's codecs: add "+strings.Join(codecSystems, ", ")+
 		" to -systems, and measure each codec's marshal and unmarshal cost (about 30 s more)")
 	floors := fs.Bool("floors", false, "measure what the machine allows without a framework: add "+strings.Join(floorSystems, ", ")+
-		" (a plain ping-pong per caller over loopback TCP, the same carrying protobuf-go messages, and over the shm-ring transport) to -systems")
+		" (a plain ping-pong per caller over loopback TCP and over the shm-ring transport, each also carrying protobuf-go messages) to -systems")
 	fs.BoolVar(&o.server.aliasRequests, "alias-requests", true, "the tuned kernrpc servers (kernrpc-tuned, kernrpc-shm-tuned) decode protobuf requests in place "+
 		"(the codec's alias_requests option; the echo handler only reads its request); false leaves them only the vtprotobuf messages. "+
 		"The default-path systems never set it")

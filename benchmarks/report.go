@@ -186,6 +186,7 @@ var floorOf = map[string][]string{
 	"bare-tcp":    {"kernrpc", "kernrpc-tuned", "kernrpc-gen"},
 	"bare-tcp-pb": {"kernrpc", "kernrpc-gen"},
 	"bare-shm":    {"kernrpc-shm", "kernrpc-shm-tuned"},
+	"bare-shm-pb": {"kernrpc-shm"},
 }
 
 // ratioPairs lists the comparisons the report makes, as indexes into the
@@ -230,9 +231,13 @@ func (b *benchmark) ratioPairs() [][2]int {
 	}
 	// The TCP floors against grpc-go: the most a framework over loopback
 	// TCP could reach in the ratios above, with any messages and with plain
-	// protobuf-go ones.
+	// protobuf-go ones; then what protobuf-go costs each floor, and what
+	// shared memory gains over TCP with it.
 	add("bare-tcp", "grpc")
 	add("bare-tcp-pb", "grpc")
+	add("bare-tcp-pb", "bare-tcp")
+	add("bare-shm-pb", "bare-shm")
+	add("bare-shm-pb", "bare-tcp-pb")
 	return pairs
 }
 

@@ -51,7 +51,7 @@ type callFunc func(ctx context.Context) (echoed int, err error)
 var systemOrder = []string{
 	"kernrpc", "kernrpc-1conn", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned", "kernrpc-gen",
 	"kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers",
-	"grpc", "grpc-gen", "netrpc", "bare-tcp", "bare-tcp-pb", "bare-shm",
+	"grpc", "grpc-gen", "netrpc", "bare-tcp", "bare-tcp-pb", "bare-shm", "bare-shm-pb",
 }
 
 // peerSystems are the other frameworks, which every kernrpc system is
