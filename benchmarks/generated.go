@@ -168,12 +168,27 @@ func (b *benchmark) generatedTargets(w *strings.Builder) {
 		if got < tg.min {
 			verdict = "**not met**"
 		}
-		lines = append(lines, fmt.Sprintf("- kernrpc generated / grpc-go generated, calls/s at %s and %d %s: %.2f× (target ≥ %.0f×): %s\n",
-			sizeName(tg.payload), tg.callers, plural(tg.callers, "caller"), got, tg.min, verdict))
+		floor := ""
+		if tg.callers == 1 {
+			// One caller is one connection for the floor too.
+			floor = b.floorNote(c, "bare-tcp", g)
+		}
+		lines = append(lines, fmt.Sprintf("- kernrpc generated / grpc-go generated, calls/s at %s and %d %s: %.2f× (target ≥ %.0f×): %s%s\n",
+			sizeName(tg.payload), tg.callers, plural(tg.callers, "caller"), got, tg.min, verdict, floor))
 	}
 	if len(lines) > 0 {
 		w.WriteString("Targets, generated code over tcp-lv with default options against grpc-go's:\n\n" + strings.Join(lines, "") + "\n")
 	}
+}
+
+// floorNote is what a target's line adds when the floor ran in the cell:
+// the floor's own ratio to the same peer, the most a framework could show.
+func (b *benchmark) floorNote(c cell, floor string, peer int) string {
+	rs, f := b.results[c], b.systemIndex(floor)
+	if f < 0 || f >= len(rs) || rs[f] == nil || rs[peer] == nil {
+		return ""
+	}
+	return fmt.Sprintf("; %s did %.2f× in the same cell", b.opts.systems[f].label, rs[f].qps()/rs[peer].qps())
 }
 
 func plural(n int, word string) string {

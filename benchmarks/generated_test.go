@@ -118,7 +118,7 @@ func lineWith(s, prefix string) string {
 // not met below it, and left out when one of the two systems or the cell
 // did not run.
 func TestGeneratedTargetsVerdicts(t *testing.T) {
-	sys, err := lookupSystems([]string{"kernrpc-gen", "grpc-gen"})
+	sys, err := lookupSystems([]string{"kernrpc-gen", "grpc-gen", "bare-tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,13 @@ func TestGeneratedTargetsVerdicts(t *testing.T) {
 		{"without grpc-go generated there are no targets", sys[:1], map[cell][]*result{
 			big: {withCalls(9000)},
 		}, nil},
+		{"the floor's ratio follows a 1-caller target where it ran", sys, map[cell][]*result{
+			big:   {withCalls(3000), withCalls(1000), withCalls(4200)},
+			small: {withCalls(5000), withCalls(1000), withCalls(2000)},
+		}, []string{
+			"- kernrpc generated / grpc-go generated, calls/s at 64 KiB and 1 caller: 3.00× (target ≥ 5×): **not met**; bare TCP did 4.20× in the same cell",
+			"- kernrpc generated / grpc-go generated, calls/s at 16 B and 64 callers: 5.00× (target ≥ 4×): met",
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -233,8 +233,13 @@ func (b *benchmark) streamTargets(w *strings.Builder) {
 			if got < want || (tg.min == 0 && got == want) {
 				verdict = "**not met**"
 			}
-			lines = append(lines, fmt.Sprintf("- %s / grpc-go, %s of %s messages, %s: %.2f× (target %s): %s\n",
-				b.opts.systems[s].label, tg.what, sizeName(c.payload), streamsName(c.callers), got, goal, verdict))
+			floor := ""
+			if c.callers == 1 {
+				// One stream is one connection for the floor too.
+				floor = b.floorNote(c, "bare-tcp-pb", g)
+			}
+			lines = append(lines, fmt.Sprintf("- %s / grpc-go, %s of %s messages, %s: %.2f× (target %s): %s%s\n",
+				b.opts.systems[s].label, tg.what, sizeName(c.payload), streamsName(c.callers), got, goal, verdict, floor))
 		}
 	}
 	if len(lines) > 0 {

@@ -91,7 +91,8 @@ func TestStreamMode(t *testing.T) {
 	}
 	for _, want := range []string{"### stream, 16 B messages", "### stream, 64 KiB messages", "| streams", "MiB/s", "allocs",
 		"Server log records at INFO and above in the measured windows: kernrpc 0 ", "Targets, default path against grpc-go",
-		"- kernrpc / grpc-go, messages/s of 16 B messages, 2 streams: ", "- kernrpc / grpc-go, bytes/s of 64 KiB messages, 1 stream: "} {
+		"- kernrpc / grpc-go, messages/s of 16 B messages, 2 streams: ", "- kernrpc / grpc-go, bytes/s of 64 KiB messages, 1 stream: ",
+		"; bare TCP + protobuf did "} {
 		if !strings.Contains(section, want) {
 			t.Errorf("stream section lacks %q:\n%s", want, section)
 		}
