@@ -16,8 +16,9 @@ import (
 // The protobuf floor streams too: a stream is a connection of its own on
 // which the server writes length-prefixed messages as fast as the socket
 // takes them, with no flow control but TCP's, and the client decodes each
-// into a new plainpb.Echo, in place in its read buffer. It bounds what a server stream of plain
-// protoc-gen-go messages can do over one loopback connection.
+// into a new plainpb.Echo where it lies in the read buffer. It bounds what
+// a server stream of plain protoc-gen-go messages can do over one
+// loopback connection.
 
 // endOfBareStream is the length that ends a counted bare stream.
 const endOfBareStream = 1<<32 - 1

@@ -234,8 +234,8 @@ func (b *benchmark) streamTargets(w *strings.Builder) {
 				verdict = "**not met**"
 			}
 			floor := ""
-			if c.callers == 1 {
-				// One stream is one connection for the floor too.
+			if c.callers == 1 && tg.system == "kernrpc" {
+				// One stream is one TCP connection for the floor too.
 				floor = b.floorNote(c, "bare-tcp-pb", g)
 			}
 			lines = append(lines, fmt.Sprintf("- %s / grpc-go, %s of %s messages, %s: %.2f× (target %s): %s%s\n",
