@@ -181,16 +181,6 @@ func (b *benchmark) generatedTargets(w *strings.Builder) {
 	}
 }
 
-// floorNote is what a target's line adds when the floor ran in the cell:
-// the floor's own ratio to the same peer, the most a framework could show.
-func (b *benchmark) floorNote(c cell, floor string, peer int) string {
-	rs, f := b.results[c], b.systemIndex(floor)
-	if f < 0 || f >= len(rs) || rs[f] == nil || rs[peer] == nil {
-		return ""
-	}
-	return fmt.Sprintf("; %s did %.2f× in the same cell", b.opts.systems[f].label, rs[f].qps()/rs[peer].qps())
-}
-
 func plural(n int, word string) string {
 	if n == 1 {
 		return word

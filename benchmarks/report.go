@@ -189,6 +189,16 @@ var floorOf = map[string][]string{
 	"bare-shm-pb": {"kernrpc-shm"},
 }
 
+// floorNote is what a target's line adds when the floor ran in the cell:
+// the floor's own ratio to the same peer, the most a framework could show.
+func (b *benchmark) floorNote(c cell, floor string, peer int) string {
+	rs, f := b.results[c], b.systemIndex(floor)
+	if f < 0 || f >= len(rs) || rs[f] == nil || rs[peer] == nil {
+		return ""
+	}
+	return fmt.Sprintf("; %s did %.2f× in the same cell", b.opts.systems[f].label, rs[f].qps()/rs[peer].qps())
+}
+
 // ratioPairs lists the comparisons the report makes, as indexes into the
 // run's systems, in the order they are printed: every kernrpc system to
 // each peer framework (the default path first, then kernrpc's generated
