@@ -1,0 +1,153 @@
+package tcplv
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// The write queue: frames queued while the socket is busy, or held while
+// answers wait unread, leave together and in order.
+
+func TestQueuedFramesLeaveTogetherInOrderWithoutAFlushCall(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	const n = 32
+	for i := range n {
+		f := &kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i + 1), Payload: pattern(16+i, byte(i))}
+		if err := server.QueueFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := timeout(t, 5*time.Second)
+	for i := range n {
+		f, err := client.ReadFrame(ctx)
+		if err != nil {
+			t.Fatalf("frame %d of %d queued never arrived: %v", i+1, n, err)
+		}
+		if f.CallID != uint64(i+1) || !bytes.Equal(f.Payload, pattern(16+i, byte(i))) {
+			t.Fatalf("frame %d: got call %d with %d bytes", i+1, f.CallID, len(f.Payload))
+		}
+		f.Release()
+	}
+	server.wmu.Lock()
+	writes, frames := server.writes, server.framesOut
+	server.wmu.Unlock()
+	if frames != n || writes >= frames {
+		t.Errorf("%d queued frames took %d writes; queueing should batch them", frames, writes)
+	}
+}
+
+// The writer goroutine leaves a queue whose lock is held, counting on the
+// holder to wake it once it lets go. A frame queued under cork does not
+// wake it otherwise: after such a miss it must, or the frames queued
+// before it would wait for the cork to end.
+func TestWriterThatFoundTheQueueLockedIsWokenByTheCorkedFrameHolding(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	server.qmu.Lock()
+	server.signalWriter() // as a sender did for a frame queued just before
+	for !server.missedQueue.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	own, _ := server.appendLocked(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}, nil)
+	server.qmu.Unlock()
+	server.pool.Put(own)
+	server.corked.Store(true)
+	if queued, err := server.enqueueCorked(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2}); !queued || err != nil {
+		t.Fatalf("enqueueCorked = %v, %v; want it queued under the cork", queued, err)
+	}
+	ctx := timeout(t, 5*time.Second)
+	for id := uint64(1); id <= 2; id++ {
+		f, err := client.ReadFrame(ctx)
+		if err != nil {
+			t.Fatalf("frame %d never arrived: %v", id, err)
+		}
+		if f.CallID != id {
+			t.Fatalf("got call %d, want %d", f.CallID, id)
+		}
+		f.Release()
+	}
+}
+
+// A client's reader hands out a burst of answers already received; the
+// requests their callers send meanwhile must wait and then leave together
+// once the last answer is taken, and a Cancel must not wait for that.
+func TestRequestsWrittenDuringABurstLeaveInOneWriteWhenItIsRead(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	ctx := timeout(t, 5*time.Second)
+	// sendAnswers makes the server send answers for ids in one write, and
+	// reads the first of them, so that the rest wait in the client's buffer.
+	sendAnswers := func(ids ...uint64) {
+		t.Helper()
+		server.wmu.Lock() // the writer goroutine sends them all at once
+		for _, id := range ids {
+			if err := server.QueueFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		server.wmu.Unlock()
+		readAnswer(t, ctx, client, ids[0])
+		want := 0
+		for _, id := range ids[1:] {
+			want += kernel.FrameHeaderLen(&kernel.Frame{Type: kernel.FrameResponse, CallID: id})
+		}
+		if n := client.Buffered(); n != want {
+			t.Fatalf("%d bytes of %d answers buffered after the first, want %d: they did not arrive together", n, len(ids)-1, want)
+		}
+	}
+	writes := func() uint64 {
+		client.wmu.Lock()
+		defer client.wmu.Unlock()
+		return client.writes
+	}
+
+	const burst = 8
+	ids := make([]uint64, burst)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	sendAnswers(ids...)
+	before := writes()
+	for i := 1; i < burst-1; i++ {
+		readAnswer(t, ctx, client, ids[i])
+		if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: uint64(100 + i), Payload: []byte("next")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := writes() - before; n != 0 {
+		t.Fatalf("%d writes while answers waited unread; the requests should wait for them", n)
+	}
+	readAnswer(t, ctx, client, ids[burst-1])
+	for i := 1; i < burst-1; i++ {
+		f, err := server.ReadFrame(ctx)
+		if err != nil || f.CallID != uint64(100+i) {
+			t.Fatalf("request %d: %v, %v", 100+i, f, err)
+		}
+		f.Release()
+	}
+	if n := writes() - before; n != 1 {
+		t.Errorf("%d requests written during a burst took %d writes, want 1", burst-2, n)
+	}
+
+	// A Cancel goes at once, even while answers wait unread.
+	sendAnswers(200, 201)
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: 300}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := server.ReadFrame(ctx); err != nil || f.Type != kernel.FrameCancel {
+		t.Fatalf("the Cancel written while an answer waited unread did not arrive: %v, %v", f, err)
+	} else {
+		f.Release()
+	}
+}
+
+func readAnswer(t *testing.T, ctx context.Context, c *conn, id uint64) {
+	t.Helper()
+	f, err := c.ReadFrame(ctx)
+	if err != nil || f.CallID != id {
+		t.Fatalf("answer %d: %v, %v", id, f, err)
+	}
+	f.Release()
+}

@@ -1,0 +1,397 @@
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/transport/tcplv"
+)
+
+// The broken transport TestTransportCatchesBrokenTransports feeds the
+// suite: tcp-lv with one defect at a time, each a hook of transportFaults.
+
+// transportFaults are a broken transport's defects: each hook set replaces
+// the tcp-lv behaviour it is named after.
+type transportFaults struct {
+	options           func(o *tcplv.Options)
+	hidesCapabilities bool
+	dial              func(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error)
+	accept            func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error)
+	closeListener     func(l *transportFaultyListener) error
+	started           func(c *transportFaultyConn)
+	read              func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error)
+	write             func(c *transportFaultyConn, f *kernel.Frame) error
+	close             func(c *transportFaultyConn) error
+	done              func(c *transportFaultyConn) <-chan struct{}
+	buffer            func(c *transportFaultyConn, n int) []byte
+	recycle           func(c *transportFaultyConn, b []byte)
+}
+
+// transportBroken returns a factory of tcp-lv transports with faults.
+// What a defect holds on to (a connection it will not close, a goroutine
+// it leaks) is let go when t ends.
+func transportBroken(t transportCleanups, faults transportFaults) kernel.Factory[kernel.Transport] {
+	end := make(chan struct{})
+	t.Cleanup(func() { close(end) })
+	return kernel.NewFactory("broken-tcp-lv", "tcp-lv with a defect", tcplv.DefaultOptions, func(o *tcplv.Options) (kernel.Transport, error) {
+		if faults.options != nil {
+			faults.options(o)
+		}
+		o.Logger = slog.New(slog.DiscardHandler)
+		inner, err := tcplv.New(o)
+		if err != nil {
+			return nil, err
+		}
+		tr := &transportFaulty{inner: inner, faults: &faults, end: end, accepted: make(map[string]chan struct{})}
+		// Whatever a defect left open, or a call the suite gave up on
+		// returned late, is closed before the defects let go.
+		t.Cleanup(tr.closeAll)
+		t.Cleanup(tr.closeFiles)
+		if faults.hidesCapabilities {
+			return tr, nil
+		}
+		return transportFaultyLending{tr}, nil
+	})
+}
+
+type transportFaulty struct {
+	inner  kernel.Transport
+	faults *transportFaults
+	end    <-chan struct{}
+
+	mu        sync.Mutex
+	conns     []*transportFaultyConn
+	listeners []kernel.Listener
+	accepted  map[string]chan struct{} // by the dialling end's address
+	files     []io.Closer              // descriptors a defect leaked, closed at the end
+}
+
+// transportFaultyLending declares what tcp-lv declares.
+type transportFaultyLending struct{ *transportFaulty }
+
+func (transportFaultyLending) LendsMemory() bool { return true }
+
+func (tr *transportFaulty) Listen(ctx context.Context, addr string) (kernel.Listener, error) {
+	l, err := tr.inner.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	tr.mu.Lock()
+	tr.listeners = append(tr.listeners, l)
+	tr.mu.Unlock()
+	return &transportFaultyListener{Listener: l, tr: tr}, nil
+}
+
+func (tr *transportFaulty) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	if tr.faults.dial != nil {
+		return tr.faults.dial(ctx, tr, addr)
+	}
+	c, err := tr.inner.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return tr.wrap(c), nil
+}
+
+// closeFiles closes what defects leaked on purpose.
+func (tr *transportFaulty) closeFiles() {
+	tr.mu.Lock()
+	files := tr.files
+	tr.files = nil
+	tr.mu.Unlock()
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+func (tr *transportFaulty) wrap(inner kernel.Conn) *transportFaultyConn {
+	c := &transportFaultyConn{Conn: inner, tr: tr, never: make(chan struct{}), localDone: make(chan struct{})}
+	c.touch()
+	tr.mu.Lock()
+	tr.conns = append(tr.conns, c)
+	tr.mu.Unlock()
+	if tr.faults.started != nil {
+		tr.faults.started(c)
+	}
+	return c
+}
+
+// closeAll closes every connection and listener the transport made,
+// bypassing their defects.
+func (tr *transportFaulty) closeAll() {
+	tr.mu.Lock()
+	conns, listeners := tr.conns, tr.listeners
+	tr.mu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close()
+	}
+	for _, l := range listeners {
+		l.Close()
+	}
+}
+
+// acceptedSignal is closed once the listener accepted the connection
+// dialled from addr.
+func (tr *transportFaulty) acceptedSignal(addr string) chan struct{} {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	ch, ok := tr.accepted[addr]
+	if !ok {
+		ch = make(chan struct{})
+		tr.accepted[addr] = ch
+	}
+	return ch
+}
+
+// markAccepted closes acceptedSignal(addr), if no earlier connection from
+// the same address did.
+func (tr *transportFaulty) markAccepted(addr string) {
+	ch := tr.acceptedSignal(addr)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+type transportFaultyListener struct {
+	kernel.Listener
+	tr        *transportFaulty
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	waiting bool                  // a goroutine of transportAcceptWithWaiter is in Accept
+	results chan transportConnErr // what it accepted
+}
+
+func (l *transportFaultyListener) Accept(ctx context.Context) (kernel.Conn, error) {
+	if l.tr.faults.accept != nil {
+		return l.tr.faults.accept(ctx, l)
+	}
+	c, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.tr.markAccepted(c.RemoteAddr())
+	return l.tr.wrap(c), nil
+}
+
+func (l *transportFaultyListener) Close() error {
+	if l.tr.faults.closeListener != nil {
+		return l.tr.faults.closeListener(l)
+	}
+	return l.Listener.Close()
+}
+
+type transportFaultyConn struct {
+	kernel.Conn
+	tr        *transportFaulty
+	never     chan struct{} // never closed
+	localDone chan struct{} // closed by Close, whatever the defect
+	closeOnce sync.Once
+
+	mu          sync.Mutex
+	closed      bool
+	stash       *kernel.Frame
+	interrupted bool
+	shared      []byte
+	refused     bool         // a frame over the maximum was refused last
+	active      atomic.Int64 // when a frame last went out or came in, in Unix nanoseconds
+}
+
+func (c *transportFaultyConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	defer c.touch()
+	if c.tr.faults.read != nil {
+		return c.tr.faults.read(ctx, c)
+	}
+	return c.Conn.ReadFrame(ctx)
+}
+
+func (c *transportFaultyConn) WriteFrame(f *kernel.Frame) error {
+	c.touch()
+	if c.tr.faults.write != nil {
+		return c.tr.faults.write(c, f)
+	}
+	return c.Conn.WriteFrame(f)
+}
+
+// touch records activity, for defects that act on idleness.
+func (c *transportFaultyConn) touch() { c.active.Store(time.Now().UnixNano()) }
+
+func (c *transportFaultyConn) Close() error {
+	if c.tr.faults.close != nil {
+		return c.tr.faults.close(c)
+	}
+	return c.Conn.Close()
+}
+
+func (c *transportFaultyConn) Done() <-chan struct{} {
+	if c.tr.faults.done != nil {
+		return c.tr.faults.done(c)
+	}
+	return c.Conn.Done()
+}
+
+func (c *transportFaultyConn) Buffer(n int) []byte {
+	if c.tr.faults.buffer != nil {
+		return c.tr.faults.buffer(c, n)
+	}
+	return c.Conn.Buffer(n)
+}
+
+func (c *transportFaultyConn) Recycle(b []byte) {
+	if c.tr.faults.recycle != nil {
+		c.tr.faults.recycle(c, b)
+		return
+	}
+	c.Conn.Recycle(b)
+}
+
+// transportSwap returns the second of two frames that are ready together
+// first.
+func transportSwap(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.stash; f != nil {
+		c.stash = nil
+		return f, nil
+	}
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil || c.Conn.(kernel.BufferedReader).Buffered() == 0 {
+		return f, err
+	}
+	g, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		return f, nil
+	}
+	c.stash = f
+	return g, nil
+}
+
+// transportLoseAfterInterrupt drops the frame that follows a read its
+// context interrupted, as if the part read so far had been thrown away.
+func transportLoseAfterInterrupt(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		c.interrupted = c.interrupted || ctx.Err() != nil
+		return nil, err
+	}
+	if c.interrupted {
+		c.interrupted = false
+		f.Release()
+		return c.Conn.ReadFrame(ctx)
+	}
+	return f, nil
+}
+
+// transportCloseLocally marks the connection closed but keeps its socket
+// open until the test ends: the peer is never told.
+func transportCloseLocally(c *transportFaultyConn) error {
+	c.closeOnce.Do(func() {
+		close(c.localDone)
+		go func() { <-c.tr.end; c.Conn.Close() }()
+	})
+	return nil
+}
+
+// transportCloseLocallyToo closes the socket and marks the connection
+// closed for transportDoneLocally.
+func transportCloseLocallyToo(c *transportFaultyConn) error {
+	c.closeOnce.Do(func() { close(c.localDone) })
+	return c.Conn.Close()
+}
+
+// transportDoneLocally closes Done on Close only, never on failure.
+func transportDoneLocally(c *transportFaultyConn) <-chan struct{} { return c.localDone }
+
+func transportClosedErr() error { return fmt.Errorf("broken transport: %w", kernel.ErrClosed) }
+
+// transportReadUntilClosed is a ReadFrame that transportCloseLocally wakes.
+func transportReadUntilClosed(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	select {
+	case <-c.localDone:
+		return nil, transportClosedErr()
+	default:
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.localDone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	f, err := c.Conn.ReadFrame(ctx)
+	select {
+	case <-c.localDone:
+		if f != nil {
+			f.Release()
+		}
+		return nil, transportClosedErr()
+	default:
+		return f, err
+	}
+}
+
+func transportWriteUntilClosed(c *transportFaultyConn, f *kernel.Frame) error {
+	select {
+	case <-c.localDone:
+		c.Conn.Recycle(f.Payload)
+		return transportClosedErr()
+	default:
+		return c.Conn.WriteFrame(f)
+	}
+}
+
+// transportDialAwaitingAccept waits, ignoring ctx, until the listener
+// accepted the connection.
+func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+	c, err := tr.inner.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-tr.acceptedSignal(c.LocalAddr()):
+		return tr.wrap(c), nil
+	case <-tr.end:
+		c.Close()
+		return nil, errors.New("never accepted")
+	}
+}
+
+// transportReadIntoSharedBuffer copies every payload into one buffer per
+// connection, reused by the next read whether or not the frame was
+// released.
+func transportReadIntoSharedBuffer(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.shared = append(c.shared[:0], f.Payload...)
+	g := transportHeader(f)
+	g.Payload = c.shared
+	c.mu.Unlock()
+	f.Release()
+	return g, nil
+}
+
+// transportWriteFromOwnBuffer copies a payload in a buffer tcp-lv did not
+// hand out into one it did, before writing.
+func transportWriteFromOwnBuffer(c *transportFaultyConn, f *kernel.Frame) error {
+	g := transportHeader(f)
+	g.Payload = append(c.Conn.Buffer(len(f.Payload)), f.Payload...)
+	return c.Conn.WriteFrame(g)
+}
