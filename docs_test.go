@@ -362,6 +362,21 @@ func allHeaders(lines []string) bool {
 	return true
 }
 
+// repoMarkdown returns the repository's root and its Markdown files
+// (markdownFiles).
+func repoMarkdown(t *testing.T) (root string, files []string) {
+	t.Helper()
+	root, err := os.Getwd() // the package directory: the repository root
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err = markdownFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, files
+}
+
 // markdownFiles lists the repository's Markdown files, slash-separated
 // from root, leaving out benchmark results and directories the go command
 // ignores (testdata, names beginning with "." or "_").
@@ -392,14 +407,7 @@ func markdownFiles(root string) ([]string, error) {
 // repository: complete files compile and vet, fragments match the file
 // they name.
 func TestDocSnippets(t *testing.T) {
-	root, err := os.Getwd() // the package directory: the repository root
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := markdownFiles(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, files := repoMarkdown(t)
 	readSource := func(path string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path)))
 		return string(b), err
