@@ -46,15 +46,16 @@ func relativeLinks(file string, md []byte) []link {
 // codeSpan is inline code, which may run over a line break.
 var codeSpan = regexp.MustCompile("`[^`]+`")
 
-// withoutCode blanks out fenced and indented code blocks and code spans,
-// where brackets are not links, keeping every line where it was.
+// withoutCode blanks out fenced code blocks and code spans, where brackets
+// are not links, keeping every line where it was. Indented lines stay:
+// here they continue list items, and code is fenced.
 func withoutCode(md string) string {
 	lines := strings.Split(md, "\n")
 	fenced := false
 	for i, l := range lines {
 		t := strings.TrimSpace(l)
 		fence := strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")
-		if fence || fenced || strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t") {
+		if fence || fenced {
 			lines[i] = ""
 		}
 		if fence {
