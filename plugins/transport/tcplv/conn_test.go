@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -507,4 +508,40 @@ func TestBufferedCountsBytesReadFrameCanTakeWithoutWaiting(t *testing.T) {
 	if n := server.Buffered(); n != 0 {
 		t.Fatalf("Buffered after both frames = %d", n)
 	}
+}
+
+// The spare small buffer goes to one holder at a time: buffers taken
+// without a Recycle between are distinct, the one recycled is the next
+// one lent, and senders taking and recycling at once never share one.
+func TestSmallBuffersAreNeverLentTwice(t *testing.T) {
+	c, _ := connPair(t, testOptions())
+	a, b := c.Buffer(16), c.Buffer(16)
+	if &a[:1][0] == &b[:1][0] {
+		t.Fatal("two small buffers taken one after the other share memory")
+	}
+	c.Recycle(a)
+	if again := c.Buffer(16); &again[:1][0] != &a[:1][0] {
+		t.Error("the small buffer just recycled was not the next one lent")
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				buf := c.Buffer(16)[:16]
+				mark := byte(g*31 + i)
+				for j := range buf {
+					buf[j] = mark
+				}
+				runtime.Gosched()
+				for j := range buf {
+					if buf[j] != mark {
+						t.Errorf("a small buffer held by one sender was written by another")
+						return
+					}
+				}
+				c.Recycle(buf)
+			}
+		})
+	}
+	wg.Wait()
 }

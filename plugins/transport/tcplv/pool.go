@@ -55,6 +55,11 @@ type bufferPool struct {
 	// are read (a stream's small messages, copied out on arrival) then
 	// pays an atomic swap each way instead of two free lists' locks.
 	spare atomic.Pointer[pooledFrame]
+	// spareBuf is one buffer of the smallest class kept whole in the same
+	// way, for the next small payload encoded: a sender of small messages
+	// (a stream's) takes it from Buffer and gives it back once its frame
+	// is copied into the write queue, each a swap instead of a lock.
+	spareBuf atomic.Pointer[[bufpool.MinSize]byte]
 }
 
 func (p *bufferPool) init(shared *bufpool.Pool) {
@@ -64,6 +69,12 @@ func (p *bufferPool) init(shared *bufpool.Pool) {
 
 // Get returns an empty buffer with room for at least size bytes.
 func (p *bufferPool) Get(size int) []byte {
+	// Loaded first: a swap writes the line even when it finds nothing.
+	if size <= bufpool.MinSize && p.spareBuf.Load() != nil {
+		if b := p.spareBuf.Swap(nil); b != nil {
+			return b[:0]
+		}
+	}
 	if size > ownMax {
 		return p.shared.Get(size)
 	}
@@ -72,6 +83,10 @@ func (p *bufferPool) Get(size int) []byte {
 
 // Put keeps b for reuse, in the pool its capacity belongs to.
 func (p *bufferPool) Put(b []byte) {
+	if cap(b) == bufpool.MinSize && p.spareBuf.Load() == nil &&
+		p.spareBuf.CompareAndSwap(nil, (*[bufpool.MinSize]byte)(b[:bufpool.MinSize])) {
+		return
+	}
 	if cap(b) > ownMax {
 		p.shared.Put(b)
 		return
