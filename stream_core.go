@@ -60,8 +60,9 @@ type streamCore struct {
 	_         [64]byte
 }
 
-// smallCopy is the size below which a received payload that is not held
-// is copied into the stream's slab rather than a pooled buffer.
+// smallCopy is the size below which a received payload is copied into
+// the stream's slab on arrival rather than held or copied into a pooled
+// buffer.
 const smallCopy = 256
 
 // A stream's slabs start at minSlab bytes and double up to maxSlab, so
@@ -114,12 +115,15 @@ func (s *streamCore) deliver(f *kernel.Frame) bool {
 	}
 	m := queuedMsg{data: f.Payload, cost: cost}
 	switch aliases := codecAliases(s.codec); {
-	case !aliases && atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn:
-		m.frame = f
 	case !aliases && len(f.Payload) < smallCopy:
-		atomic.AddInt32(&s.flow.held, -1)
+		// Copied at once, however few are held: a copy this small costs
+		// less than the two atomic adds on the count every connection's
+		// streams share, and the frame goes straight back for the next
+		// read.
 		m.data = s.copySmallLocked(f.Payload)
 		f.Release()
+	case !aliases && atomic.AddInt32(&s.flow.held, 1) <= maxHeldPerConn:
+		m.frame = f
 	case !aliases:
 		atomic.AddInt32(&s.flow.held, -1)
 		m.data, m.pooled = append(s.flow.copies.Get(len(f.Payload)), f.Payload...), true
