@@ -49,11 +49,15 @@ type clientConn struct {
 	// any, a goroutine of the connection's own takes the reader role
 	// whenever nobody else holds it (streamReader), so that their frames
 	// are read even while no call waits; flow is their flow control.
-	streams   map[uint64]*ClientStream
-	flow      *connFlow
-	srRunning bool
-	srCtx     context.Context // ends when the last stream does
-	srCancel  context.CancelFunc
+	streams map[uint64]*ClientStream
+	// streamsGen counts changes to streams (made under mu), so that a
+	// reader may trust the stream it found last for as long as the count
+	// has not moved (lastStream).
+	streamsGen atomic.Uint64
+	flow       *connFlow
+	srRunning  bool
+	srCtx      context.Context // ends when the last stream does
+	srCancel   context.CancelFunc
 }
 
 // attempt is one attempt's bookkeeping on a connection, pooled so that it
@@ -172,6 +176,7 @@ func (cc *clientConn) fail(err error) {
 	cc.reader = nil
 	streams := cc.streams
 	cc.streams = nil
+	cc.streamsGen.Add(1)
 	if cc.pool != nil {
 		cc.pool.client.streamsOpen.Add(-int64(len(streams)))
 	}
@@ -313,6 +318,7 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 // ctx is done, or the connection fails, reporting whether the answer came.
 // It gives the reader role up before returning.
 func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) {
+	var last lastStream
 	for {
 		f, err := cc.conn.ReadFrame(ctx)
 		if err != nil {
@@ -367,7 +373,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 			// without the yield, 4 callers 28-30k against 23-27k.
 			runtime.Gosched()
 		case kernel.FrameStreamData:
-			if err := cc.streamData(f); err != nil {
+			if err := cc.streamData(f, &last); err != nil {
 				cc.log.get().Warn("closing a connection whose server broke the stream protocol", "peer", cc.conn.RemoteAddr(), "err", err)
 				cc.fail(err)
 				return false

@@ -159,6 +159,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 		cc.streams = make(map[uint64]*ClientStream)
 	}
 	cc.streams[id] = cs
+	cc.streamsGen.Add(1)
 	c.streamsOpen.Add(1)
 	cs.cc = cc
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
@@ -428,6 +429,7 @@ func (cc *clientConn) removeStream(id uint64) {
 	cc.mu.Lock()
 	if _, ok := cc.streams[id]; ok {
 		delete(cc.streams, id)
+		cc.streamsGen.Add(1)
 		cc.pool.client.streamsOpen.Add(-1)
 		if len(cc.streams) == 0 && cc.srCancel != nil {
 			cc.srCancel()
@@ -439,11 +441,8 @@ func (cc *clientConn) removeStream(id uint64) {
 
 // streamData hands a StreamData frame to its stream, on the reader. An
 // error means the server broke the protocol.
-func (cc *clientConn) streamData(f *kernel.Frame) error {
-	cc.mu.Lock()
-	cs := cc.streams[f.CallID]
-	flow := cc.flow
-	cc.mu.Unlock()
+func (cc *clientConn) streamData(f *kernel.Frame, last *lastStream) error {
+	cs, flow := last.lookup(cc, f.CallID)
 	if f.Flags&kernel.FlagEndStream != 0 || flow == nil {
 		// A server ends its side with the final Response; and stream data
 		// on a connection that never opened a stream has no window.
@@ -468,6 +467,31 @@ func (cc *clientConn) streamData(f *kernel.Frame) error {
 		return errBeyondCredit
 	}
 	return nil
+}
+
+// lastStream is a reader's memory of the stream its last StreamData went
+// to: a stream's messages come in runs, and each found its stream under
+// the connection's lock, which every call and stream on it takes. It
+// lives in one turn at reading (readFor), so it keeps no stream after.
+type lastStream struct {
+	cs   *ClientStream
+	flow *connFlow
+	gen  uint64 // cc.streamsGen when cs was looked up
+}
+
+// lookup finds stream id and the connection's flow control as cc.mu
+// shows them; the last answer stands while no stream has been opened or
+// removed since.
+func (l *lastStream) lookup(cc *clientConn, id uint64) (*ClientStream, *connFlow) {
+	if l.cs != nil && l.cs.core.id == id && l.gen == cc.streamsGen.Load() {
+		return l.cs, l.flow
+	}
+	cc.mu.Lock()
+	cs, flow := cc.streams[id], cc.flow
+	l.gen = cc.streamsGen.Load()
+	cc.mu.Unlock()
+	l.cs, l.flow = cs, flow
+	return cs, flow
 }
 
 var (
