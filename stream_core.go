@@ -348,7 +348,11 @@ func (s *streamCore) send(m any) error {
 		cost = actual
 	}
 	f := &s.out
-	*f = kernel.Frame{Type: kernel.FrameStreamData, CallID: s.id, Payload: payload}
+	// Reset, not a composite literal: writing the whole frame cost its
+	// every pointer word a write barrier while the collector marks, where
+	// Reset zeroes only what is set (a sent frame holds just a payload).
+	f.Reset()
+	f.Type, f.CallID, f.Payload = kernel.FrameStreamData, s.id, payload
 	if !s.sent {
 		s.sent, f.Metadata = true, s.header
 	}
