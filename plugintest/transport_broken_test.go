@@ -379,13 +379,7 @@ func transportReadIntoSharedBuffer(ctx context.Context, c *transportFaultyConn) 
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.shared = append(c.shared[:0], f.Payload...)
-	g := transportHeader(f)
-	g.Payload = c.shared
-	c.mu.Unlock()
-	f.Release()
-	return g, nil
+	return transportShare(c, f), nil
 }
 
 // transportWriteFromOwnBuffer copies a payload in a buffer tcp-lv did not
