@@ -8,7 +8,8 @@ type target struct {
 }
 
 // targets lists every func Fuzz in the repository, in the order they run:
-// the wire first (what a peer controls), then codecs, then the config.
+// the wire first (what a peer controls), then codecs, then what a caller,
+// a registry or a person supplies: a token, registry records, the config.
 // TestTargetsAreEveryFuzzFunction fails while one is missing here.
 var targets = []target{
 	{"FuzzDecodeFrame", "./kernel"},
@@ -23,5 +24,8 @@ var targets = []target{
 	{"FuzzUnmarshal", "./plugins/codec/json"},
 	{"FuzzUnmarshal", "./plugins/codec/msgpack"},
 	{"FuzzUnmarshal", "./plugins/codec/flatbuffers"},
+	{"FuzzAdmit", "./plugins/filter/auth"},
+	{"FuzzDecodeInstance", "./plugins/registry/etcd"},
+	{"FuzzDecodeEntry", "./plugins/registry/consul"},
 	{"FuzzParseConfig", "."},
 }

@@ -141,7 +141,8 @@ func encodeMeta(inst kernel.Instance, load kernel.Load) (map[string]string, erro
 // decodeEntry turns a health entry into an instance. A service that
 // kernrpc did not register is still served, from Consul's own fields: its
 // ID, its address and port (the node's address when it has none) and its
-// Meta as metadata.
+// Meta as metadata. An entry no client could dial (no address, a port
+// outside 1-65535, a document without one) is not an instance.
 func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
 	s := e.Service
 	if s == nil {
@@ -153,7 +154,13 @@ func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
 		if addr == "" && e.Node != nil {
 			addr = e.Node.Address
 		}
+		if s.ID == "" || addr == "" || s.Port < 1 || s.Port > 65535 {
+			return kernel.Instance{}, false
+		}
 		in.ID, in.Address = s.ID, net.JoinHostPort(addr, strconv.Itoa(s.Port))
+		if host, _, err := net.SplitHostPort(in.Address); err != nil || host != addr {
+			return kernel.Instance{}, false // "[", "a]b": not a host
+		}
 		in.Metadata = maps.Clone(s.Meta)
 		return in, true
 	}
@@ -166,7 +173,7 @@ func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
 		b.WriteString(chunk)
 	}
 	var doc document
-	if err := json.Unmarshal([]byte(b.String()), &doc); err != nil || doc.ID == "" {
+	if err := json.Unmarshal([]byte(b.String()), &doc); err != nil || doc.ID == "" || doc.Address == "" {
 		return kernel.Instance{}, false // a half-written or foreign entry: not an instance
 	}
 	in.ID, in.Address, in.Metadata = doc.ID, doc.Address, doc.Metadata
