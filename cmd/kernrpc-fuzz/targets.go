@@ -19,6 +19,7 @@ var targets = []target{
 	{"FuzzReadFrame", "./plugins/transport/tcplv"},
 	{"FuzzSharedMemory", "./plugins/transport/shmring"},
 	{"FuzzRecordSequence", "./plugins/transport/shmring"},
+	{"FuzzParseMessage", "./plugins/transport/shmring"},
 	{"FuzzStreamFrames", "."},
 	{"FuzzUnmarshal", "./plugins/codec/protobuf"},
 	{"FuzzUnmarshal", "./plugins/codec/json"},

@@ -58,7 +58,8 @@ func parseMessage(b []byte) (typ uint32, body []byte, err error) {
 	}
 	typ, body = ne.Uint32(b[8:]), b[msgHeaderLen:]
 	if typ == msgRefuse {
-		return 0, nil, fmt.Errorf("refused by the peer: %s", body[:min(len(body), maxRefusalText)])
+		// Quoted: the text is the peer's, and goes into logs as it is.
+		return 0, nil, fmt.Errorf("refused by the peer: %q", body[:min(len(body), maxRefusalText)])
 	}
 	return typ, body, nil
 }
