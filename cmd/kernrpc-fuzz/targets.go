@@ -9,7 +9,8 @@ type target struct {
 
 // targets lists every func Fuzz in the repository, in the order they run:
 // the wire first (what a peer controls), then codecs, then what a caller,
-// a registry or a person supplies: a token, registry records, the config.
+// a registry or a person supplies: a token, descriptor sets and JSON for
+// generic calls, registry records, the config.
 // TestTargetsAreEveryFuzzFunction fails while one is missing here.
 var targets = []target{
 	{"FuzzDecodeFrame", "./kernel"},
@@ -26,6 +27,8 @@ var targets = []target{
 	{"FuzzUnmarshal", "./plugins/codec/msgpack"},
 	{"FuzzUnmarshal", "./plugins/codec/flatbuffers"},
 	{"FuzzAdmit", "./plugins/filter/auth"},
+	{"FuzzParseDescriptorSet", "./generic"},
+	{"FuzzUnmarshalJSON", "./generic"},
 	{"FuzzDecodeInstance", "./plugins/registry/etcd"},
 	{"FuzzDecodeEntry", "./plugins/registry/consul"},
 	{"FuzzParseConfig", "."},
