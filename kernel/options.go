@@ -207,8 +207,11 @@ func (s Size) String() string {
 func (s *Size) UnmarshalJSON(b []byte) error {
 	var n int64
 	if err := json.Unmarshal(b, &n); err == nil {
-		if n < 0 {
+		switch {
+		case n < 0:
 			return valueError(reflect.TypeFor[Size](), "size %d must not be negative", n)
+		case n > maxSize:
+			return valueError(reflect.TypeFor[Size](), "size %d is over the largest a config may hold, %d (2^62)", n, int64(maxSize))
 		}
 		*s = Size(n)
 		return nil
@@ -225,6 +228,10 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// maxSize bounds every Size, however written, so that each one a config
+// can hold also prints as one that parses back ("4294967296GiB").
+const maxSize = 1 << 62
+
 // ParseSize parses "4MiB", "64KiB", "1GB" or a plain integer.
 func ParseSize(str string) (int64, error) {
 	t := strings.TrimSpace(str)
@@ -240,7 +247,7 @@ func ParseSize(str string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
+	if err != nil || n < 0 || n > maxSize/mult {
 		return 0, fmt.Errorf(`bad size %q: want a non-negative integer with an optional unit B, KiB, MiB, GiB, KB, MB or GB`, str)
 	}
 	return n * mult, nil

@@ -23,6 +23,21 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// Sizes stop at 2^62 however they are written: a larger integer would
+// print as a count of GiB that does not parse back.
+func TestSizeOverTheBoundIsRefused(t *testing.T) {
+	for _, in := range []string{"9223372035781033984", `"4294967297GiB"`, "4611686018427387905"} {
+		var s Size
+		if err := json.Unmarshal([]byte(in), &s); err == nil {
+			t.Errorf("%s decoded as %d; want an error", in, s)
+		}
+	}
+	var s Size
+	if err := json.Unmarshal([]byte("4611686018427387904"), &s); err != nil || s.String() != "4294967296GiB" {
+		t.Errorf("2^62 decoded as %v, %v; want 4294967296GiB", s, err)
+	}
+}
+
 func TestSizeAndDurationRoundTripThroughJSON(t *testing.T) {
 	type opts struct {
 		S Size     `json:"s"`

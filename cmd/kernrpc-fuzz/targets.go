@@ -10,7 +10,7 @@ type target struct {
 // targets lists every func Fuzz in the repository, in the order they run:
 // the wire first (what a peer controls), then codecs, then what a caller,
 // a registry or a person supplies: a token, descriptor sets and JSON for
-// generic calls, registry records, the config.
+// generic calls, registry records, plugin options, the config.
 // TestTargetsAreEveryFuzzFunction fails while one is missing here.
 var targets = []target{
 	{"FuzzDecodeFrame", "./kernel"},
@@ -31,5 +31,6 @@ var targets = []target{
 	{"FuzzUnmarshalJSON", "./generic"},
 	{"FuzzDecodeInstance", "./plugins/registry/etcd"},
 	{"FuzzDecodeEntry", "./plugins/registry/consul"},
+	{"FuzzDecodeOptions", "./kernel"},
 	{"FuzzParseConfig", "."},
 }
