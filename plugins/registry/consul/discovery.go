@@ -28,6 +28,10 @@ type serviceCache struct {
 	lastErr  error // of the last failed query, until one succeeds
 	closed   bool
 	watchers map[*watcher]func() bool // each with the stop of its context.AfterFunc
+	// skipped are the entries of the last answer that were no instance,
+	// by Consul service ID, with why: each is logged when it first shows.
+	// Only update, on the cache's one loop, touches it.
+	skipped map[string]string
 }
 
 type watcher struct {
@@ -223,11 +227,26 @@ func (c *serviceCache) failed(err error, first bool) {
 // from the last.
 func (c *serviceCache) update(entries []*api.ServiceEntry, first bool) {
 	set := make([]kernel.Instance, 0, len(entries))
+	var skipped map[string]string
 	for _, e := range entries {
-		if in, ok := decodeEntry(c.service, e); ok {
+		in, err := decodeEntry(c.service, e)
+		if err == nil {
 			set = append(set, in)
+			continue
+		}
+		if skipped == nil {
+			skipped = map[string]string{}
+		}
+		id := ""
+		if e.Service != nil {
+			id = e.Service.ID
+		}
+		skipped[id] = err.Error()
+		if c.skipped[id] != skipped[id] { // once, not at every answer
+			c.r.log.Warn("consul: leaving out an entry no client could dial", "service", c.service, "consul_id", id, "why", err)
 		}
 	}
+	c.skipped = skipped
 	slices.SortFunc(set, func(a, b kernel.Instance) int {
 		switch {
 		case a.ID < b.ID:

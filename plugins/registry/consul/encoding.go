@@ -2,6 +2,7 @@ package consul
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -141,12 +142,12 @@ func encodeMeta(inst kernel.Instance, load kernel.Load) (map[string]string, erro
 // decodeEntry turns a health entry into an instance. A service that
 // kernrpc did not register is still served, from Consul's own fields: its
 // ID, its address and port (the node's address when it has none) and its
-// Meta as metadata. An entry no client could dial (no address, a port
-// outside 1-65535, a document without one) is not an instance.
-func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
+// Meta as metadata. An entry no client could dial is no instance: the
+// error says why, for the log.
+func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, error) {
 	s := e.Service
 	if s == nil {
-		return kernel.Instance{}, false
+		return kernel.Instance{}, errors.New("the entry has no service")
 	}
 	in := kernel.Instance{Service: service, Load: decodeLoad(s.Meta[metaLoad])}
 	if s.Meta[metaMark] != "1" {
@@ -154,15 +155,20 @@ func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
 		if addr == "" && e.Node != nil {
 			addr = e.Node.Address
 		}
-		if s.ID == "" || addr == "" || s.Port < 1 || s.Port > 65535 {
-			return kernel.Instance{}, false
+		switch {
+		case s.ID == "":
+			return kernel.Instance{}, errors.New("a service not registered by kernrpc has no ID")
+		case addr == "":
+			return kernel.Instance{}, errors.New("a service not registered by kernrpc has no address, nor has its node")
+		case s.Port < 1 || s.Port > 65535:
+			return kernel.Instance{}, fmt.Errorf("a service not registered by kernrpc has port %d, outside 1-65535", s.Port)
 		}
 		in.ID, in.Address = s.ID, net.JoinHostPort(addr, strconv.Itoa(s.Port))
 		if host, _, err := net.SplitHostPort(in.Address); err != nil || host != addr {
-			return kernel.Instance{}, false // "[", "a]b": not a host
+			return kernel.Instance{}, fmt.Errorf("a service not registered by kernrpc has address %q, which is not a host", addr)
 		}
 		in.Metadata = maps.Clone(s.Meta)
-		return in, true
+		return in, nil
 	}
 	var b strings.Builder
 	for i := 0; ; i++ {
@@ -173,11 +179,14 @@ func decodeEntry(service string, e *api.ServiceEntry) (kernel.Instance, bool) {
 		b.WriteString(chunk)
 	}
 	var doc document
-	if err := json.Unmarshal([]byte(b.String()), &doc); err != nil || doc.ID == "" || doc.Address == "" {
-		return kernel.Instance{}, false // a half-written or foreign entry: not an instance
+	switch err := json.Unmarshal([]byte(b.String()), &doc); {
+	case err != nil:
+		return kernel.Instance{}, fmt.Errorf("its kernrpc document (Meta %s0, %s1, ...) does not decode: %w", metaChunk, metaChunk, err)
+	case doc.ID == "" || doc.Address == "":
+		return kernel.Instance{}, errors.New("its kernrpc document has no instance ID or no address")
 	}
 	in.ID, in.Address, in.Metadata = doc.ID, doc.Address, doc.Metadata
-	return in, true
+	return in, nil
 }
 
 func decodeLoad(v string) kernel.Load {

@@ -49,8 +49,8 @@ func FuzzDecodeEntry(f *testing.F) {
 			}
 		}
 		e := &api.ServiceEntry{Node: &api.Node{Address: nodeAddr}, Service: &api.AgentService{ID: "svc-1", Service: "echo", Address: addr, Port: port, Meta: meta}}
-		in, ok := decodeEntry("echo", e)
-		if !ok {
+		in, err := decodeEntry("echo", e)
+		if err != nil {
 			return
 		}
 		if in.Service != "echo" || in.ID == "" || in.Address == "" {
@@ -70,10 +70,10 @@ func FuzzDecodeEntry(f *testing.F) {
 			}
 			t.Fatalf("%+v, read from %q, does not encode: %v", in, doc, err)
 		}
-		back, ok := decodeEntry("echo", &api.ServiceEntry{Service: &api.AgentService{ID: "svc-1", Service: "echo", Meta: again}})
-		if !ok || back.ID != in.ID || back.Address != in.Address || !maps.Equal(back.Metadata, in.Metadata) ||
+		back, err := decodeEntry("echo", &api.ServiceEntry{Service: &api.AgentService{ID: "svc-1", Service: "echo", Meta: again}})
+		if err != nil || back.ID != in.ID || back.Address != in.Address || !maps.Equal(back.Metadata, in.Metadata) ||
 			back.Load.InFlight != in.Load.InFlight || back.Load.QPS != in.Load.QPS || !back.Load.Updated.Equal(in.Load.Updated) {
-			t.Fatalf("%q read as %+v, written back as %q, read again as %+v (%v)", doc, in, again, back, ok)
+			t.Fatalf("%q read as %+v, written back as %q, read again as %+v (%v)", doc, in, again, back, err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package consul
 
 import (
 	"encoding/json"
+	"log/slog"
 	"maps"
 	"regexp"
 	"strings"
@@ -60,9 +61,9 @@ func TestMetadataRoundTrips(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkConsulMeta(t, meta)
-			got, ok := decodeEntry("echo", entryOf("echo", meta))
-			if !ok {
-				t.Fatal("decodeEntry refused what encodeMeta wrote")
+			got, err := decodeEntry("echo", entryOf("echo", meta))
+			if err != nil {
+				t.Fatalf("decodeEntry refused what encodeMeta wrote: %v", err)
 			}
 			if got.ID != in.ID || got.Address != in.Address || got.Service != "echo" || !maps.Equal(got.Metadata, in.Metadata) || got.Load != load {
 				t.Errorf("round trip: got %+v; want %+v with load %+v", got, in, load)
@@ -91,13 +92,39 @@ func TestForeignServicesResolveFromConsulFields(t *testing.T) {
 		Node:    &api.Node{Address: "10.1.1.1"},
 		Service: &api.AgentService{ID: "web-1", Service: "web", Port: 8080, Meta: map[string]string{"version": "2"}},
 	}
-	got, ok := decodeEntry("web", e)
-	if !ok || got.ID != "web-1" || got.Address != "10.1.1.1:8080" || got.Metadata["version"] != "2" {
-		t.Errorf("foreign entry decoded as %+v, %v", got, ok)
+	got, err := decodeEntry("web", e)
+	if err != nil || got.ID != "web-1" || got.Address != "10.1.1.1:8080" || got.Metadata["version"] != "2" {
+		t.Errorf("foreign entry decoded as %+v, %v", got, err)
 	}
 	broken := entryOf("web", map[string]string{metaMark: "1", metaChunk + "0": `{"id":`})
-	if _, ok := decodeEntry("web", broken); ok {
-		t.Errorf("a half-written document was taken for an instance")
+	if _, err := decodeEntry("web", broken); err == nil || !strings.Contains(err.Error(), "does not decode") {
+		t.Errorf("a half-written document: %v; want it refused as one that does not decode", err)
+	}
+}
+
+// An entry no client could dial is left out of the set and logged once,
+// when it first shows, not at every answer Consul gives.
+func TestUndialableEntriesAreLoggedOnce(t *testing.T) {
+	var logged strings.Builder
+	c := &serviceCache{r: &Registry{log: slog.New(slog.NewTextHandler(&logged, nil))}, service: "web",
+		attempted: make(chan struct{}), watchers: map[*watcher]func() bool{}}
+	good := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.1"}, Service: &api.AgentService{ID: "web-1", Port: 8080}}
+	noPort := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.2"}, Service: &api.AgentService{ID: "web-2"}}
+	noAddr := entryOf("web", map[string]string{metaMark: "1", metaChunk + "0": `{"id":"a"}`})
+	c.update([]*api.ServiceEntry{good, noPort, noAddr}, true)
+	c.update([]*api.ServiceEntry{good, noPort, noAddr}, false)
+	if len(c.set) != 1 || c.set[0].ID != "web-1" {
+		t.Fatalf("set %+v; want web-1 alone", c.set)
+	}
+	out := logged.String()
+	if strings.Count(out, "leaving out") != 2 || !strings.Contains(out, "consul_id=web-2") || !strings.Contains(out, "port 0, outside 1-65535") ||
+		!strings.Contains(out, "no instance ID or no address") {
+		t.Fatalf("log after two answers:\n%s\nwant each undialable entry once, with why", out)
+	}
+	c.update([]*api.ServiceEntry{good}, false)
+	c.update([]*api.ServiceEntry{good, noPort}, false)
+	if n := strings.Count(logged.String(), "leaving out"); n != 3 {
+		t.Fatalf("an entry that left and came back was logged %d times in all; want 3", n)
 	}
 }
 
