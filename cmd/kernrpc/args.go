@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -45,6 +46,24 @@ func parseAnywhere(fs *flag.FlagSet, args []string, min, max int) ([]string, err
 		return nil, errUsage
 	}
 	return pos, nil
+}
+
+// timeoutFlag is a -timeout: a duration above zero, since a call given
+// none would fail at once, before it is sent.
+type timeoutFlag time.Duration
+
+func (t *timeoutFlag) String() string { return time.Duration(*t).String() }
+
+func (t *timeoutFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as 500ms or 5s", s)
+	}
+	if d <= 0 {
+		return fmt.Errorf("%s: a call needs a timeout above zero, such as 5s", s)
+	}
+	*t = timeoutFlag(d)
+	return nil
 }
 
 // metadataFlag collects repeated -H key=value flags.

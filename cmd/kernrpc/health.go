@@ -26,7 +26,9 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	configPath := fs.String("config", "", "config file naming the transport, codec and registry (optional with ADDR)")
 	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
 	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
-	timeout := fs.Duration("timeout", 5*time.Second, "give up on an instance after this long")
+	timeout := new(time.Duration)
+	*timeout = 5 * time.Second
+	fs.Var((*timeoutFlag)(timeout), "timeout", "give up on an instance after this `duration`")
 	pos, err := parseAnywhere(fs, args, 0, 2)
 	if err != nil {
 		return err

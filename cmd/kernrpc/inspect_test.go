@@ -374,6 +374,8 @@ func TestBenchAgainstServe(t *testing.T) {
 		{[]string{"-d", "0"}, 2, "want a positive duration"},
 		{[]string{"-o", "yaml"}, 2, `-o "yaml"`},
 		{[]string{"-pool", "-1"}, 2, "-pool -1"},
+		{[]string{"-timeout", "0s"}, 2, "a timeout above zero"},
+		{[]string{"-timeout", "soon"}, 2, `"soon" is not a duration`},
 	} {
 		runCmd("", append([]string{"bench", addr, echoM}, tc.args...)...).check(t, "bench "+strings.Join(tc.args, " "), tc.code, tc.want)
 	}
@@ -388,6 +390,7 @@ func TestHealthByAddress(t *testing.T) {
 	runCmd("", "health", addr, "nosuch").check(t, "health ADDR of a service not served", 1, "NotFound", addr+" is not serving")
 	runCmd("", "health", addr, "-addr", addr).check(t, "health with the address twice", 1, "given twice")
 	runCmd("", "health", "127.0.0.1:1", "-timeout", "300ms").check(t, "health of an address nobody serves", 1, "ERROR")
+	runCmd("", "health", addr, "-timeout", "-1s").check(t, "health with a negative timeout", 2, "a timeout above zero")
 }
 
 func TestParseAnywhere(t *testing.T) {

@@ -28,7 +28,8 @@ func (d *dialFlags) add(fs *flag.FlagSet, calls bool) {
 	fs.StringVar(&d.config, "config", "", "config file naming the transport, codec, registry and client filters (default: the built-in defaults)")
 	fs.StringVar(&d.registry, "registry", "", `registry to resolve a service name through, as a config's registry line: a name ("etcd") or "{name: etcd, options: {endpoints: [127.0.0.1:2379]}}"`)
 	fs.StringVar(&d.protoset, "protoset", "", "read descriptors from this descriptor set file (protoc --descriptor_set_out --include_imports) instead of the server's reflection")
-	fs.DurationVar(&d.timeout, "timeout", 5*time.Second, "give up on each call after this long")
+	d.timeout = 5 * time.Second
+	fs.Var((*timeoutFlag)(&d.timeout), "timeout", "give up on each call after this `duration`")
 	if calls {
 		fs.StringVar(&d.codec, "codec", "", "codec to call in: protobuf or json (default: the config's, else protobuf)")
 		fs.Var(&d.headers, "H", "metadata key=value to send with each call (repeatable)")
