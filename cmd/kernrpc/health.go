@@ -26,9 +26,8 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	configPath := fs.String("config", "", "config file naming the transport, codec and registry (optional with ADDR)")
 	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
 	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
-	timeout := new(time.Duration)
-	*timeout = 5 * time.Second
-	fs.Var((*timeoutFlag)(timeout), "timeout", "give up on an instance after this `duration`")
+	timeout := 5 * time.Second
+	fs.Var((*timeoutFlag)(&timeout), "timeout", "give up on an instance after this `duration`")
 	pos, err := parseAnywhere(fs, args, 0, 2)
 	if err != nil {
 		return err
@@ -73,7 +72,7 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	healthy := true
 	for _, inst := range insts {
 		start := time.Now()
-		st, err := askHealth(ctx, cfg, inst.Address, about, *timeout)
+		st, err := askHealth(ctx, cfg, inst.Address, about, timeout)
 		status := string(st)
 		if err != nil {
 			status = "ERROR: " + err.Error()
