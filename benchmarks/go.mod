@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/kernrpc/kernrpc v0.0.0
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

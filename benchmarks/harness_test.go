@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary play the server child: the harness
@@ -25,7 +27,9 @@ func TestMain(m *testing.M) {
 	if isClientChild(os.Args[1:]) {
 		os.Exit(clientMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	// The harness's clients, servers and timers must all be gone once
+	// the tests are: a leak here would also skew a long measurement.
+	goleak.VerifyTestMain(m)
 }
 
 // TestTinyRunGivesSaneNumbers runs the whole harness at the smallest scale,

@@ -6,6 +6,7 @@ require (
 	github.com/kernrpc/kernrpc v0.0.0
 	github.com/kernrpc/kernrpc/plugins/registry/etcd v0.0.0
 	go.etcd.io/etcd/server/v3 v3.7.2
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	google.golang.org/protobuf v1.36.12
 )

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -17,7 +19,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Every client, server and watch the demo starts must be gone once
+	// it has returned.
+	goleak.VerifyTestMain(m)
 }
 
 // The demo's promise: killing one of three servers moves its traffic to
