@@ -10,20 +10,20 @@ import (
 
 // fuzzOptions has a field of every kind plugin options use.
 type fuzzOptions struct {
-	Size     Size              `json:"size"`
-	Window   Duration          `json:"window"`
-	Codes    []Code            `json:"codes"`
-	Name     string            `json:"name"`
-	Count    int               `json:"count"`
-	Ratio    float64           `json:"ratio"`
-	On       bool              `json:"on"`
-	Tags     []string          `json:"tags"`
-	Labels   map[string]string `json:"labels"`
-	Sizes    map[string]Size   `json:"sizes"`
-	Nested   *fuzzOptions      `json:"nested"`
-	Required struct {
+	Size   Size              `json:"size"`
+	Window Duration          `json:"window"`
+	Codes  []Code            `json:"codes"`
+	Name   string            `json:"name"`
+	Count  int               `json:"count"`
+	Ratio  float64           `json:"ratio"`
+	On     bool              `json:"on"`
+	Tags   []string          `json:"tags"`
+	Labels map[string]string `json:"labels"`
+	Sizes  map[string]Size   `json:"sizes"`
+	Nested *fuzzOptions      `json:"nested"`
+	Inline struct {
 		Key string `json:"key"`
-	} `json:"required"`
+	} `json:"inline"`
 }
 
 // FuzzDecodeOptions decodes any JSON object as a plugin's options block,
@@ -35,7 +35,7 @@ type fuzzOptions struct {
 func FuzzDecodeOptions(f *testing.F) {
 	for _, seed := range []string{
 		`{"size":"4MiB","window":"250ms","codes":["unavailable",14],"name":"x","count":3,"ratio":0.5,"on":true}`,
-		`{"tags":["a"],"labels":{"k":"v"},"sizes":{"a":"1KB","b":7},"nested":{"size":1},"required":{"key":"k"}}`,
+		`{"tags":["a"],"labels":{"k":"v"},"sizes":{"a":"1KB","b":7},"nested":{"size":1},"inline":{"key":"k"}}`,
 		`{"size":9223372036854775807}`, `{"size":9223372035781033984}`, `{"size":"4611686018427387904B"}`, `{"size":-1}`, `{"size":"1.5MiB"}`,
 		`{"window":"-5s"}`, `{"window":5}`, `{"window":0}`, `{"codes":["NOPE"]}`, `{"unknown":1}`,
 		`{"nested":{"nested":{"unknown":true}}}`, `{"count":1e400}`, `{"count":"3"}`,
