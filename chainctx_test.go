@@ -37,11 +37,23 @@ func TestContextsFiltersDeriveMayOutliveTheCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background()) // a parent that can be cancelled, so children register with it
 	defer cancel()
 	deadline := time.Now().Add(300 * time.Millisecond)
+	answered := 0
 	for n := 0; time.Now().Before(deadline); n++ {
 		var out echopb.Echo
-		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "x"}, &out); err != nil {
+		err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "x"}, &out)
+		switch {
+		case err == nil:
+			answered++
+		case kernel.CodeOf(err) == kernel.DeadlineExceeded:
+			// The filter's own 20 ms passed: a loaded machine (the whole
+			// suite under -race) can take that long for a call, and the
+			// timer then fires during the call, which is as it should be.
+		default:
 			t.Fatalf("call %d: %v", n, err)
 		}
+	}
+	if answered == 0 {
+		t.Fatal("no call was answered within the filter's 20 ms: the timers never outlived a call")
 	}
 	time.Sleep(150 * time.Millisecond) // the last timers fire
 }
