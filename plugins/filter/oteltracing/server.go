@@ -55,7 +55,9 @@ func (f *Filter) serverContext(ctx context.Context, info *kernel.CallInfo) (cont
 				// Not under a server that asks CallValue (a stream's
 				// context, or a test calling Invoke): the context must
 				// carry the parent itself.
-				parent, raw, _ = extractRemote(info.Metadata)
+				if raw != "" {
+					parent = withTracestate(parent, info.Metadata)
+				}
 				ctx = withRemote(ctx, parent, raw, rawTracestate(info.Metadata, parent))
 			}
 		case f.sampler != sampleNever:
