@@ -28,7 +28,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,7 +307,7 @@ func compileSnippets(t *testing.T, root string, snippets []snippet) []error {
 		byPkg[name] = s
 		args = append(args, "./"+filepath.ToSlash(filepath.Join(filepath.Base(dir), name)))
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), args...)
+	cmd := exec.Command("go", args...) // go test puts its own GOROOT/bin first on PATH
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

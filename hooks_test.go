@@ -33,6 +33,10 @@ type hooks struct {
 
 type whoKey struct{}
 
+// otherKey wraps a context in a value of its own, so that a lookup of
+// whoKey has to pass it.
+type otherKey struct{}
+
 func (h *hooks) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	return next(ctx, info, req)
 }
@@ -78,7 +82,7 @@ func TestServerFilterHooks(t *testing.T) {
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-hooks", Side: "server"}}
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
 		kernrpc.Handle(s, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			who, _ := context.WithValue(ctx, struct{}{}, 1).Value(whoKey{}).(string)
+			who, _ := context.WithValue(ctx, otherKey{}, 1).Value(whoKey{}).(string)
 			if again, _ := ctx.Value(whoKey{}).(string); again != who {
 				return nil, kernel.Errorf(kernel.Internal, "whoKey read %q, then %q", who, again)
 			}

@@ -19,10 +19,9 @@ import (
 // stream it sees, adds request metadata on the client, refuses streams of
 // Count.Refused, and records how each stream ended.
 type tap struct {
-	mu     sync.Mutex
-	ended  []tapped
-	unary  int
-	opened chan struct{}
+	mu    sync.Mutex
+	ended []tapped
+	unary int
 }
 
 type tapped struct {

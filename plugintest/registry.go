@@ -522,16 +522,16 @@ func (s registryRun) concurrent(t tb) {
 				in := registryInstance(service, fmt.Sprintf("g%d-%d", g, i))
 				in.Metadata = map[string]string{"id": in.ID}
 				if err := r.Register(ctx, in, registryLongTTL); err != nil {
-					errs <- fmt.Errorf("Register(%s): %w", in.ID, err)
+					errs <- fmt.Errorf("r.Register(%s): %w", in.ID, err)
 					return
 				}
 				if _, err := r.Resolve(ctx, service); err != nil {
-					errs <- fmt.Errorf("Resolve: %w", err)
+					errs <- fmt.Errorf("r.Resolve: %w", err)
 					return
 				}
 				if i%2 == 0 {
 					if err := r.Deregister(ctx, in); err != nil {
-						errs <- fmt.Errorf("Deregister(%s): %w", in.ID, err)
+						errs <- fmt.Errorf("r.Deregister(%s): %w", in.ID, err)
 						return
 					}
 					continue

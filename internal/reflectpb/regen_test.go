@@ -10,10 +10,10 @@ import (
 )
 
 // The committed generated files, and the descriptor sets of testpb, are
-// what protoc makes of the .proto files now: the commands are gen.go's
-// go:generate lines. Without protoc or the protoc-gen-go of go.mod's
-// version the test is skipped (failed, with KERNRPC_REQUIRE_TOOLS=1, as
-// in CI).
+// what protoc makes of the .proto files now: the commands are the lines
+// of gen.go that start with go:generate. Without protoc or the
+// protoc-gen-go of go.mod's version the test is skipped (failed, with
+// KERNRPC_REQUIRE_TOOLS=1, as in CI).
 func TestCommittedFilesAreRegenerated(t *testing.T) {
 	protoc := tool(t, "protoc")
 	gen := tool(t, "protoc-gen-go")

@@ -100,6 +100,9 @@ func TestTracestatePassesThrough(t *testing.T) {
 	}
 }
 
+// otherKey puts a value of its own under the remote span context.
+type otherKey struct{}
+
 // A remoteCtx is read back as otel's current span: if a later otel looked
 // spans up otherwise, the filter would fall back to otel's own way, and
 // this says so.
@@ -108,11 +111,11 @@ func TestRemoteCtxIsOtelsCurrentSpan(t *testing.T) {
 		t.Fatal("otel does not find a remoteCtx's span; withRemote falls back to trace.ContextWithRemoteSpanContext")
 	}
 	sc, _ := parseTraceparent(validTP)
-	ctx := withRemote(context.WithValue(context.Background(), struct{}{}, 1), sc, validTP, "")
+	ctx := withRemote(context.WithValue(context.Background(), otherKey{}, 1), sc, validTP, "")
 	if got := trace.SpanContextFromContext(ctx); !got.Equal(sc) {
 		t.Errorf("span context %+v, want %+v", got, sc)
 	}
-	if ctx.Value(struct{}{}) != 1 {
+	if ctx.Value(otherKey{}) != 1 {
 		t.Error("a remoteCtx hides its parent's values")
 	}
 }

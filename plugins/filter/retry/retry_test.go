@@ -100,7 +100,7 @@ var (
 	notFound    = kernel.Errorf(kernel.NotFound, "no such thing")
 	neverSent   = &kernel.Status{Code: kernel.Unavailable, Retryable: true, Message: "never processed"}
 	aborted     = kernel.Errorf(kernel.Aborted, "conflict")
-	plain       = errors.New("not a status: Unknown")
+	errPlain    = errors.New("not a status: Unknown")
 )
 
 func TestRetriesWhatItShouldAndNoMore(t *testing.T) {
@@ -120,7 +120,7 @@ func TestRetriesWhatItShouldAndNoMore(t *testing.T) {
 		{"non-idempotent, processed", "Pay.Charge", []error{unavailable}, 1, unavailable},
 		{"non-idempotent, never processed", "Pay.Charge", []error{neverSent}, 2, nil},
 		{"non-idempotent, never processed then processed", "Pay.Charge", []error{neverSent, aborted}, 2, aborted},
-		{"a plain error", "Echo.Echo", []error{plain}, 1, plain},
+		{"a plain error", "Echo.Echo", []error{errPlain}, 1, errPlain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A filter of its own: the cases would spend one budget.

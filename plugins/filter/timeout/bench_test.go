@@ -11,8 +11,6 @@ import (
 
 var okResp any = &struct{}{}
 
-func okNext(context.Context, *kernel.CallInfo, any) (any, error) { return okResp, nil }
-
 // doneNext is a next that, like the engine's, watches ctx.Done.
 func doneNext(ctx context.Context, _ *kernel.CallInfo, _ any) (any, error) {
 	_ = ctx.Done()

@@ -42,22 +42,22 @@ func newRig(t *testing.T, opts map[string]any) *rig {
 	return r
 }
 
-// call makes one client call of method, returning its error and response
-// metadata.
-func (r *rig) call(ctx context.Context, method string) (error, kernel.Metadata) {
+// call makes one client call of method, returning its response metadata
+// and error.
+func (r *rig) call(ctx context.Context, method string) (kernel.Metadata, error) {
 	info := &kernel.CallInfo{Method: method, Side: kernel.ClientSide}
 	_, err := r.f.Invoke(ctx, info, nil, func(context.Context, *kernel.CallInfo, any) (any, error) {
 		r.calls++
 		return "ok", nil
 	})
-	return err, info.ResponseMetadata
+	return info.ResponseMetadata, err
 }
 
 // passes asserts that n calls in a row pass at the current time.
 func (r *rig) passes(n int, method string) {
 	r.t.Helper()
 	for i := range n {
-		if err, _ := r.call(context.Background(), method); err != nil {
+		if _, err := r.call(context.Background(), method); err != nil {
 			r.t.Fatalf("at %v, call %d of %d: %v", r.clock, i+1, n, err)
 		}
 	}
@@ -68,7 +68,7 @@ func (r *rig) passes(n int, method string) {
 func (r *rig) rejected(method string, retryAfter int) error {
 	r.t.Helper()
 	before := r.calls
-	err, md := r.call(context.Background(), method)
+	md, err := r.call(context.Background(), method)
 	if kernel.CodeOf(err) != kernel.ResourceExhausted || r.calls != before {
 		r.t.Fatalf("at %v: %v (next called: %v), want ResourceExhausted without calling next", r.clock, err, r.calls != before)
 	}
@@ -166,14 +166,14 @@ func TestBackoffNeverWaitsPastTheDeadline(t *testing.T) {
 	r.passes(1, "Echo.Who")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	err, md := r.call(ctx, "Echo.Who")
+	md, err := r.call(ctx, "Echo.Who")
 	if kernel.CodeOf(err) != kernel.ResourceExhausted || len(r.slept) != 0 || md[RetryAfterKey] != "100" {
 		t.Fatalf("a token 100ms away, a deadline in 30ms: %v, slept %v, md %v; want a rejection at once", err, r.slept, md)
 	}
 	// With a deadline far enough, it waits.
 	ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	if err, _ := r.call(ctx, "Echo.Who"); err != nil || len(r.slept) != 1 {
+	if _, err := r.call(ctx, "Echo.Who"); err != nil || len(r.slept) != 1 {
 		t.Fatalf("a deadline in an hour: %v, slept %v", err, r.slept)
 	}
 }
@@ -182,7 +182,7 @@ func TestCancelledWhileWaitingGivesTheTokenBack(t *testing.T) {
 	r := newRig(t, map[string]any{"rate": 10, "burst": 1, "mode": "backoff", "max_wait": "1s"})
 	r.passes(1, "Echo.Who")
 	r.sleepErr = context.Canceled
-	err, _ := r.call(context.Background(), "Echo.Who")
+	_, err := r.call(context.Background(), "Echo.Who")
 	if kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), "ended while it waited 100ms for a token") {
 		t.Fatalf("cancelled while waiting: %v", err)
 	}
