@@ -64,8 +64,8 @@ func TestOptionFieldsYieldsConfigKeysWithTheirTypes(t *testing.T) {
 		Window  Duration     `json:"window,omitempty"`
 		Logger  *slog.Logger `json:"-"`
 		Plain   string
-		private bool
-		Any     any `json:"any"`
+		private bool //lint:ignore U1000 there to show OptionFields skips unexported fields
+		Any     any  `json:"any"`
 	}
 	got := map[string]reflect.Type{}
 	var order []string

@@ -83,6 +83,7 @@ func (b *balancerOneBuffer) Update(instances []kernel.Instance) {
 //
 //go:norace
 func balancerCopyInto(dst, src []kernel.Instance) {
+	//lint:ignore S1001 not copy: the runtime's typed copy reports races itself, norace or not
 	for i := range src {
 		dst[i] = src[i]
 	}

@@ -237,6 +237,7 @@ func (c *conn) Close() error {
 	c.flushAndClose(&closedError{c.remote})
 	// A start in progress finishes before Wait; later ones see the death.
 	c.startMu.Lock()
+	//lint:ignore SA2001 empty on purpose: a barrier
 	c.startMu.Unlock()
 	c.goroutines.Wait()
 	// With no reader inside ReadFrame, none can come in any more (it would

@@ -443,6 +443,7 @@ func (c *conn) stopKeepalive() {
 // need no lock.
 func (c *conn) keepalive() {
 	c.kaMade.Lock() // startKeepalive has assigned kaTimer
+	//lint:ignore SA2001 empty on purpose: a barrier
 	c.kaMade.Unlock()
 	if c.Err() != nil {
 		return

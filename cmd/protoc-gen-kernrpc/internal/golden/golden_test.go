@@ -215,6 +215,7 @@ func TestUnaryInEveryCallModel(t *testing.T) {
 
 	// A deprecated method still works; a well-known type as request and
 	// response.
+	//lint:ignore SA1019 a deprecated method is what is tested
 	if _, err := g.OldHello(ctx, req); err != nil {
 		t.Errorf("OldHello: %v", err)
 	}
