@@ -169,6 +169,48 @@ func TestServerStreamJSON(t *testing.T) {
 	}
 }
 
+// ServerStream takes a dynamic (or generated) request and hands fn each
+// message as a dynamic one; a request of another type is refused before
+// anything is sent.
+func TestServerStreamDynamic(t *testing.T) {
+	g := reflectingClient(t, "protobuf", nil)
+	ctx := context.Background()
+	md, err := g.Method(ctx, notes+"Split")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := md.Input().Fields().ByName("tags")
+	req := dynamicpb.NewMessage(md.Input())
+	for _, tag := range []string{"p", "q"} {
+		req.Mutable(tags).List().Append(protoreflect.ValueOfString(tag))
+	}
+	text := md.Output().Fields().ByName("text")
+	var got []string
+	err = g.ServerStream(ctx, notes+"Split", req, func(m *dynamicpb.Message) error {
+		got = append(got, m.Get(text).String())
+		return nil
+	})
+	if err != nil || strings.Join(got, " ") != "p q" {
+		t.Fatalf("Split of a dynamic request: %q, %v", got, err)
+	}
+	got = nil
+	err = g.ServerStream(ctx, notes+"Split", &testpb.Note{Tags: []string{"r"}}, func(m *dynamicpb.Message) error {
+		got = append(got, m.Get(text).String())
+		return nil
+	})
+	if err != nil || strings.Join(got, " ") != "r" {
+		t.Errorf("Split of a generated request: %q, %v", got, err)
+	}
+	called := false
+	err = g.ServerStream(ctx, notes+"Split", &testpb.Note_Meta{}, func(*dynamicpb.Message) error { called = true; return nil })
+	if err == nil || called || !strings.Contains(err.Error(), "want a kernrpc.reflecttest.v1.Note") {
+		t.Errorf("a request of another type: %v (fn called: %v)", err, called)
+	}
+	if err := g.ServerStream(ctx, notes+"Nope", req, func(*dynamicpb.Message) error { return nil }); !errors.Is(err, generic.ErrUnknownMethod) {
+		t.Errorf("an unknown method: %v", err)
+	}
+}
+
 func TestOpenStream(t *testing.T) {
 	g := reflectingClient(t, "protobuf", nil)
 	ctx := context.Background()

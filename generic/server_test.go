@@ -187,6 +187,9 @@ func TestRegisterClientStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = generic.RegisterStream(srv, join, func(_ context.Context, st *generic.ServerStream) error {
+		if st.Method() != join {
+			return kernel.Errorf(kernel.Internal, "the stream's method is %s, want %s", st.Method().FullName(), join.FullName())
+		}
 		var all []string
 		for {
 			m, err := st.Recv()
