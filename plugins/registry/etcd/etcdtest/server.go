@@ -43,9 +43,6 @@ func Start(t testing.TB) *Server {
 // Endpoint is the member's client address, host:port.
 func (s *Server) Endpoint() string { return s.client.Host }
 
-// Dir is the member's data directory.
-func (s *Server) Dir() string { return s.dir }
-
 // StartAgain starts the member on its data directory and ports (after
 // Stop). It fails t if the member is not ready within 10s.
 func (s *Server) StartAgain() {
