@@ -263,7 +263,7 @@ func (s *slowest) add(c slowCall, now int64) {
 	}
 	i, _ := slices.BinarySearchFunc(sl.calls, c.Duration, func(e slowCall, d time.Duration) int { return cmp.Compare(d, e.Duration) })
 	sl.calls = slices.Insert(sl.calls, i, c)
-	floor := uint64(span) & epochMask << countBits
+	floor := (uint64(span) & epochMask) << countBits
 	if len(sl.calls) == slowestKept {
 		floor |= min(uint64(sl.calls[len(sl.calls)-1].Duration), countMask)
 	}
