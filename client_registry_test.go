@@ -3,9 +3,11 @@ package kernrpc_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/registry/memory"
@@ -78,6 +80,52 @@ func TestClientFollowsTheRegistryEitherWay(t *testing.T) {
 				} else {
 					inARow = 0
 				}
+			}
+		})
+	}
+}
+
+// watchBroken resolves through a memory registry but cannot watch, and has
+// no Notify: a client must fall back to Watch, which fails.
+type watchBroken struct{ kernel.Registry }
+
+func (watchBroken) Watch(context.Context, string) (<-chan []kernel.Instance, error) {
+	return nil, errors.New("watch refused")
+}
+
+func init() {
+	kernel.RegisterRegistry(kernel.NewFactory("test-watch-broken", "test: a memory registry whose Watch fails", memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			r, err := memory.New(*o)
+			if err != nil {
+				return nil, err
+			}
+			return watchBroken{r}, nil
+		}))
+}
+
+// A registry that cannot resolve or watch the service when the client is
+// made fails NewClient with an error naming the config file, the registry
+// and the service, and wrapping the registry's own error.
+func TestNewClientReportsTheRegistryFailing(t *testing.T) {
+	for _, tc := range []struct{ registry, want string }{
+		{"test-console-broken", `registry "test-console-broken": resolve "echo": registry unreachable`},
+		{"test-watch-broken", `registry "test-watch-broken": watch "echo": watch refused`},
+	} {
+		t.Run(tc.registry, func(t *testing.T) {
+			cfg, err := kernrpc.ParseConfig([]byte("service: echo\nregistry: "+tc.registry+"\n"), "client.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli, err := kernrpc.NewClient(cfg, "echo")
+			if err == nil {
+				cli.Close()
+				t.Fatal("NewClient succeeded with a registry that fails")
+			}
+			var pe *kernel.PluginError
+			if !errors.As(err, &pe) || pe.Kind != kernel.KindRegistry || pe.Source != "client.yaml" ||
+				!strings.Contains(err.Error(), "client.yaml") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("NewClient: %v (%T); want a registry PluginError from client.yaml containing %q", err, err, tc.want)
 			}
 		})
 	}
