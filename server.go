@@ -173,7 +173,9 @@ func (s *Server) Methods() []string {
 }
 
 // Start listens, registers the instance in the registry and starts
-// accepting connections. It returns once the server is reachable.
+// accepting connections. It returns once the server is reachable. A
+// server starts once: after Start fails, Shutdown releases the plugins
+// NewServer built.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -260,8 +262,15 @@ func (s *Server) Instance() kernel.Instance {
 
 // Serve starts the server and blocks until ctx is done (then shuts down
 // gracefully within the configured shutdown_timeout) or Shutdown is called.
+// If the server cannot start, Serve releases the plugins NewServer built
+// and returns why.
 func (s *Server) Serve(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
+		// Nothing was served, so nothing waits for a drain: a context
+		// already done makes Shutdown close at once what is open.
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = s.Shutdown(done)
 		return err
 	}
 	select {

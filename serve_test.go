@@ -1,0 +1,126 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Serve blocks until its context ends, then shuts down gracefully: a call
+// in flight is answered before Serve returns, and nothing is served after.
+func TestServeShutsDownGracefullyWhenItsContextEnds(t *testing.T) {
+	cfg := testConfig(t)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		close(entered)
+		<-release
+		return req, nil
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+
+	cli := newClient(t, cfg)
+	answered := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var resp echopb.Echo
+		answered <- cli.Call(cctx, "Echo.Slow", &echopb.Echo{Text: "late"}, &resp)
+	}()
+	receive(t, entered, 10*time.Second, "the call never reached its handler")
+	addr := srv.Addr()
+	stop()
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned (%v) while a call was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := receive(t, answered, 10*time.Second, "the call in flight was never answered"); err != nil {
+		t.Errorf("the call in flight when Serve's context ended: %v", err)
+	}
+	if err := receive(t, served, 10*time.Second, "Serve did not return after its context ended"); err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts connections after Serve returned", addr)
+	}
+}
+
+// Serve also returns, with nil, when Shutdown is called elsewhere, and
+// returns Start's error when the server cannot start.
+func TestServeReturnsOnShutdownAndOnAFailedStart(t *testing.T) {
+	cfg := testConfig(t)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background()) }()
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cli.Call(ctx, "Echo.Nope", &echopb.Echo{}, &echopb.Echo{}); err == nil || !strings.Contains(err.Error(), "Echo.Nope") {
+		t.Fatalf("a call to the served server: %v; want its unknown-method answer", err)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, served, 10*time.Second, "Serve did not return after Shutdown"); err != nil {
+		t.Errorf("Serve after Shutdown: %v, want nil", err)
+	}
+
+	// Each way Start can fail leaves nothing running (TestMain's goleak),
+	// without waiting for a drain: nothing was served.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := testConfig(t)
+	busy.Address = taken.Addr().String()
+	srv, err = kernrpc.NewServer(busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Errorf("Serve on an address in use: %v; want Start's error naming it", err)
+	}
+
+	refused := testConfig(t)
+	refused.Registry = kernrpc.PluginConfig{Name: "test-register-broken"}
+	refused.Server.DrainPeriod = kernel.Duration(time.Hour)
+	if srv, err = kernrpc.NewServer(refused); err != nil {
+		t.Fatal(err)
+	}
+	go func() { served <- srv.Serve(context.Background()) }()
+	err = receive(t, served, 10*time.Second, "Serve waited, with a registry that refused the instance")
+	if err == nil || !strings.Contains(err.Error(), `registry "test-register-broken": register echo at`) || !strings.Contains(err.Error(), "registration refused") {
+		t.Errorf("Serve with a registry that refuses: %v; want the registry's error", err)
+	}
+}
+
+// registerBroken is a registry that refuses every instance.
+type registerBroken struct{ brokenRegistry }
+
+func (registerBroken) Register(context.Context, kernel.Instance, time.Duration) error {
+	return errors.New("registration refused")
+}
+
+func init() {
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-register-broken", New: func(any) (kernel.Registry, error) { return registerBroken{}, nil }})
+}
