@@ -105,7 +105,9 @@ func NewServer(cfg *Config) (*Server, error) {
 // Handle registers a typed handler for method (any string; by convention
 // "Service.Method"). Req and Resp are the message types the codec decodes
 // and encodes (for protobuf, generated message structs). Register every
-// method before Start.
+// method before Start. Like http.HandleFunc, Handle panics on a misuse
+// (an empty method name, one already registered, a server started) that
+// Register would return as an error.
 //
 // The request is made in one allocation with the call's context (some
 // 470 bytes), so a handler that keeps its request after returning keeps

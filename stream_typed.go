@@ -30,6 +30,7 @@ func (s ServerStreamOf[Req, Resp]) Send(m *Resp) error { return s.SendMsg(m) }
 // method: both sides send as many messages as they like. The handler's
 // return ends the stream: nil is status OK, else a *kernel.Status (any
 // other error is Unknown).
+// Like Handle, it panics on a misuse RegisterStream would return.
 func HandleBidiStream[Req, Resp any](s *Server, method string, h func(ctx context.Context, st ServerStreamOf[Req, Resp]) error) {
 	mustRegister(s.RegisterStream(method, kernel.BidiStreaming, func(ctx context.Context, st *ServerStream) error {
 		return h(ctx, ServerStreamOf[Req, Resp]{st})
@@ -39,6 +40,7 @@ func HandleBidiStream[Req, Resp any](s *Server, method string, h func(ctx contex
 // HandleServerStream registers a handler for a server-streaming method:
 // the client sends one request, the handler sends any number of messages
 // through st and returns to end the stream.
+// Like Handle, it panics on a misuse RegisterStream would return.
 func HandleServerStream[Req, Resp any](s *Server, method string, h func(ctx context.Context, req *Req, st ServerStreamOf[Req, Resp]) error) {
 	mustRegister(s.RegisterStream(method, kernel.ServerStreaming, func(ctx context.Context, st *ServerStream) error {
 		typed := ServerStreamOf[Req, Resp]{st}
@@ -56,6 +58,7 @@ func HandleServerStream[Req, Resp any](s *Server, method string, h func(ctx cont
 // HandleClientStream registers a handler for a client-streaming method:
 // the client sends any number of messages, the handler reads them with
 // st.Recv (io.EOF at the end) and returns the one response.
+// Like Handle, it panics on a misuse RegisterStream would return.
 func HandleClientStream[Req, Resp any](s *Server, method string, h func(ctx context.Context, st ServerStreamOf[Req, Resp]) (*Resp, error)) {
 	mustRegister(s.RegisterStream(method, kernel.ClientStreaming, func(ctx context.Context, st *ServerStream) error {
 		resp, err := h(ctx, ServerStreamOf[Req, Resp]{st})
