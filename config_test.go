@@ -76,6 +76,17 @@ func TestBadConfigs(t *testing.T) {
 		{"unset env var", map[string]any{"address": "${KERNRPC_TEST_SURELY_UNSET}"}, []string{"KERNRPC_TEST_SURELY_UNSET is not set"}},
 		{"bad duration names key", map[string]any{"server": map[string]any{"shutdown_timeout": "later"}}, []string{`"server.shutdown_timeout"`, `bad duration "later"`}},
 		{"duration without unit names key", map[string]any{"client": map[string]any{"timeout": 5}}, []string{`"client.timeout"`, "with a unit"}},
+		{"negative client timeout", map[string]any{"client": map[string]any{"timeout": "-1s"}}, []string{"client.timeout", "must not be negative, got -1s"}},
+		{"negative shutdown timeout", map[string]any{"server": map[string]any{"shutdown_timeout": "-2s"}}, []string{"server.shutdown_timeout", "must not be negative, got -2s"}},
+		{"negative max connections", map[string]any{"server": map[string]any{"max_connections": -1}}, []string{"server.max_connections", "got -1 (0 means the default, 10000)"}},
+		{"negative max concurrent calls", map[string]any{"server": map[string]any{"max_concurrent_calls": -5}}, []string{"server.max_concurrent_calls", "got -5 (0 means the default, 1024)"}},
+		{"negative idle timeout", map[string]any{"server": map[string]any{"idle_timeout": "-1m"}}, []string{"server.idle_timeout", "(0 means the default, 15m)"}},
+		{"negative drain period", map[string]any{"server": map[string]any{"drain_period": "-1s"}}, []string{"server.drain_period", "must not be negative"}},
+		{"stream window too small", map[string]any{"streams": map[string]any{"window": "512B"}}, []string{"streams.window", "between 1KiB and 2GiB"}},
+		{"connection window below the stream's", map[string]any{"streams": map[string]any{"window": "4MiB", "connection_window": "1MiB"}}, []string{"streams.connection_window", "between streams.window (4MiB)"}},
+		{"bad filter stage", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "stage": "later"}}}, []string{"filters[0].stage", `is "later"; want call or attempt`}},
+		{"stage on a server filter", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "side": "server", "stage": "call"}}}, []string{"filters[0].stage", "stages are for client filters"}},
+		{"unterminated env reference", map[string]any{"address": "${KERNRPC_ADDR"}, []string{"unterminated ${"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +100,23 @@ func TestBadConfigs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A config built in code is checked as a loaded one is, when NewClient or
+// NewServer takes it: values no config file can spell (a negative size)
+// are refused there too.
+func TestConfigBuiltInCodeIsChecked(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Service = "echo"
+	cfg.Client.SpreadBytes = -1
+	if _, err := NewClient(cfg, "echo"); err == nil || !strings.Contains(err.Error(), "client.spread_bytes must not be negative, got -1") {
+		t.Errorf("NewClient with a negative spread_bytes: %v", err)
+	}
+	cfg = DefaultConfig()
+	cfg.Server.MaxConnections = -1
+	if _, err := NewServer(cfg); err == nil || !strings.Contains(err.Error(), "server.max_connections must be positive, got -1") {
+		t.Errorf("NewServer with a negative max_connections: %v", err)
 	}
 }
 
