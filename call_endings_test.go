@@ -342,6 +342,9 @@ func TestClientCloseFailsCallsInFlight(t *testing.T) {
 	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
 		t.Fatalf("call after Close: %v, want Canceled (client closed)", err)
 	}
+	if st, err := cli.NewStream(context.Background(), "Echo.Stream"); st != nil || kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), `client for "echo" is closed`) {
+		t.Fatalf("stream after Close: %v, %v; want Canceled (client closed)", st, err)
+	}
 	if err := cli.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}

@@ -50,6 +50,24 @@ func TestRegisterMisuse(t *testing.T) {
 	}
 }
 
+// A server starts once; a client needs a service to call. Either misuse
+// is an error that says so, not a second listener or a client that
+// cannot resolve anything.
+func TestStartTwiceAndAClientWithoutService(t *testing.T) {
+	srv := startServer(t, testConfig(t), nil)
+	if err := srv.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "the server has already started") {
+		t.Errorf("a second Start: %v", err)
+	}
+	cfg := testConfig(t)
+	cfg.Service = ""
+	if cli, err := kernrpc.NewClient(cfg, ""); err == nil || !strings.Contains(err.Error(), "no service to call: pass its name or set service in the config") {
+		if cli != nil {
+			cli.Close()
+		}
+		t.Errorf("NewClient without a service: %v", err)
+	}
+}
+
 // mustPanic runs f and checks that it panics with an error or string
 // containing want.
 func mustPanic(t *testing.T, want string, f func()) {
