@@ -370,6 +370,50 @@ func TestConsoleRouteClash(t *testing.T) {
 	_ = srv.Shutdown(context.Background())
 }
 
+// adminRoutes is a filter offering the admin routes it holds.
+type adminRoutes struct {
+	pagedFilter
+	routes []kernel.AdminRoute
+}
+
+func (a adminRoutes) AdminRoutes() []kernel.AdminRoute { return a.routes }
+
+func init() {
+	for name, r := range map[string]kernel.AdminRoute{
+		"test-admin-nil-handler": {Pattern: "GET /mine", Handler: nil},
+		"test-admin-bad-pattern": {Pattern: "GET mine", Handler: http.NotFoundHandler()},
+	} {
+		kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: name, New: func(any) (kernel.Filter, error) {
+			return adminRoutes{routes: []kernel.AdminRoute{r}}, nil
+		}})
+	}
+}
+
+// A plugin's admin route that cannot be served (no handler, a pattern
+// net/http refuses) fails Start with the plugin and route named, rather
+// than panicking in net/http.
+func TestAdminRouteThatCannotBeServed(t *testing.T) {
+	for name, want := range map[string]string{
+		"test-admin-nil-handler": `filter "test-admin-nil-handler": route "GET /mine": no handler`,
+		"test-admin-bad-pattern": `filter "test-admin-bad-pattern": route "GET mine": `,
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Server.AdminAddress = "127.0.0.1:0"
+			cfg.Filters = []kernrpc.FilterConfig{{Name: name, Side: "server"}}
+			srv, err := kernrpc.NewServer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = srv.Start(context.Background())
+			if err == nil || !strings.Contains(err.Error(), "server.admin_address") || !strings.Contains(err.Error(), want) {
+				t.Errorf("Start: %v; want an error containing %q", err, want)
+			}
+			_ = srv.Shutdown(context.Background())
+		})
+	}
+}
+
 // TestConsoleDocExample checks the example of /status.json in
 // docs/console.md against the real output: the same keys, no more, no
 // fewer (free-form maps aside).
