@@ -43,6 +43,12 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		{"certificate file missing", func(o *Options) { o.TLS = &TLSOptions{CertFile: missing, KeyFile: notPEM} }, []string{`"tls.cert_file"`, "missing.pem"}},
 		{"ca_file without certificates", func(o *Options) { o.TLS = &TLSOptions{CAFile: notPEM} }, []string{`"tls.ca_file"`, "not.pem"}},
 		{"client_ca_file missing", func(o *Options) { o.TLS = &TLSOptions{ClientCAFile: missing} }, []string{`"tls.client_ca_file"`, "missing.pem"}},
+		{"key file missing", func(o *Options) { o.TLS = &TLSOptions{CertFile: notPEM, KeyFile: missing} }, []string{`"tls.key_file"`, "missing.pem"}},
+		{"certificate and key that do not parse", func(o *Options) { o.TLS = &TLSOptions{CertFile: notPEM, KeyFile: notPEM} }, []string{`"tls.cert_file"`, "certificate " + notPEM + " with key " + notPEM}},
+		{"min_ping_interval negative", func(o *Options) { o.MinPingInterval = -1 }, []string{`"min_ping_interval"`, "must not be negative"}},
+		{"max_metadata_entries zero", func(o *Options) { o.MaxMetadataEntries = 0 }, []string{`"max_metadata_entries"`, "at least 1, got 0"}},
+		{"max_metadata_bytes zero", func(o *Options) { o.MaxMetadataBytes = 0 }, []string{`"max_metadata_bytes"`, "at least 1 byte, got 0"}},
+		{"max_write_queue under two frames", func(o *Options) { o.MaxWriteQueue = o.MaxFrameSize }, []string{`"max_write_queue"`, "at least twice max_frame_size"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
