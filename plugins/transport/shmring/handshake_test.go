@@ -1,0 +1,173 @@
+//go:build linux
+
+package shmring
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeServer listens on a fresh socket and answers the first client's
+// hello with answer (given the ring size the client proposed). It
+// returns the address and a channel with the refusal the client sent
+// back ("" if none).
+func fakeServer(t *testing.T, answer func(uc *net.UnixConn, proposed uint64)) (string, <-chan string) {
+	t.Helper()
+	path := socketIn(t)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := make(chan string, 1)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			refusal <- "accept: " + err.Error()
+			return
+		}
+		defer uc.Close()
+		uc.SetDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 600)
+		n, err := uc.Read(buf)
+		typ, body, perr := parseMessage(buf[:n])
+		if err != nil || perr != nil || typ != msgHello || len(body) < 8 {
+			refusal <- "no hello"
+			return
+		}
+		answer(uc, ne.Uint64(body))
+		n, _ = uc.Read(buf)
+		_, _, err = parseMessage(buf[:n])
+		if err != nil {
+			refusal <- err.Error()
+		} else {
+			refusal <- ""
+		}
+	}()
+	return path, refusal
+}
+
+// memfd makes a memory file of size bytes, sealed against shrinking if
+// sealed, with header written at its start.
+func memfd(t *testing.T, size int, sealed bool, header []byte) int {
+	t.Helper()
+	fd, err := unix.MemfdCreate("fake-segment", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(fd, header, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sealed {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fd
+}
+
+// welcome sends the welcome for rings of ringSize, with fd attached when
+// it is not negative.
+func welcome(uc *net.UnixConn, ringSize uint64, fd int) {
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+		defer unix.Close(fd)
+	}
+	uc.WriteMsgUnix(ne.AppendUint64(message(msgWelcome, 8), ringSize), oob, nil)
+}
+
+// segmentHeader is the start of a segment createSegment would make.
+func segmentHeader(ringSize uint64) []byte {
+	h := append([]byte(segmentMagic), make([]byte, 16)...)
+	ne.PutUint32(h[8:], segmentVersion)
+	ne.PutUint64(h[16:], ringSize)
+	return h
+}
+
+// A client trusts nothing a server sends in the handshake: a welcome
+// without the segment, rings larger than it proposed, a segment the server
+// could still shrink (and so crash the client with SIGBUS), of the wrong
+// size, or with a header that does not match, each fails Dial with the
+// reason, which the client also sends the server.
+func TestClientRefusesABadWelcome(t *testing.T) {
+	o := testOptions()
+	ring := uint64(o.RingSize)
+	size := segmentSize(int(ring))
+	for _, tc := range []struct {
+		name   string
+		answer func(t *testing.T, uc *net.UnixConn, proposed uint64)
+		want   string
+	}{
+		{"ready instead of welcome", func(_ *testing.T, uc *net.UnixConn, _ uint64) { uc.Write(message(msgReady, 0)) },
+			"expected the welcome, got message type 4"},
+		{"no segment", func(_ *testing.T, uc *net.UnixConn, p uint64) { welcome(uc, p, -1) },
+			"the welcome came with 0 file descriptors"},
+		{"rings larger than proposed", func(t *testing.T, uc *net.UnixConn, p uint64) {
+			welcome(uc, 2*p, memfd(t, segmentSize(int(2*p)), true, segmentHeader(2*p)))
+		}, "the server chose rings of 131072 bytes: want a power of two between 16KiB and the 65536 this client proposed"},
+		{"segment not sealed", func(t *testing.T, uc *net.UnixConn, p uint64) {
+			welcome(uc, p, memfd(t, size, false, segmentHeader(p)))
+		}, "the segment is not sealed against shrinking"},
+		{"segment of the wrong size", func(t *testing.T, uc *net.UnixConn, p uint64) {
+			welcome(uc, p, memfd(t, size/2, true, segmentHeader(p)))
+		}, "want " + strconv.Itoa(size) + " for rings of 65536"},
+		{"segment header of other rings", func(t *testing.T, uc *net.UnixConn, p uint64) {
+			welcome(uc, p, memfd(t, size, true, segmentHeader(p/2)))
+		}, "the segment header does not describe version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, refusal := fakeServer(t, func(uc *net.UnixConn, proposed uint64) {
+				if proposed != ring {
+					t.Errorf("the client proposed rings of %d, want %d", proposed, ring)
+				}
+				tc.answer(t, uc, proposed)
+			})
+			tr := newTransport(t, o)
+			c, err := tr.Dial(timeout(t, 10*time.Second), addr)
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial accepted the welcome")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Dial: %v; want it to contain %q", err, tc.want)
+			}
+			if got := <-refusal; !strings.Contains(got, "refused by the peer") || !strings.Contains(got, tc.want) {
+				t.Errorf("the server was told %q; want the refusal with %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A client proposing rings no server may make is refused with the
+// reason, and the listener goes on attaching others.
+func TestServerRefusesABadRingSize(t *testing.T) {
+	tr := newTransport(t, testOptions())
+	ln := listen(t, tr)
+	raw, err := net.Dial("unixpacket", ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.Write(ne.AppendUint64(message(msgHello, 8), 1000))
+	buf := make([]byte, 600)
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _ := raw.Read(buf)
+	if _, _, err := parseMessage(buf[:n]); err == nil || !strings.Contains(err.Error(), "proposed ring size 1000 is not a power of two between 16KiB and 1GiB") {
+		t.Fatalf("answer to a bad ring size: %v", err)
+	}
+	c, s := connect(t, tr, ln)
+	if c == nil || s == nil {
+		t.Fatal("no connection after the refusal")
+	}
+}
