@@ -128,3 +128,24 @@ func TestTableNamesEveryTargetAndTheTotal(t *testing.T) {
 		}
 	}
 }
+
+// A real run of one target: go test -fuzz in the target's package, a
+// progress line per target, then the table, exit 0 when nothing failed.
+func TestRunFuzzesATargetAndReports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and fuzzes a package")
+	}
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-run", "^FuzzReadFrameLength$", "-time", "1s"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{
+		"[1/1] FuzzReadFrameLength ./kernel: fuzzing for 1s\n",
+		"[1/1] FuzzReadFrameLength ./kernel: ok after ",
+		"TARGET", "FuzzReadFrameLength  ./kernel", " ok\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
