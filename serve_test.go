@@ -124,3 +124,67 @@ func (registerBroken) Register(context.Context, kernel.Instance, time.Duration) 
 func init() {
 	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-register-broken", New: func(any) (kernel.Registry, error) { return registerBroken{}, nil }})
 }
+
+// registerBlocks is a registry whose Register waits for its context,
+// telling entered when it begins.
+type registerBlocks struct {
+	brokenRegistry
+	entered chan struct{}
+}
+
+func (r registerBlocks) Register(ctx context.Context, _ kernel.Instance, _ time.Duration) error {
+	close(r.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func init() {
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-register-blocks", New: func(any) (kernel.Registry, error) {
+		return registerBlocks{entered: make(chan struct{})}, nil
+	}})
+}
+
+// Shutdown while Start is still at work (here, registering with a slow
+// registry) stops the start and waits for it, so that nothing Start does
+// lands after Shutdown undid it; Serve then returns nil, as it does for
+// any Shutdown, and the server cannot be started again.
+func TestShutdownDuringStart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Registry = kernrpc.PluginConfig{Name: "test-register-blocks"}
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := kernrpc.FindPlugin[registerBlocks](srv.Plugins(), "test-register-blocks")
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background()) }()
+	receive(t, reg.entered, 10*time.Second, "Start never reached the registry")
+	addr := srv.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(ctx) }()
+	if err := receive(t, shut, 15*time.Second, "Shutdown during Start did not return by its context"); err != nil {
+		t.Errorf("Shutdown during Start: %v", err)
+	}
+	if err := receive(t, served, 10*time.Second, "Serve did not return after Shutdown"); err != nil {
+		t.Errorf("Serve, shut down while starting: %v, want nil", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts connections after Shutdown", addr)
+	}
+	if err := srv.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "already started") {
+		t.Errorf("Start after Shutdown: %v", err)
+	}
+	fresh, err := kernrpc.NewServer(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "has been shut down; make a new one") {
+		t.Errorf("Start after Shutdown of a server never started: %v", err)
+	}
+}

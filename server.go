@@ -41,6 +41,14 @@ type Server struct {
 	acceptDone chan struct{}
 	shutdown   sync.Once
 
+	// A Shutdown that finds Start still running cancels it and waits for
+	// it, so that nothing Start does (the registration, the load reporter)
+	// lands after Shutdown undid it; a Start after Shutdown is refused.
+	startMu     sync.Mutex
+	stopping    bool
+	startCancel context.CancelFunc
+	startDone   chan struct{} // closed when Start returns
+
 	health    health
 	regMu     sync.Mutex    // orders registering and deregistering the instance
 	completed atomic.Int64  // calls ended, for load reports
@@ -185,6 +193,12 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("kernrpc: Start: the server has already started")
 	}
 	s.started = true
+	ctx, end := s.beginStart(ctx)
+	if end == nil {
+		s.mu.Unlock()
+		return errors.New("kernrpc: Start: the server has been shut down; make a new one")
+	}
+	defer end()
 	for name, d := range s.methods {
 		if d.stream != nil {
 			d.stream.invoke = streamChain(filtersAs[kernel.StreamFilter](s.filters, name), streamTerminal)
@@ -244,6 +258,49 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// beginStart gives Start a context a concurrent Shutdown can cancel, and
+// the func Start calls when it returns; a nil func if Shutdown has begun.
+func (s *Server) beginStart(ctx context.Context) (context.Context, func()) {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.stopping {
+		return ctx, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.startCancel, s.startDone = cancel, done
+	return ctx, func() { cancel(); close(done) }
+}
+
+func (s *Server) shutdownBegun() bool {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	return s.stopping
+}
+
+// waitStart stops a Start still running and waits until it has returned
+// or ctx ends; no Start may begin after it.
+func (s *Server) waitStart(ctx context.Context) {
+	s.startMu.Lock()
+	s.stopping = true
+	cancel, done := s.startCancel, s.startDone
+	s.startMu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	s.log.Info("shutting down: waiting for Start to return")
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
 // Plugins lists the plugins this server built from its config, so that
 // code can reach them (a filter's counters, say); see FindPlugin.
 func (s *Server) Plugins() []BuiltPlugin { return s.plugins.list() }
@@ -268,6 +325,10 @@ func (s *Server) Instance() kernel.Instance {
 // and returns why.
 func (s *Server) Serve(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
+		if s.shutdownBegun() {
+			<-s.stopped // Shutdown, called meanwhile, stopped the start
+			return nil
+		}
 		// Nothing was served, so nothing waits for a drain: a context
 		// already done makes Shutdown close at once what is open.
 		done, cancel := context.WithCancel(context.Background())
@@ -336,6 +397,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) doShutdown(ctx context.Context) error {
 	defer close(s.stopped)
+	s.waitStart(ctx)
 	s.mu.Lock()
 	started := s.started && s.listener != nil
 	s.mu.Unlock()
