@@ -1,0 +1,116 @@
+package kernrpc_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
+	"github.com/kernrpc/kernrpc/kernel"
+	"google.golang.org/protobuf/proto"
+)
+
+// fakeStreamServer accepts one tcp-lv connection and answers each request
+// (a call or a stream's opening) with the frames answer makes of its call
+// id.
+func fakeStreamServer(t *testing.T, answer func(id uint64) []*kernel.Frame) string {
+	t.Helper()
+	tr, err := kernel.NewTransport("tcp-lv", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			f, err := c.ReadFrame(ctx)
+			if err != nil {
+				return
+			}
+			if f.Type == kernel.FrameRequest {
+				for _, out := range answer(f.CallID) {
+					if c.WriteFrame(out) != nil {
+						break
+					}
+				}
+			}
+			f.Release()
+		}
+	}()
+	return ln.Addr()
+}
+
+// A server that breaks the stream protocol (more data than the client's
+// window allows, or data for a stream the connection never opened) gets
+// its connection closed, with the reason logged at WARN; the client's
+// open streams end with Unavailable naming it.
+func TestClientClosesAServerThatBreaksTheStreamProtocol(t *testing.T) {
+	msg, err := proto.Marshal(&echopb.Echo{Payload: make([]byte, 1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stream bool // open a stream, else make a call
+		answer func(id uint64) []*kernel.Frame
+		want   string
+	}{
+		{"beyond credit", true, func(id uint64) []*kernel.Frame {
+			var fs []*kernel.Frame
+			for range 4 {
+				fs = append(fs, &kernel.Frame{Type: kernel.FrameStreamData, CallID: id, Payload: msg})
+			}
+			return fs
+		}, "the server sent stream data beyond the credit it was granted"},
+		{"data for no stream", false, func(id uint64) []*kernel.Frame {
+			return []*kernel.Frame{{Type: kernel.FrameStreamData, CallID: id, Payload: msg}}
+		}, "the server sent stream data on a connection with no stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs enginetest.LogBuffer
+			old := slog.Default()
+			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+			t.Cleanup(func() { slog.SetDefault(old) })
+			addr := fakeStreamServer(t, tc.answer)
+			cfg := testConfig(t)
+			cfg.Streams.Window = 1 << 10
+			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+			cli := newClient(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var m echopb.Echo
+			if tc.stream {
+				st, err := cli.NewStream(ctx, "Flood.Out")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for err == nil {
+					err = st.RecvMsg(&m)
+				}
+				if kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("RecvMsg: %v; want Unavailable naming %q", err, tc.want)
+				}
+			} else if err := cli.Call(ctx, "Echo.Echo", &m, &m); kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Call: %v; want Unavailable naming %q", err, tc.want)
+			}
+			if !strings.Contains(logs.String(), `level=WARN msg="closing a connection whose server broke the stream protocol"`) {
+				t.Errorf("nothing logged at WARN:\n%s", logs.String())
+			}
+		})
+	}
+}
