@@ -38,6 +38,9 @@ func init() {
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-empty", New: func(any) (kernel.Filter, error) {
 		return kernel.FilterFunc(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) { return nil, nil }), nil
 	}})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-wrong-type", New: func(any) (kernel.Filter, error) {
+		return kernel.FilterFunc(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) { return "cached text", nil }), nil
+	}})
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-detach", New: func(any) (kernel.Filter, error) {
 		return kernel.FilterFunc(func(_ context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			return next(context.Background(), info, req)
@@ -421,6 +424,17 @@ func TestFilterAnsweringNothingIsAnErrorNotAnEmptySuccess(t *testing.T) {
 	err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{Text: "stale"})
 	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "neither a response nor an error") {
 		t.Fatalf("err = %v; want Internal saying the filter returned nothing", err)
+	}
+}
+
+// A client filter that answers by itself with a value the codec cannot
+// copy into the caller's reply fails the call with Internal, naming both
+// types, rather than leaving the reply as it was.
+func TestFilterAnsweringAValueTheCodecCannotCopyIsInternal(t *testing.T) {
+	cli := newClient(t, withFilters(testConfig(t), kernrpc.FilterConfig{Name: "test-wrong-type", Side: "client"}))
+	err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "a client filter answered Echo.Who with a string that protobuf cannot copy into the caller's *echopb.Echo") {
+		t.Fatalf("err = %v; want Internal naming the filter's answer and the reply's type", err)
 	}
 }
 
