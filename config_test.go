@@ -50,12 +50,13 @@ func TestParseTree(t *testing.T) {
 
 func TestAddressEnvironmentOverride(t *testing.T) {
 	t.Setenv("KERNRPC_ADDRESS", "127.0.0.1:9999")
-	c, err := parseTree(map[string]any{"address": "127.0.0.1:1"}, "x.yaml")
+	t.Setenv("KERNRPC_ADVERTISE", "10.1.2.3:9999")
+	c, err := parseTree(map[string]any{"address": "127.0.0.1:1", "advertise": "192.0.2.1:1"}, "x.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Address != "127.0.0.1:9999" {
-		t.Fatalf("address = %q, want KERNRPC_ADDRESS to win", c.Address)
+	if c.Address != "127.0.0.1:9999" || c.Advertise != "10.1.2.3:9999" {
+		t.Fatalf("address = %q, advertise = %q; want KERNRPC_ADDRESS and KERNRPC_ADVERTISE to win", c.Address, c.Advertise)
 	}
 }
 
