@@ -188,3 +188,29 @@ func TestShutdownDuringStart(t *testing.T) {
 		t.Errorf("Start after Shutdown of a server never started: %v", err)
 	}
 }
+
+// advertise and server.metadata shape the registered instance: clients
+// dial the advertised address, and see the metadata beside the
+// transport and codec the server adds.
+func TestAdvertiseAndMetadataShapeTheInstance(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Advertise = "192.0.2.7:7000"
+	cfg.Server.Metadata = map[string]string{"zone": "eu-1"}
+	srv := startServer(t, cfg, nil)
+	in := srv.Instance()
+	if in.Address != "192.0.2.7:7000" || in.ID != "echo@192.0.2.7:7000" || srv.Addr() != "192.0.2.7:7000" {
+		t.Errorf("instance %s at %s (Addr %s); want it at the advertised address", in.ID, in.Address, srv.Addr())
+	}
+	if in.Metadata["zone"] != "eu-1" || in.Metadata["transport"] != "tcp-lv" || in.Metadata["codec"] != "protobuf" {
+		t.Errorf("instance metadata %v; want zone, transport and codec", in.Metadata)
+	}
+	reg, err := kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	got, err := reg.Resolve(context.Background(), "echo")
+	if err != nil || len(got) != 1 || got[0].Address != "192.0.2.7:7000" || got[0].Metadata["zone"] != "eu-1" {
+		t.Errorf("the registry lists %+v, %v; want the advertised instance", got, err)
+	}
+}
