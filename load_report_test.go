@@ -1,0 +1,77 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
+	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/registry/memory"
+)
+
+// flakyLoads is a memory registry whose first load reports fail.
+type flakyLoads struct {
+	*memory.Registry
+	failures atomic.Int32 // reports still to fail
+	reported atomic.Int32 // reports that went through
+}
+
+func (r *flakyLoads) ReportLoad(ctx context.Context, in kernel.Instance, l kernel.Load) error {
+	if r.failures.Add(-1) >= 0 {
+		return errors.New("registry briefly unreachable")
+	}
+	r.reported.Add(1)
+	return r.Registry.ReportLoad(ctx, in, l)
+}
+
+func init() {
+	kernel.RegisterRegistry(kernel.NewFactory("test-flaky-loads", "test: a memory registry whose first load reports fail", memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			r, err := memory.New(*o)
+			if err != nil {
+				return nil, err
+			}
+			f := &flakyLoads{Registry: r}
+			f.failures.Store(2)
+			return f, nil
+		}))
+}
+
+// A load report the registry refuses is logged at WARN and tried again at
+// the next interval, even though the load has not changed since.
+func TestFailedLoadReportIsRetried(t *testing.T) {
+	var logs enginetest.LogBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	cfg := testConfig(t)
+	cfg.Registry.Name = "test-flaky-loads"
+	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			<-release
+			return req, nil
+		})
+	})
+	reg, _ := kernrpc.FindPlugin[*flakyLoads](srv.Plugins(), "test-flaky-loads")
+	// A call held in flight: a load unlike the idle one, which is never
+	// written.
+	cli := newClient(t, cfg)
+	held := make(chan error, 1)
+	go func() { held <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
+	defer func() { close(release); <-held }()
+	if !eventually(5*time.Second, func() bool { return reg.reported.Load() > 0 }) {
+		t.Fatal("no load report went through after the first two failed")
+	}
+	if n := strings.Count(logs.String(), `level=WARN msg="load report failed; trying again at the next interval" component=kernrpc.server service=echo registry=test-flaky-loads err="registry briefly unreachable"`); n != 2 {
+		t.Errorf("%d WARN lines for the two failed reports, want 2:\n%s", n, logs.String())
+	}
+}
