@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -43,10 +42,7 @@ func init() {
 // in CallEnded (after the answer) costs nothing but the log line, and both
 // are logged at ERROR with the stack.
 func TestFilterHooksThatPanicAreContained(t *testing.T) {
-	var logs enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	startServer(t, withFilters(cfg, kernrpc.FilterConfig{Name: "test-panicky", Side: "server"}), nil)
 	cli := newClient(t, cfg)

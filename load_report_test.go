@@ -3,7 +3,6 @@ package kernrpc_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,10 +46,7 @@ func init() {
 // A load report the registry refuses is logged at WARN and tried again at
 // the next interval, even though the load has not changed since.
 func TestFailedLoadReportIsRetried(t *testing.T) {
-	var logs enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	cfg.Registry.Name = "test-flaky-loads"
 	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)

@@ -3,7 +3,6 @@ package kernrpc_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +29,7 @@ func init() {
 // its server shuts down or its client closes; the shutdown or close goes
 // on.
 func TestPluginThatFailsToCloseIsLogged(t *testing.T) {
-	var logs enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := enginetest.DefaultLog(t)
 
 	cfg := testConfig(t)
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-close-fails"}}

@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +21,7 @@ func TestShortConnectionsLogNothingAtInfo(t *testing.T) {
 }
 
 func shortConnections(t *testing.T, transport string) {
-	var logs enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := enginetest.DefaultLog(t)
 
 	cfg := testConfig(t)
 	cfg.Transport.Name, cfg.Transport.Options = transport, nil

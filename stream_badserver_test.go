@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -82,10 +81,7 @@ func TestClientClosesAServerThatBreaksTheStreamProtocol(t *testing.T) {
 		}, "the server sent stream data on a connection with no stream"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs enginetest.LogBuffer
-			old := slog.Default()
-			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-			t.Cleanup(func() { slog.SetDefault(old) })
+			logs := enginetest.DefaultLog(t)
 			addr := fakeStreamServer(t, tc.answer)
 			cfg := testConfig(t)
 			cfg.Streams.Window = 1 << 10

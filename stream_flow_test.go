@@ -12,7 +12,6 @@ import (
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
-	"log/slog"
 )
 
 // floodHandlers registers Flood.Out, which sends 64 KiB messages until
@@ -160,10 +159,7 @@ func TestStreamConnectionWindowBoundsAllStreams(t *testing.T) {
 // A client that sends beyond the credit it was granted breaks the
 // protocol: the server closes its connection and says why.
 func TestStreamBeyondCreditClosesConnection(t *testing.T) {
-	var logs enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	cfg.Streams.Window = 1 << 10
 	srv := startServer(t, cfg, func(srv *kernrpc.Server) {

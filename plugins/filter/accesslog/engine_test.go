@@ -2,7 +2,6 @@ package accesslog_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -26,10 +25,7 @@ func TestConformance(t *testing.T) {
 // once, with what each side knows. The log filter logs through
 // slog.Default() when built from a config, so the test swaps it.
 func TestOverTheEngine(t *testing.T) {
-	var out enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	out := enginetest.DefaultLog(t)
 
 	cfg := enginetest.WithFilters(enginetest.Config(t), kernrpc.FilterConfig{Name: accesslog.Name}) // both sides
 	srv := enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,10 +22,7 @@ type echoStream = kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]
 // line per side once it ends, with the messages each side sent and
 // received, their bytes, the peer and the code.
 func TestStreamsOverTheEngine(t *testing.T) {
-	var out enginetest.LogBuffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
+	out := enginetest.DefaultLog(t)
 
 	cfg := enginetest.WithFilters(enginetest.Config(t), kernrpc.FilterConfig{Name: accesslog.Name})
 	srv := enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
