@@ -148,26 +148,3 @@ func TestClientRefusesABadWelcome(t *testing.T) {
 		})
 	}
 }
-
-// A client proposing rings no server may make is refused with the
-// reason, and the listener goes on attaching others.
-func TestServerRefusesABadRingSize(t *testing.T) {
-	tr := newTransport(t, testOptions())
-	ln := listen(t, tr)
-	raw, err := net.Dial("unixpacket", ln.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.Write(ne.AppendUint64(message(msgHello, 8), 1000))
-	buf := make([]byte, 600)
-	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, _ := raw.Read(buf)
-	if _, _, err := parseMessage(buf[:n]); err == nil || !strings.Contains(err.Error(), "proposed ring size 1000 is not a power of two between 16KiB and 1GiB") {
-		t.Fatalf("answer to a bad ring size: %v", err)
-	}
-	c, s := connect(t, tr, ln)
-	if c == nil || s == nil {
-		t.Fatal("no connection after the refusal")
-	}
-}

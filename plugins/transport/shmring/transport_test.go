@@ -240,22 +240,32 @@ func TestDialingNothingFailsPromptly(t *testing.T) {
 	}
 }
 
-// A peer that speaks something else on the socket is refused, and the
-// listener goes on attaching others.
+// A peer that speaks something else on the socket, or proposes rings no
+// server may make, is refused with the reason, and the listener goes on
+// attaching others.
 func TestListenerRefusesAPeerThatIsNotShmRing(t *testing.T) {
 	tr := newTransport(t, testOptions())
 	ln := listen(t, tr)
-	raw, err := net.Dial("unixpacket", ln.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
-	buf := make([]byte, 600)
-	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, _ := raw.Read(buf)
-	if typ, _, err := parseMessage(buf[:n]); err == nil || typ != 0 || !strings.Contains(err.Error(), "refused by the peer") {
-		t.Fatalf("answer to a stranger: %q", buf[:n])
+	for _, tc := range []struct {
+		name  string
+		hello []byte
+		want  string
+	}{
+		{"not shm-ring", []byte("GET / HTTP/1.1\r\n\r\n"), "refused by the peer"},
+		{"bad ring size", ne.AppendUint64(message(msgHello, 8), 1000), "proposed ring size 1000 is not a power of two between 16KiB and 1GiB"},
+	} {
+		raw, err := net.Dial("unixpacket", ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.Write(tc.hello)
+		buf := make([]byte, 600)
+		raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _ := raw.Read(buf)
+		raw.Close()
+		if typ, _, err := parseMessage(buf[:n]); err == nil || typ != 0 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: answered %q; want a refusal with %q", tc.name, buf[:n], tc.want)
+		}
 	}
 	c, s := connect(t, tr, ln)
 	send(t, c, &kernel.Frame{Type: kernel.FrameRequest, CallID: 7}, nil)
