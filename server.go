@@ -260,6 +260,9 @@ func (s *Server) Start(ctx context.Context) error {
 
 // beginStart gives Start a context a concurrent Shutdown can cancel, and
 // the func Start calls when it returns; a nil func if Shutdown has begun.
+// The context is not cancelled when Start returns: it stands for the
+// caller's, and a plugin that keeps it past the call (a registry's lease,
+// say) must not lose it because Start returned.
 func (s *Server) beginStart(ctx context.Context) (context.Context, func()) {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
@@ -269,7 +272,7 @@ func (s *Server) beginStart(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	s.startCancel, s.startDone = cancel, done
-	return ctx, func() { cancel(); close(done) }
+	return ctx, func() { close(done) }
 }
 
 func (s *Server) shutdownBegun() bool {
