@@ -109,3 +109,12 @@ func readData(arg string, stdin io.Reader) ([]byte, error) {
 	}
 	return []byte(arg), nil
 }
+
+// usageProblem prints problem and the command's usage, and returns
+// errUsage: for a mistake in how the command was invoked, which exits 2
+// like a flag that does not parse.
+func usageProblem(fs *flag.FlagSet, problem string) error {
+	fmt.Fprintln(fs.Output(), problem)
+	fs.Usage()
+	return errUsage
+}

@@ -116,9 +116,7 @@ func checkBenchFlags(fs *flag.FlagSet, callers int, duration time.Duration, limi
 	default:
 		return nil
 	}
-	fmt.Fprintln(fs.Output(), problem)
-	fs.Usage()
-	return errUsage
+	return usageProblem(fs, problem)
 }
 
 // dialPool is dial with the client's connections per instance set.

@@ -51,14 +51,12 @@ func call(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		target, pos = pos[0], pos[1:]
 	}
 	if len(pos) == 0 || len(pos) > 2 {
-		fmt.Fprintln(stderr, "want ADDR SERVICE.METHOD [JSON] (or -addr ADDR SERVICE.METHOD [JSON])")
-		fs.Usage()
-		return errUsage
+		return usageProblem(fs, "want ADDR SERVICE.METHOD [JSON] (or -addr ADDR SERVICE.METHOD [JSON])")
 	}
 	var reqArg string
 	switch {
 	case len(pos) == 2 && *data != "":
-		return fmt.Errorf("the request is given twice: as an argument and with -d; pass one")
+		return usageProblem(fs, "the request is given twice: as an argument and with -d; pass one")
 	case len(pos) == 2:
 		reqArg = pos[1]
 	default:

@@ -33,10 +33,10 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if len(pos) > 0 && *addr != "" {
-		return fmt.Errorf("the address is given twice: as an argument and with -addr; pass one")
+		return usageProblem(fs, "the address is given twice: as an argument and with -addr; pass one")
 	}
 	if len(pos) == 2 && *service != "" {
-		return fmt.Errorf("the service is given twice: as an argument and with -service; pass one")
+		return usageProblem(fs, "the service is given twice: as an argument and with -service; pass one")
 	}
 	var cfg *kernrpc.Config
 	switch {

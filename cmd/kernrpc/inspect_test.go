@@ -245,7 +245,7 @@ func TestCallAgainstServe(t *testing.T) {
 	runCmd("", "call", addr, "kernrpc.echo.EchoService.Nope", `{}`).check(t, "call an unknown method", 1, "unknown method", "has Echo")
 	runCmd("", "call", addr, "kernrpc.nope.Svc.M", `{}`).check(t, "call an unknown service", 1, `unknown service "kernrpc.nope.Svc"`)
 	runCmd("", "call", addr, "Echo.Echo", `{}`).check(t, "call a method served by name only", 1, "served by name only")
-	runCmd("", "call", addr, echoM, `{}`, "-d", `{}`).check(t, "call with the request twice", 1, "given twice")
+	runCmd("", "call", addr, echoM, `{}`, "-d", `{}`).check(t, "call with the request twice", 2, "given twice")
 	runCmd("", "call", addr, echoM, "@/nonexistent/req.json").check(t, "call with a missing request file", 1, "/nonexistent/req.json")
 	runCmd("", "call", "-codec", "msgpack", addr, echoM, `{}`).check(t, "call in msgpack", 1, `-codec "msgpack"`)
 	runCmd("", "call", "echo", echoM, `{}`).check(t, "call a service name without a registry", 1, "pass -registry or -config")
@@ -388,7 +388,7 @@ func TestHealthByAddress(t *testing.T) {
 	runCmd("", "health", addr).check(t, "health ADDR", 0, "SERVING")
 	runCmd("", "health", addr, "echo").check(t, "health ADDR SERVICE", 0, "SERVING")
 	runCmd("", "health", addr, "nosuch").check(t, "health ADDR of a service not served", 1, "NotFound", addr+" is not serving")
-	runCmd("", "health", addr, "-addr", addr).check(t, "health with the address twice", 1, "given twice")
+	runCmd("", "health", addr, "-addr", addr).check(t, "health with the address twice", 2, "given twice")
 	runCmd("", "health", "127.0.0.1:1", "-timeout", "300ms").check(t, "health of an address nobody serves", 1, "ERROR")
 	runCmd("", "health", addr, "-timeout", "-1s").check(t, "health with a negative timeout", 2, "a timeout above zero")
 }

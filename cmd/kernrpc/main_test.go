@@ -72,6 +72,9 @@ func TestBadInvocations(t *testing.T) {
 		{"stray argument", []string{"plugins", "extra"}, 2, "unexpected arguments"},
 		{"call with only an in-process registry", []string{"call", "-config", "../../examples/echo/kernrpc.yaml"}, 1, "pass -addr HOST:PORT"},
 		{"serve with a misspelt client balancer", []string{"serve", "-config", "testdata/bad-balancer.yaml"}, 1, `balancer "roundrobin": no balancer of that name`},
+		{"health with the service twice", []string{"health", "127.0.0.1:1", "echo", "-service", "echo"}, 2, "the service is given twice: as an argument and with -service; pass one"},
+		{"health with only an in-process registry", []string{"health", "-config", "../../examples/echo/kernrpc.yaml"}, 1, `names registry "memory", which lives inside one process; pass -addr HOST:PORT`},
+		{"bench with a negative count", []string{"bench", "127.0.0.1:1", "Echo.Echo", "{}", "-n", "-1"}, 2, "-n -1: want a positive number of calls"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
