@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -44,6 +46,9 @@ func (h *hooks) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next
 func (h *hooks) Admit(_ context.Context, info *kernel.CallInfo) error {
 	if info.Metadata["refuse"] != "" {
 		return kernel.Errorf(kernel.PermissionDenied, "refused by the test")
+	}
+	if info.Metadata["panic-on-admit"] != "" {
+		panic("Admit panics, as the test asked")
 	}
 	return nil
 }
@@ -151,9 +156,12 @@ func TestServerFilterHooks(t *testing.T) {
 	}
 }
 
-// A CallObserver that panics costs a log line: the answer is already out,
-// and the server keeps serving.
-func TestCallObserverPanicKeepsTheServerUp(t *testing.T) {
+// A filter's hook that panics is a bug of that filter, not a crash of the
+// server. A CallObserver's costs a log line: the answer is already out. An
+// Admitter's fails that call with Internal, naming the panic. Both are
+// logged at ERROR with the stack, and the server keeps serving.
+func TestFilterHookPanicsKeepTheServerUp(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-hooks", Side: "server"}}
 	startServer(t, cfg, nil)
@@ -163,9 +171,20 @@ func TestCallObserverPanicKeepsTheServerUp(t *testing.T) {
 	if err := cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"panic-on-end": "1"}), "Echo.Echo", &echopb.Echo{Text: "a"}, &out); err != nil || out.Text != "a" {
 		t.Fatalf("the call whose CallEnded panics: %v %q, want its answer", err, out.Text)
 	}
+	err := cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"panic-on-admit": "1"}), "Echo.Echo", &echopb.Echo{Text: "b"}, &out)
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "a filter admitting Echo.Echo panicked: Admit panics, as the test asked") {
+		t.Errorf("the call whose Admit panics: %v; want Internal naming the panic", err)
+	}
 	for i := range 3 {
-		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "b"}, &out); err != nil {
-			t.Fatalf("call %d after the panic: %v", i, err)
+		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "c"}, &out); err != nil {
+			t.Fatalf("call %d after the panics: %v", i, err)
+		}
+	}
+	// CallEnded runs once the answer is sent: its line may come after it.
+	eventually(5*time.Second, func() bool { return strings.Contains(logs.String(), "CallEnded panicked") })
+	for _, want := range []string{`level=ERROR msg="filter's Admit panicked"`, `level=ERROR msg="filter's CallEnded panicked"`, "hooks_test.go"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs.String())
 		}
 	}
 }
