@@ -13,21 +13,24 @@ import (
 	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
+// registerWrapped registers, as name, a memory registry that wrap
+// changes: cut down, or failing where a test needs it to.
+func registerWrapped(name string, wrap func(*memory.Registry) kernel.Registry) {
+	kernel.RegisterRegistry(kernel.NewFactory(name, "test: a memory registry "+name, memory.DefaultOptions,
+		func(o *memory.Options) (kernel.Registry, error) {
+			r, err := memory.New(*o)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(r), nil
+		}))
+}
+
 // Two memory registries cut down to one way of following a service: the
 // client must follow each through what it has.
 func init() {
-	wrapped := func(name string, wrap func(*memory.Registry) kernel.Registry) kernel.Factory[kernel.Registry] {
-		return kernel.NewFactory(name, "test: a memory registry "+name, memory.DefaultOptions,
-			func(o *memory.Options) (kernel.Registry, error) {
-				r, err := memory.New(*o)
-				if err != nil {
-					return nil, err
-				}
-				return wrap(r), nil
-			})
-	}
-	kernel.RegisterRegistry(wrapped("test-watch-only", func(r *memory.Registry) kernel.Registry { return struct{ kernel.Registry }{r} }))
-	kernel.RegisterRegistry(wrapped("test-notify-only", func(r *memory.Registry) kernel.Registry { return notifyOnly{r} }))
+	registerWrapped("test-watch-only", func(r *memory.Registry) kernel.Registry { return struct{ kernel.Registry }{r} })
+	registerWrapped("test-notify-only", func(r *memory.Registry) kernel.Registry { return notifyOnly{r} })
 }
 
 // notifyOnly is a memory registry whose Watch fails: a client that falls
@@ -94,14 +97,7 @@ func (watchBroken) Watch(context.Context, string) (<-chan []kernel.Instance, err
 }
 
 func init() {
-	kernel.RegisterRegistry(kernel.NewFactory("test-watch-broken", "test: a memory registry whose Watch fails", memory.DefaultOptions,
-		func(o *memory.Options) (kernel.Registry, error) {
-			r, err := memory.New(*o)
-			if err != nil {
-				return nil, err
-			}
-			return watchBroken{r}, nil
-		}))
+	registerWrapped("test-watch-broken", func(r *memory.Registry) kernel.Registry { return watchBroken{r} })
 }
 
 // A registry that cannot resolve or watch the service when the client is

@@ -31,16 +31,11 @@ func (r *flakyLoads) ReportLoad(ctx context.Context, in kernel.Instance, l kerne
 }
 
 func init() {
-	kernel.RegisterRegistry(kernel.NewFactory("test-flaky-loads", "test: a memory registry whose first load reports fail", memory.DefaultOptions,
-		func(o *memory.Options) (kernel.Registry, error) {
-			r, err := memory.New(*o)
-			if err != nil {
-				return nil, err
-			}
-			f := &flakyLoads{Registry: r}
-			f.failures.Store(2)
-			return f, nil
-		}))
+	registerWrapped("test-flaky-loads", func(r *memory.Registry) kernel.Registry {
+		f := &flakyLoads{Registry: r}
+		f.failures.Store(2)
+		return f
+	})
 }
 
 // A load report the registry refuses is logged at WARN and tried again at
