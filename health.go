@@ -40,7 +40,7 @@ type health struct {
 	// stopping is set once a shutdown has begun: nothing serves again.
 	stopping bool
 	// advertised is whether the instance is in the registry now; only
-	// Start, SetServingStatus and Shutdown change it, under Server.regMu.
+	// Start, SetServingStatus and Shutdown change it, under Server.regLock.
 	advertised bool
 }
 
@@ -108,25 +108,74 @@ func (s *Server) advertise(ctx context.Context, on bool) error {
 	if s.cfg.Service == "" {
 		return nil
 	}
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
+	if err := s.lockRegistry(ctx); err != nil {
+		return s.registryError(err)
+	}
+	defer s.unlockRegistry()
+	return s.advertiseLocked(ctx, on)
+}
+
+// advertiseLocked is advertise with the registry lock held.
+func (s *Server) advertiseLocked(ctx context.Context, on bool) error {
 	if s.health.advertised == on {
 		return nil
 	}
 	inst := s.Instance()
-	var err error
-	if on {
-		if err = s.registry.Register(ctx, inst, s.cfg.Server.RegisterTTL.D()); err != nil {
-			err = fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err)
+	if !on {
+		if err := s.registry.Deregister(ctx, inst); err != nil {
+			return s.registryError(fmt.Errorf("deregister %s: %w", inst.ID, err))
 		}
-	} else if err = s.registry.Deregister(ctx, inst); err != nil {
-		err = fmt.Errorf("deregister %s: %w", inst.ID, err)
+		s.health.advertised = false
+		return nil
 	}
-	if err != nil {
-		return &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name, Err: err}
+	if err := s.registry.Register(ctx, inst, s.cfg.Server.RegisterTTL.D()); err != nil {
+		return s.registryError(fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err))
 	}
-	s.health.advertised = on
+	s.health.advertised = true
+	if s.isStopping() {
+		// Shutdown began while the registry took this registration (one
+		// that outlasted Shutdown's wait for it): it must not outlive the
+		// server.
+		dctx, cancel := context.WithTimeout(context.Background(), deregisterTimeout)
+		defer cancel()
+		if err := s.advertiseLocked(dctx, false); err != nil {
+			return err
+		}
+		return s.registryError(fmt.Errorf("register %s at %s: the server began shutting down meanwhile; taken out again", inst.Service, inst.Address))
+	}
 	return nil
+}
+
+// lockRegistry takes the right to write the instance to the registry,
+// giving up when ctx ends: a registry write that hangs (a plugin that
+// ignores its context) must not hold Shutdown, or a caller of
+// SetServingStatus, past its deadline.
+func (s *Server) lockRegistry(ctx context.Context) error {
+	select {
+	case s.regLock <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.regLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for another registry write to finish: %w", context.Cause(ctx))
+	}
+}
+
+func (s *Server) unlockRegistry() { <-s.regLock }
+
+// registryError wraps err as the registry plugin's error.
+func (s *Server) registryError(err error) error {
+	return &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name, Err: err}
+}
+
+// isStopping is whether Shutdown has begun.
+func (s *Server) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health.stopping
 }
 
 // setAllNotServing is the first step of a shutdown.

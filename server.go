@@ -50,7 +50,7 @@ type Server struct {
 	startDone   chan struct{} // closed when Start returns
 
 	health    health
-	regMu     sync.Mutex    // orders registering and deregistering the instance
+	regLock   chan struct{} // held while writing the instance to the registry; see lockRegistry
 	completed atomic.Int64  // calls ended, for load reports
 	loadDone  chan struct{} // closed when the load reporter has stopped; nil without one
 	stopLoad  context.CancelFunc
@@ -91,6 +91,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		conns:      make(map[*serverConn]time.Time),
 		idle:       make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
+		regLock:    make(chan struct{}, 1),
 		acceptDone: make(chan struct{}),
 	}
 	ps, err := buildPlugins(cfg, kernel.ServerSide)
@@ -415,12 +416,10 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	// Out of the registry first, and still serving for the drain period:
 	// clients that have not heard yet keep getting answers meanwhile.
 	s.setAllNotServing()
-	s.stopLoadReports()
-	dctx, cancel := context.WithTimeout(context.Background(), deregisterTimeout)
-	if err := s.advertise(dctx, false); err != nil {
+	s.stopLoadReports(ctx)
+	if err := s.deregister(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	cancel()
 	s.waitDrainPeriod(ctx)
 
 	s.mu.Lock()
@@ -453,8 +452,25 @@ func (s *Server) doShutdown(ctx context.Context) error {
 }
 
 // deregisterTimeout bounds taking the instance out of the registry at
-// shutdown, whatever the shutdown's own deadline.
+// shutdown, whatever the shutdown's own deadline: a shutdown in a hurry
+// still owes the registry that write.
 const deregisterTimeout = 5 * time.Second
+
+// deregister takes the instance out of the registry at shutdown. Waiting
+// for a registry write already under way (a registration, a load report)
+// ends with ctx; the deregistration itself gets deregisterTimeout.
+func (s *Server) deregister(ctx context.Context) error {
+	if s.cfg.Service == "" {
+		return nil
+	}
+	if err := s.lockRegistry(ctx); err != nil {
+		return s.registryError(fmt.Errorf("deregister %s: %w", s.Instance().ID, err))
+	}
+	defer s.unlockRegistry()
+	dctx, cancel := context.WithTimeout(context.Background(), deregisterTimeout)
+	defer cancel()
+	return s.advertiseLocked(dctx, false)
+}
 
 // waitDrainPeriod waits the configured drain period (or until ctx ends):
 // the time clients take to hear from the registry that the instance left.

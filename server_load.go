@@ -27,14 +27,18 @@ func (s *Server) startLoadReports() {
 	}()
 }
 
-// stopLoadReports stops the reporter and waits for it: a report must not
-// land after the instance has been deregistered.
-func (s *Server) stopLoadReports() {
+// stopLoadReports stops the reporter and waits for it, or until ctx ends.
+// A report still being written then holds the registry lock, so it cannot
+// land after the deregistration.
+func (s *Server) stopLoadReports(ctx context.Context) {
 	if s.loadDone == nil {
 		return
 	}
 	s.stopLoad()
-	<-s.loadDone
+	select {
+	case <-s.loadDone:
+	case <-ctx.Done():
+	}
 }
 
 func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every time.Duration) {
@@ -71,8 +75,10 @@ func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every 
 // reportLoad writes load, unless the instance is out of the registry (its
 // health says it is not serving): a report must not register it again.
 func (s *Server) reportLoad(ctx context.Context, lr kernel.LoadReporter, load kernel.Load) error {
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
+	if err := s.lockRegistry(ctx); err != nil {
+		return err
+	}
+	defer s.unlockRegistry()
 	if !s.health.advertised {
 		return nil
 	}
