@@ -1,7 +1,6 @@
 package consultest_test
 
 import (
-	"context"
 	"errors"
 	"net"
 	"strings"
@@ -239,110 +238,6 @@ func TestIndexGoingBackwardsResetsTheQuery(t *testing.T) {
 			t.Fatal("after the index went backwards the watcher missed a registration for 5s (wait_time 1m)")
 		}
 	}
-}
-
-// Campaign elects one leader; a leader that resigns hands over at once,
-// and a leader whose process dies is replaced within session_ttl.
-func TestElection(t *testing.T) {
-	s := standIn(t, fast)
-	const sessionTTL = time.Second
-	a := open(t, s.Addr(), nil)
-	b := open(t, s.Addr(), nil)
-	la, err := a.Campaign(ctx(t), "db-primary", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	won := make(chan kernel.Leadership, 1)
-	go func() {
-		lb, err := b.Campaign(ctx(t), "db-primary", "b")
-		if err != nil {
-			t.Errorf("b's campaign: %v", err)
-		}
-		won <- lb
-	}()
-	select {
-	case <-won:
-		t.Fatal("b was elected while a leads")
-	case <-time.After(2 * sessionTTL): // a renews its session meanwhile
-	}
-	select {
-	case <-la.Lost():
-		t.Fatal("a lost its leadership while alive")
-	default:
-	}
-
-	t.Run("a leader that dies is replaced within session_ttl", func(t *testing.T) {
-		start := time.Now()
-		a.AbandonLeases()
-		select {
-		case lb := <-won:
-			took := time.Since(start)
-			t.Logf("b elected %s after a stopped renewing (session_ttl %s)", took, sessionTTL)
-			if took > sessionTTL+500*time.Millisecond {
-				t.Errorf("failover took %s; want within session_ttl (%s)", took, sessionTTL)
-			}
-			won <- lb
-		case <-time.After(sessionTTL + 2*time.Second):
-			t.Fatal("b was not elected after a's process died")
-		}
-	})
-	lb := <-won
-	if lb == nil {
-		t.FailNow()
-	}
-	t.Run("resign hands over at once and closes Lost", func(t *testing.T) {
-		c := open(t, s.Addr(), nil)
-		elected := make(chan kernel.Leadership, 1)
-		go func() {
-			lc, err := c.Campaign(ctx(t), "db-primary", "c")
-			if err != nil {
-				t.Errorf("c's campaign: %v", err)
-			}
-			elected <- lc
-		}()
-		time.Sleep(100 * time.Millisecond)
-		if err := lb.Resign(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-lb.Lost():
-		default:
-			t.Error("Lost is open after Resign")
-		}
-		select {
-		case lc := <-elected:
-			if lc == nil {
-				t.FailNow()
-			}
-			// A session that ends under the leader ends its leadership.
-			cl := apiClient(t, s.Addr())
-			pair, _, _ := cl.KV().Get("kernrpc/elections/db-primary", nil)
-			if pair == nil || string(pair.Value) != "c" {
-				t.Fatalf("election key = %+v; want held with value c", pair)
-			}
-			cl.Session().Destroy(pair.Session, nil)
-			select {
-			case <-lc.Lost():
-			case <-time.After(2 * time.Second):
-				t.Error("Lost stayed open after the leader's session was destroyed")
-			}
-		case <-time.After(2 * time.Second):
-			t.Fatal("c was not elected within 2s of b's resignation")
-		}
-	})
-	t.Run("a campaign ends with its ctx", func(t *testing.T) {
-		d := open(t, s.Addr(), nil)
-		e := open(t, s.Addr(), nil)
-		if _, err := d.Campaign(ctx(t), "other", "d"); err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
-		defer cancel()
-		_, err := e.Campaign(cctx, "other", "e")
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Campaign past its deadline: %v; want DeadlineExceeded", err)
-		}
-	})
 }
 
 // A dead agent is a clear error naming its address within the timeout

@@ -1,0 +1,194 @@
+package consultest_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Campaign elects one leader; a leader that resigns hands over at once,
+// and a leader whose process dies is replaced within session_ttl.
+func TestElection(t *testing.T) {
+	s := standIn(t, fast)
+	const sessionTTL = time.Second
+	a := open(t, s.Addr(), nil)
+	b := open(t, s.Addr(), nil)
+	la, err := a.Campaign(ctx(t), "db-primary", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan kernel.Leadership, 1)
+	go func() {
+		lb, err := b.Campaign(ctx(t), "db-primary", "b")
+		if err != nil {
+			t.Errorf("b's campaign: %v", err)
+		}
+		won <- lb
+	}()
+	select {
+	case <-won:
+		t.Fatal("b was elected while a leads")
+	case <-time.After(2 * sessionTTL): // a renews its session meanwhile
+	}
+	select {
+	case <-la.Lost():
+		t.Fatal("a lost its leadership while alive")
+	default:
+	}
+
+	t.Run("a leader that dies is replaced within session_ttl", func(t *testing.T) {
+		start := time.Now()
+		a.AbandonLeases()
+		select {
+		case lb := <-won:
+			took := time.Since(start)
+			t.Logf("b elected %s after a stopped renewing (session_ttl %s)", took, sessionTTL)
+			if took > sessionTTL+500*time.Millisecond {
+				t.Errorf("failover took %s; want within session_ttl (%s)", took, sessionTTL)
+			}
+			won <- lb
+		case <-time.After(sessionTTL + 2*time.Second):
+			t.Fatal("b was not elected after a's process died")
+		}
+	})
+	lb := <-won
+	if lb == nil {
+		t.FailNow()
+	}
+	t.Run("resign hands over at once and closes Lost", func(t *testing.T) {
+		c := open(t, s.Addr(), nil)
+		elected := make(chan kernel.Leadership, 1)
+		go func() {
+			lc, err := c.Campaign(ctx(t), "db-primary", "c")
+			if err != nil {
+				t.Errorf("c's campaign: %v", err)
+			}
+			elected <- lc
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := lb.Resign(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lb.Lost():
+		default:
+			t.Error("Lost is open after Resign")
+		}
+		select {
+		case lc := <-elected:
+			if lc == nil {
+				t.FailNow()
+			}
+			// A session that ends under the leader ends its leadership.
+			cl := apiClient(t, s.Addr())
+			pair, _, _ := cl.KV().Get("kernrpc/elections/db-primary", nil)
+			if pair == nil || string(pair.Value) != "c" {
+				t.Fatalf("election key = %+v; want held with value c", pair)
+			}
+			cl.Session().Destroy(pair.Session, nil)
+			select {
+			case <-lc.Lost():
+			case <-time.After(2 * time.Second):
+				t.Error("Lost stayed open after the leader's session was destroyed")
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("c was not elected within 2s of b's resignation")
+		}
+	})
+	t.Run("a campaign ends with its ctx", func(t *testing.T) {
+		d := open(t, s.Addr(), nil)
+		e := open(t, s.Addr(), nil)
+		if _, err := d.Campaign(ctx(t), "other", "d"); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+		defer cancel()
+		_, err := e.Campaign(cctx, "other", "e")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Campaign past its deadline: %v; want DeadlineExceeded", err)
+		}
+	})
+}
+
+// When the agent goes away, the leader gives up before its session could
+// expire at the agent (Consul ends it session_ttl after its last renewal,
+// and another campaign may win then), and a campaign waiting for the lock
+// fails naming the agent. Once the agent is back, the old session expires
+// and a new campaign wins.
+func TestElectionWithoutTheAgent(t *testing.T) {
+	s := standIn(t, fast)
+	const sessionTTL = time.Second
+	a := open(t, s.Addr(), nil)
+	b := open(t, s.Addr(), nil)
+	la, err := a.Campaign(ctx(t), "db-primary", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := b.Campaign(ctx(t), "db-primary", "b")
+		waiting <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // b in its blocking query
+	s.Stop()
+	stopped := time.Now()
+	select {
+	case <-la.Lost():
+		took := time.Since(stopped)
+		t.Logf("the leader gave up %s after the agent stopped (session_ttl %s)", took, sessionTTL)
+		if took > sessionTTL+500*time.Millisecond {
+			t.Errorf("the leader gave up %s after the agent went; want within session_ttl (%s)", took, sessionTTL)
+		}
+	case <-time.After(sessionTTL + 5*time.Second):
+		t.Fatal("the leader kept its leadership with no agent to renew its session")
+	}
+	select {
+	case err := <-waiting:
+		if err == nil || !strings.Contains(err.Error(), `consul: campaign "db-primary" as "b": agent `+s.Addr()) {
+			t.Errorf("a campaign whose agent went away: %v; want an error naming the campaign and the agent", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a campaign whose agent went away neither won nor failed")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := open(t, s.Addr(), nil).Campaign(ctx(t), "db-primary", "c")
+	if err != nil {
+		t.Fatalf("a campaign once the agent is back: %v", err)
+	}
+	if err := lc.Resign(ctx(t)); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+}
+
+// Campaign refuses what no agent is asked about: a bad election name, an
+// empty id, a context already done.
+func TestCampaignRefusals(t *testing.T) {
+	s := standIn(t, fast)
+	r := open(t, s.Addr(), nil)
+	done, cancel := context.WithCancel(ctx(t))
+	cancel()
+	for _, tc := range []struct {
+		name, election, id string
+		ctx                context.Context
+		want               string
+	}{
+		{"empty election", "", "a", ctx(t), "the election name must be non-empty and not start with '/'"},
+		{"election starting with /", "/db", "a", ctx(t), "the election name must be non-empty and not start with '/'"},
+		{"empty id", "db", "", ctx(t), "empty id"},
+		{"context done", "db", "a", done, "context canceled"},
+	} {
+		_, err := r.Campaign(tc.ctx, tc.election, tc.id)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Campaign with %s: %v; want %q", tc.name, err, tc.want)
+		}
+	}
+	if n := s.Requests("PUT /v1/session/create"); n != 0 {
+		t.Errorf("%d sessions asked of the agent for refused campaigns, want 0", n)
+	}
+}
