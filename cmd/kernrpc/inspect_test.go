@@ -36,6 +36,13 @@ const token = "authorization=Bearer s3cret"
 // returns the address it printed.
 func startServe(t *testing.T, config string) string {
 	t.Helper()
+	addr, _ := startServeOutput(t, config)
+	return addr
+}
+
+// startServeOutput is startServe that also returns what serve prints.
+func startServeOutput(t *testing.T, config string) (string, *syncbuf.Buffer) {
+	t.Helper()
 	cfg := writeConfig(t, config)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut syncbuf.Buffer
@@ -50,11 +57,11 @@ func startServe(t *testing.T, config string) string {
 	addrRE := regexp.MustCompile(`serving \S+ on (\S+) `)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+			return m[1], &out
 		}
 	}
 	t.Fatalf("serve did not start: %s %s", out.String(), errOut.String())
-	return ""
+	return "", nil
 }
 
 type result struct {

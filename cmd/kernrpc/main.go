@@ -187,6 +187,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "serving %s on %s (transport %s, codec %s, registry %s); methods: %s; answers calls in any codec of %s; Ctrl-C stops gracefully\n",
 		cfg.Service, srv.Addr(), cfg.Transport.Name, cfg.Codec.Name, cfg.Registry.Name, strings.Join(srv.Methods(), ", "), strings.Join(codecNames(), ", "))
+	if a := srv.AdminAddr(); a != "" {
+		fmt.Fprintf(stdout, "status console on http://%s/status (server.admin_address)\n", a)
+	}
 	<-ctx.Done()
 	fmt.Fprintf(stdout, "shutting down (waiting up to %s for calls in flight)\n", cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout.D())

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -183,5 +184,32 @@ func TestHealthCommand(t *testing.T) {
 		if code != tc.code || !strings.Contains(hOut.String()+hErr.String(), tc.want) {
 			t.Errorf("health %v: exit %d, printed %q %q; want exit %d and %q", tc.args, code, hOut.String(), hErr.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// serve says where its status console is when the config sets
+// server.admin_address, and the page is there.
+func TestServePrintsTheConsole(t *testing.T) {
+	_, out := startServeOutput(t, serveConfig+"server: {admin_address: 127.0.0.1:0}\n")
+	consoleRE := regexp.MustCompile(`status console on (http://\S+/status) `)
+	m := consoleRE.FindStringSubmatch(out.String())
+	// Printed just after the line startServeOutput waited for.
+	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		m = consoleRE.FindStringSubmatch(out.String())
+	}
+	if m == nil {
+		t.Fatalf("serve with an admin address did not say where its console is:\n%s", out.String())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("GET %s: %s, %s; want the console page", m[1], resp.Status, resp.Header.Get("Content-Type"))
+	}
+	_, plain := startServeOutput(t, serveConfig)
+	if strings.Contains(plain.String(), "status console") {
+		t.Errorf("serve without an admin address printed a console line:\n%s", plain.String())
 	}
 }
