@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// fixedRegistry resolves every service to its instances, or fails with
+// err; it registers nothing.
+type fixedRegistry struct {
+	insts []kernel.Instance
+	err   error
+}
+
+func (fixedRegistry) Register(context.Context, kernel.Instance, time.Duration) error { return nil }
+func (fixedRegistry) Deregister(context.Context, kernel.Instance) error              { return nil }
+func (r fixedRegistry) Resolve(context.Context, string) ([]kernel.Instance, error) {
+	return r.insts, r.err
+}
+func (r fixedRegistry) Watch(context.Context, string) (<-chan []kernel.Instance, error) {
+	return nil, errors.New("test: not watched")
+}
+func (fixedRegistry) Close() error { return nil }
+
+func init() {
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-empty", New: func(any) (kernel.Registry, error) {
+		return fixedRegistry{}, nil
+	}})
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-unreachable", New: func(any) (kernel.Registry, error) {
+		return fixedRegistry{err: errors.New("connection refused")}, nil
+	}})
+}
+
+// Without -addr, health asks every instance the config's registry lists,
+// one row each, and exits 1 unless all of them serve; a registry that
+// lists none, or cannot be reached, is an error saying so.
+func TestHealthThroughTheRegistry(t *testing.T) {
+	addr := startServe(t, serveConfig)
+	static := func(addrs string) string {
+		return writeConfig(t, fmt.Sprintf("service: echo\nregistry: {name: memory, options: {static: {echo: [%s]}}}\n", addrs))
+	}
+	for _, tc := range []struct {
+		name, config string
+		code         int
+		wants        []string
+	}{
+		{"one instance, serving", static(addr), 0, []string{addr, "SERVING"}},
+		{"one of two unreachable", static(addr + ", 127.0.0.1:1"), 1, []string{"SERVING", "127.0.0.1:1", "ERROR", `not every instance of "echo" is serving`}},
+		{"a registry listing none", writeConfig(t, "service: echo\nregistry: test-empty\n"), 1, []string{`registry "test-empty" lists no instance of "echo"`, "pass -addr"}},
+		{"a registry unreachable", writeConfig(t, "service: echo\nregistry: test-unreachable\n"), 1, []string{`resolve "echo" through registry "test-unreachable": connection refused`}},
+	} {
+		runCmd("", "health", "-config", tc.config, "-timeout", "500ms").check(t, "health: "+tc.name, tc.code, tc.wants...)
+	}
+}
