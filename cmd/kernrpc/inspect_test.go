@@ -18,6 +18,7 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/reflectpb/testpb"
 	"github.com/kernrpc/kernrpc/internal/syncbuf"
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // serveConfig is a kernrpc serve config whose proto-named echo method
@@ -282,6 +283,9 @@ func TestCallStreams(t *testing.T) {
 	type st = kernrpc.ServerStreamOf[testpb.Note, testpb.Note]
 	kernrpc.HandleServerStream(srv, notes+"Split", func(_ context.Context, n *testpb.Note, s st) error {
 		for _, tag := range n.Tags {
+			if tag == "fail" {
+				return kernel.Errorf(kernel.FailedPrecondition, "no tag may say fail")
+			}
 			if err := s.Send(&testpb.Note{Text: tag}); err != nil {
 				return err
 			}
@@ -306,6 +310,9 @@ func TestCallStreams(t *testing.T) {
 			n, err := s.Recv()
 			if err != nil {
 				return nil
+			}
+			if n.Text == "stop" {
+				return kernel.Errorf(kernel.Aborted, "the chat stops here")
 			}
 			if err := s.Send(&testpb.Note{Text: "re: " + n.Text}); err != nil {
 				return err
@@ -334,6 +341,22 @@ func TestCallStreams(t *testing.T) {
 	runCmd("", "call", addr, notes+"Join", `{"text":"x"} {"txt":"y"}`).check(t, "a client stream with a bad message", 1, "message 2 of the stream", `unknown field "txt"`)
 	runCmd("", "call", addr, notes+"Split", `{"tagz":[]}`).check(t, "a server stream with bad JSON", 1, `unknown field "tagz"`)
 	runCmd("", "bench", addr, notes+"Split", `{}`, "-d", "1s").check(t, "bench a stream", 1, "bench calls unary methods")
+
+	// A stream the server ends with an error: what came before it is
+	// printed, then the status, and call exits 1.
+	r = runCmd("", "call", addr, notes+"Split", `{"tags":["a","fail","b"]}`)
+	r.check(t, "a server stream that fails", 1, "code:    FailedPrecondition", "no tag may say fail")
+	if !strings.Contains(r.out, `"a"`) || strings.Contains(r.out, `"b"`) {
+		t.Errorf("a server stream failing after a: printed %q, want a only", r.out)
+	}
+	// Values still being sent when the server ends the stream are dropped
+	// quietly: the status says why.
+	many := strings.Repeat(`{"text":"more"}`, 1000)
+	r = runCmd("", "call", addr, notes+"Chat", `{"text":"1"}{"text":"stop"}`+many)
+	r.check(t, "a bidi stream the server ends", 1, "code:    Aborted", "the chat stops here")
+	if got := strings.Join(strings.Fields(r.out), ""); got != `{"text":"re:1"}` {
+		t.Errorf("a bidi stream ended after its first answer printed %q", r.out)
+	}
 }
 
 func TestBenchAgainstServe(t *testing.T) {

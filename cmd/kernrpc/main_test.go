@@ -213,3 +213,14 @@ func TestServePrintsTheConsole(t *testing.T) {
 		t.Errorf("serve without an admin address printed a console line:\n%s", plain.String())
 	}
 }
+
+// call's echo form: -codec picks the codec, and a config whose only
+// instance is down says how to call a server directly.
+func TestCallEchoCodecAndHint(t *testing.T) {
+	addr := startServe(t, serveConfig)
+	cfg := writeConfig(t, serveConfig)
+	runCmd("", "call", "-config", cfg, "-addr", addr, "-codec", "json", "-text", "in json").check(t, "call -codec json", 0, `Echo.Echo answered "in json"`)
+	runCmd("", "call", "-config", cfg, "-addr", addr, "-codec", "nosuch").check(t, "call -codec nosuch", 1, `codec "nosuch"`)
+	down := writeConfig(t, "service: echo\nregistry: {name: memory, options: {static: {echo: [\"127.0.0.1:1\"]}}}\n")
+	runCmd("", "call", "-config", down, "-timeout", "1s").check(t, "call an instance that is down", 1, "Unavailable", "to call one server directly, pass -addr HOST:PORT")
+}
