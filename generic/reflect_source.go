@@ -116,12 +116,18 @@ func (s *ReflectionSource) lookup(name protoreflect.FullName) protoreflect.Descr
 func (s *ReflectionSource) add(raw [][]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var added []string
-	for _, b := range raw {
-		fd := &descriptorpb.FileDescriptorProto{}
-		if err := proto.Unmarshal(b, fd); err != nil {
+	// Every file decodes before any is kept: a file kept from an answer
+	// that failed would never be resolved, and the next answer sending it
+	// would not be looked at.
+	fds := make([]*descriptorpb.FileDescriptorProto, len(raw))
+	for i, b := range raw {
+		fds[i] = &descriptorpb.FileDescriptorProto{}
+		if err := proto.Unmarshal(b, fds[i]); err != nil {
 			return fmt.Errorf("the server sent a file descriptor that does not decode: %w", err)
 		}
+	}
+	var added []string
+	for _, fd := range fds {
 		if _, ok := s.protos[fd.GetName()]; !ok {
 			s.protos[fd.GetName()] = fd
 			added = append(added, fd.GetName())
