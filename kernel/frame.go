@@ -316,7 +316,7 @@ func appendUvarintField(dst []byte, tag byte, x uint64) []byte {
 // max before the caller allocates anything for the frame.
 func ReadFrameLength(prefix []byte, max int) (int, error) {
 	if len(prefix) < FramePrefixLen {
-		return 0, errors.Join(ErrMalformedFrame, errors.New("truncated length prefix"))
+		return 0, malformed(strconv.Itoa(len(prefix)) + " bytes, shorter than the length prefix (4)")
 	}
 	n := binary.BigEndian.Uint32(prefix)
 	if n < FrameFixedLen {

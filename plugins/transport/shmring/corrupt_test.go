@@ -1,0 +1,92 @@
+//go:build linux
+
+package shmring
+
+import (
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// Each way a peer can write records no kernrpc peer writes ends the
+// connection with ErrMalformedFrame naming the fault, logged at WARN:
+// never a panic, a hang, or a frame made of it.
+func TestCorruptRecordsCloseTheConnectionNamingTheFault(t *testing.T) {
+	frame := encodeFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Echo", Payload: []byte("hello")})
+	big := encodeFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2, Payload: pattern(3000, 1)})
+	word := func(size uint32, kind uint8) []byte {
+		b := make([]byte, wordLen)
+		putWord(b, 0, size, kind)
+		return b
+	}
+	join := func(parts ...[]byte) []byte {
+		var out []byte
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	outside := rawRecord(kindFrame, frame)
+	putContent(outside, 0, 4, len(frame))
+	header := make([]byte, recordHeaderLen)
+	putWord(header, 0, recordHeaderLen, kindFrame)
+	putContent(header, 0, recordHeaderLen, 0)
+	fields := append([]byte(nil), frame...)
+	binary.BigEndian.PutUint32(fields[kernel.FramePrefixLen+12:], 1<<20)
+	for _, tc := range []struct {
+		name string
+		data []byte
+		head uint64 // 0: len(data)
+		want string
+	}{
+		{"a size not a multiple of 8", word(12, kindPad), 0, "record of 12 bytes at 0: want a positive multiple of 8"},
+		{"a record past what was published", rawRecord(kindFrame, frame), 8, "runs past what was published (8)"},
+		{"a wrap marker short of the ring's end", word(16, kindWrap), 16, "wrap marker of 16 bytes at 0 does not reach the ring's end"},
+		{"a content record shorter than its header", word(8, kindFrame), 0, "content record of 8 bytes at 0 is shorter than its header"},
+		{"content outside its record", outside, 0, "of the " + strconv.Itoa(len(outside)) + "-byte record at 0 is outside it"},
+		{"a record of an unknown kind", word(8, 99), 0, "record of unknown kind 99 at 0"},
+		{"a frame shorter than its record's content", rawRecord(kindFrame, append(append([]byte(nil), frame...), 0, 0, 0, 0)), 0, "does not match its record's content"},
+		{"a content record too short for a frame", header, 0, "malformed frame: 0 bytes, shorter than the length prefix (4)"},
+		{"a fields length past the frame's end", rawRecord(kindFrame, fields), 0, "fields length runs past the frame end"},
+		{"a chunk without its beginning", rawRecord(kindChunk, big[1000:]), 0, "a piece of a chunked frame arrived without its beginning"},
+		{"a chunked frame begun twice", join(rawRecord(kindFirstChunk, big[:1000]), rawRecord(kindFirstChunk, big[:1000])), 0, "a chunked frame began before the previous one ended"},
+		{"chunks longer than their frame", join(rawRecord(kindFirstChunk, big[:1000]), rawRecord(kindChunk, append(big[1000:], 1, 2, 3))), 0, "add up to more than its length"},
+		{"a head more than a ring ahead", nil, 1 << 40, "the writer's head moved to"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncbuf.Buffer
+			o := testOptions()
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			r := newRawConn(t, newTransport(t, o))
+			defer r.close()
+			in := r.seg.ring(clientToServer)
+			copy(in.data, tc.data)
+			head := tc.head
+			if head == 0 {
+				head = uint64(len(tc.data))
+			}
+			in.head.Store(head)
+			f, err := r.c.ReadFrame(timeout(t, 5*time.Second))
+			if err == nil {
+				f.Release()
+				t.Fatalf("ReadFrame made frame %v of it", f.Type)
+			}
+			if !errors.Is(err, kernel.ErrMalformedFrame) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ReadFrame: %v; want ErrMalformedFrame saying %q", err, tc.want)
+			}
+			if _, err := r.c.ReadFrame(timeout(t, time.Second)); !errors.Is(err, kernel.ErrClosed) {
+				t.Errorf("ReadFrame after the fault: %v; want the connection closed", err)
+			}
+			if !strings.Contains(logs.String(), "level=WARN msg=\"shm-ring: connection closed\"") || !strings.Contains(logs.String(), tc.want) {
+				t.Errorf("the fault was not logged at WARN with its reason:\n%s", logs.String())
+			}
+		})
+	}
+}
