@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,6 +249,34 @@ func TestReadFrameWithADoneContextReturnsAtOnceAndKeepsTheConnection(t *testing.
 		t.Fatalf("%v %v", f, err)
 	}
 	f.Release()
+}
+
+// A second reader while one waits breaks the one-reader rule: it is told
+// so, and the waiting read goes on undisturbed.
+func TestASecondConcurrentReadFrameIsRefused(t *testing.T) {
+	client, server := connPair(t, testOptions())
+	first := make(chan *kernel.Frame, 1)
+	go func() {
+		f, err := server.ReadFrame(timeout(t, 10*time.Second))
+		if err != nil {
+			t.Errorf("the waiting ReadFrame: %v", err)
+		}
+		first <- f
+	}()
+	for !server.reading.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := server.ReadFrame(context.Background()); err == nil || !strings.Contains(err.Error(), "ReadFrame called while another ReadFrame is in progress") {
+		t.Fatalf("a second ReadFrame at once: %v", err)
+	}
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameCancel, CallID: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if f := <-first; f == nil || f.CallID != 4 {
+		t.Fatalf("the waiting ReadFrame got %v", f)
+	} else {
+		f.Release()
+	}
 }
 
 // A frame already in the read buffer is taken without arming ctx's
