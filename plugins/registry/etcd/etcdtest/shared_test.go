@@ -104,6 +104,50 @@ func TestSharedEntryExpiresAndLeasesAreReused(t *testing.T) {
 	}
 }
 
+// A shared lease etcd lost before its time (revoked behind the
+// registry's back) costs the next put nothing but a fresh grant; a put
+// with an empty key or a negative ttl is refused before etcd is asked.
+func TestSharedPutOutlivesALostLease(t *testing.T) {
+	srv := Start(t)
+	writer, reader := openShared(t, srv.Endpoint()), openShared(t, srv.Endpoint())
+	l := newSharedLog()
+	if err := reader.WatchShared(ctxFor(t), "", l.fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.PutShared(ctxFor(t), "a", []byte("1"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.await(t, "a", []byte("1"), 5*time.Second, "after the first put")
+	raw := rawClient(t, srv.Endpoint())
+	id := keys(t, raw, sharedPrefix(t))[sharedPrefix(t)+"a"]
+	if _, err := raw.Revoke(ctxFor(t), id); err != nil {
+		t.Fatal(err)
+	}
+	l.await(t, "a", nil, 5*time.Second, "after its lease was revoked")
+	if err := writer.PutShared(ctxFor(t), "a", []byte("2"), time.Minute); err != nil {
+		t.Fatalf("a put whose lease etcd lost: %v", err)
+	}
+	l.await(t, "a", []byte("2"), 5*time.Second, "after the put that followed the lost lease")
+	if got := writer.Stats(); got.SharedWrites != 2 || got.SharedLeaseGrants != 2 {
+		t.Errorf("two puts around a lost lease: %d writes, %d lease grants; want 2 and 2", got.SharedWrites, got.SharedLeaseGrants)
+	}
+	if newID := keys(t, raw, sharedPrefix(t))[sharedPrefix(t)+"a"]; newID == 0 || newID == id {
+		t.Errorf("the entry's lease after the loss: %x (was %x); want a new one", newID, id)
+	}
+	for _, tc := range []struct {
+		key  string
+		ttl  time.Duration
+		want string
+	}{
+		{"", time.Minute, "put shared: empty key"},
+		{"b", -time.Second, "put shared b: negative ttl -1s"},
+	} {
+		if err := writer.PutShared(ctxFor(t), tc.key, []byte("x"), tc.ttl); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("PutShared(%q, ttl %s): %v; want %q", tc.key, tc.ttl, err, tc.want)
+		}
+	}
+}
+
 // A shared watch cut off from etcd while entries change and etcd
 // compacts its history past the watch's revision reads the prefix again
 // on reconnecting: fn gets every entry again, and nil for the one deleted
