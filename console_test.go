@@ -15,6 +15,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -318,19 +319,6 @@ func TestConsolePageAndErrors(t *testing.T) {
 	}
 }
 
-// brokenRegistry registers but cannot resolve.
-type brokenRegistry struct{}
-
-func (brokenRegistry) Register(context.Context, kernel.Instance, time.Duration) error { return nil }
-func (brokenRegistry) Deregister(context.Context, kernel.Instance) error              { return nil }
-func (brokenRegistry) Resolve(context.Context, string) ([]kernel.Instance, error) {
-	return nil, errors.New("registry unreachable")
-}
-func (brokenRegistry) Watch(context.Context, string) (<-chan []kernel.Instance, error) {
-	return nil, errors.New("registry unreachable")
-}
-func (brokenRegistry) Close() error { return nil }
-
 // statusPage is a filter claiming the console's page.
 type statusPage struct{ pagedFilter }
 
@@ -339,7 +327,9 @@ func (statusPage) AdminRoutes() []kernel.AdminRoute {
 }
 
 func init() {
-	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-console-broken", New: func(any) (kernel.Registry, error) { return brokenRegistry{}, nil }})
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-console-broken", New: func(any) (kernel.Registry, error) {
+		return enginetest.FixedRegistry{Err: errors.New("registry unreachable")}, nil
+	}})
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-console-clash", New: func(any) (kernel.Filter, error) { return statusPage{}, nil }})
 }
 

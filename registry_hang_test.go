@@ -9,6 +9,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -17,7 +18,7 @@ import (
 // closed, ignoring their context, as a registry stuck on a dead backend
 // might; entered is closed when the first such write begins.
 type hangingRegistry struct {
-	brokenRegistry
+	enginetest.FixedRegistry
 	entered, release chan struct{}
 	once             *sync.Once
 

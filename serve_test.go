@@ -10,6 +10,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -115,7 +116,7 @@ func TestServeReturnsOnShutdownAndOnAFailedStart(t *testing.T) {
 }
 
 // registerBroken is a registry that refuses every instance.
-type registerBroken struct{ brokenRegistry }
+type registerBroken struct{ enginetest.FixedRegistry }
 
 func (registerBroken) Register(context.Context, kernel.Instance, time.Duration) error {
 	return errors.New("registration refused")
@@ -128,7 +129,7 @@ func init() {
 // registerBlocks is a registry whose Register waits for its context,
 // telling entered when it begins.
 type registerBlocks struct {
-	brokenRegistry
+	enginetest.FixedRegistry
 	entered chan struct{}
 }
 

@@ -1,38 +1,20 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// fixedRegistry resolves every service to its instances, or fails with
-// err; it registers nothing.
-type fixedRegistry struct {
-	insts []kernel.Instance
-	err   error
-}
-
-func (fixedRegistry) Register(context.Context, kernel.Instance, time.Duration) error { return nil }
-func (fixedRegistry) Deregister(context.Context, kernel.Instance) error              { return nil }
-func (r fixedRegistry) Resolve(context.Context, string) ([]kernel.Instance, error) {
-	return r.insts, r.err
-}
-func (r fixedRegistry) Watch(context.Context, string) (<-chan []kernel.Instance, error) {
-	return nil, errors.New("test: not watched")
-}
-func (fixedRegistry) Close() error { return nil }
-
 func init() {
 	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-empty", New: func(any) (kernel.Registry, error) {
-		return fixedRegistry{}, nil
+		return enginetest.FixedRegistry{}, nil
 	}})
 	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-unreachable", New: func(any) (kernel.Registry, error) {
-		return fixedRegistry{err: errors.New("connection refused")}, nil
+		return enginetest.FixedRegistry{Err: errors.New("connection refused")}, nil
 	}})
 }
 

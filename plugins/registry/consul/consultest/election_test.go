@@ -8,19 +8,30 @@ import (
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/registry/consul"
+	"github.com/kernrpc/kernrpc/plugins/registry/consul/consultest"
 )
 
-// Campaign elects one leader; a leader that resigns hands over at once,
-// and a leader whose process dies is replaced within session_ttl.
-func TestElection(t *testing.T) {
-	s := standIn(t, fast)
-	const sessionTTL = time.Second
-	a := open(t, s.Addr(), nil)
-	b := open(t, s.Addr(), nil)
+// sessionTTL is the session_ttl of options().
+const sessionTTL = time.Second
+
+// electA starts a stand-in with registries a and b on it, a elected in
+// "db-primary".
+func electA(t *testing.T) (s *consultest.Server, la kernel.Leadership, a, b *consul.Registry) {
+	t.Helper()
+	s = standIn(t, fast)
+	a, b = open(t, s.Addr(), nil), open(t, s.Addr(), nil)
 	la, err := a.Campaign(ctx(t), "db-primary", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, la, a, b
+}
+
+// Campaign elects one leader; a leader that resigns hands over at once,
+// and a leader whose process dies is replaced within session_ttl.
+func TestElection(t *testing.T) {
+	s, la, a, b := electA(t)
 	won := make(chan kernel.Leadership, 1)
 	go func() {
 		lb, err := b.Campaign(ctx(t), "db-primary", "b")
@@ -120,14 +131,7 @@ func TestElection(t *testing.T) {
 // fails naming the agent. Once the agent is back, the old session expires
 // and a new campaign wins.
 func TestElectionWithoutTheAgent(t *testing.T) {
-	s := standIn(t, fast)
-	const sessionTTL = time.Second
-	a := open(t, s.Addr(), nil)
-	b := open(t, s.Addr(), nil)
-	la, err := a.Campaign(ctx(t), "db-primary", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, la, _, b := electA(t)
 	waiting := make(chan error, 1)
 	go func() {
 		_, err := b.Campaign(ctx(t), "db-primary", "b")
