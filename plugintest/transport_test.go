@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -177,6 +178,26 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 			caught: []string{"Transport/Close/OperationsFail"},
 		},
 		{
+			name: "ClosedConnFailsWithoutErrClosed",
+			faults: transportFaults{
+				read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+					f, err := c.Conn.ReadFrame(ctx)
+					if errors.Is(err, kernel.ErrClosed) {
+						return nil, io.EOF
+					}
+					return f, err
+				},
+				write: func(c *transportFaultyConn, f *kernel.Frame) error {
+					if err := c.Conn.WriteFrame(f); errors.Is(err, kernel.ErrClosed) {
+						return errors.New("use of a closed connection")
+					} else {
+						return err
+					}
+				},
+			},
+			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/OperationsFail"},
+		},
+		{
 			name:   "DoneNeverCloses",
 			faults: transportFaults{done: func(c *transportFaultyConn) <-chan struct{} { return c.never }},
 			caught: []string{"Transport/Close/OperationsFail", "Transport/PeerGone/ServerNotices"},
@@ -347,16 +368,20 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 	// taken for theirs.
 	recs := make([]chan *recording, len(cases))
 	sem := make(chan struct{}, 6)
+	// A case -run leaves out still runs; the test waits for it, or it
+	// would outlive the test (goleak).
+	var running sync.WaitGroup
+	defer running.Wait()
 	for i, c := range cases {
 		recs[i] = make(chan *recording, 1)
 		if c.serial {
 			continue
 		}
-		go func() {
+		running.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			recs[i] <- run(c)
-		}()
+		})
 	}
 	for _, serial := range []bool{false, true} {
 		for i, c := range cases {
