@@ -354,6 +354,40 @@ func TestShutdownEndsStreamsAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A handler waiting in Recv when a shutdown ends its stream is told why:
+// Unavailable, the server shut down; it is not left to guess from a
+// cancelled context.
+func TestShutdownTellsAWaitingHandlerWhy(t *testing.T) {
+	cfg := testConfig(t)
+	waited := make(chan error, 1)
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.HandleBidiStream(s, "Stream.Listen", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+			_, err := st.Recv() // the client sends no more
+			waited <- err
+			return err
+		})
+	})
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), newClient(t, cfg), "Stream.Listen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err == nil {
+		t.Error("Shutdown reported no error though a stream outlived its timeout")
+	}
+	err = receive(t, waited, 5*time.Second, "the handler's Recv did not return after the shutdown ended its stream")
+	if kernel.CodeOf(err) != kernel.Unavailable || !strings.Contains(err.Error(), "the server shut down before the stream of Stream.Listen ended") {
+		t.Errorf("the handler's Recv: %v; want Unavailable saying the server shut down", err)
+	}
+}
+
 func TestStreamMethodMismatch(t *testing.T) {
 	cfg := testConfig(t)
 	startServer(t, cfg, streamHandlers)
