@@ -66,3 +66,45 @@ func TestFailedLoadReportIsRetried(t *testing.T) {
 		t.Errorf("%d WARN lines for the two failed reports, want 2:\n%s", n, logs.String())
 	}
 }
+
+// The console's instances view shows the load each instance reported:
+// here one call held in flight, and when it was written.
+func TestConsoleShowsReportedLoad(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.AdminAddress = "127.0.0.1:0"
+	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			<-release
+			return req, nil
+		})
+	})
+	held := make(chan error, 1)
+	go func() {
+		held <- newClient(t, cfg).Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{})
+	}()
+	defer func() { close(release); <-held }()
+	// The registry has the report before the console is asked: it keeps
+	// what it resolved for a while.
+	if !eventually(5*time.Second, func() bool {
+		in := resolveOf(t, cfg, "echo")
+		return len(in) == 1 && in[0].Load.InFlight == 1
+	}) {
+		t.Fatal("no load report of the call in flight reached the registry")
+	}
+	var view struct {
+		Instances []struct {
+			ID       string     `json:"id"`
+			InFlight int64      `json:"load_in_flight"`
+			Updated  *time.Time `json:"load_updated"`
+		} `json:"instances"`
+	}
+	getJSON(t, "http://"+srv.AdminAddr()+"/status/instances.json", &view)
+	if len(view.Instances) != 1 || view.Instances[0].ID != srv.Instance().ID || view.Instances[0].Updated == nil {
+		t.Fatalf("instances.json: %+v; want this server with the time of its load report", view.Instances)
+	}
+	if got := view.Instances[0]; got.InFlight != 1 || time.Since(*got.Updated) > time.Minute {
+		t.Errorf("instances.json: %d in flight, reported at %v; want the call held, reported just now", got.InFlight, got.Updated)
+	}
+}
