@@ -188,11 +188,11 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 					return f, err
 				},
 				write: func(c *transportFaultyConn, f *kernel.Frame) error {
-					if err := c.Conn.WriteFrame(f); errors.Is(err, kernel.ErrClosed) {
+					err := c.Conn.WriteFrame(f)
+					if errors.Is(err, kernel.ErrClosed) {
 						return errors.New("use of a closed connection")
-					} else {
-						return err
 					}
+					return err
 				},
 			},
 			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/OperationsFail"},
