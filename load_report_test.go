@@ -38,6 +38,30 @@ func init() {
 	})
 }
 
+// heldCall serves Echo.Hold, which answers only once the test ends: a call
+// held in flight is a load unlike the idle one, which is never written.
+type heldCall struct {
+	release chan struct{}
+	done    chan error
+}
+
+func newHeldCall() *heldCall {
+	return &heldCall{release: make(chan struct{}), done: make(chan error, 1)}
+}
+
+func (h *heldCall) register(s *kernrpc.Server) {
+	kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		<-h.release
+		return req, nil
+	})
+}
+
+// start makes the call through cli; it is answered when t ends.
+func (h *heldCall) start(t *testing.T, cli *kernrpc.Client) {
+	go func() { h.done <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
+	t.Cleanup(func() { close(h.release); <-h.done })
+}
+
 // A load report the registry refuses is logged at WARN and tried again at
 // the next interval, even though the load has not changed since.
 func TestFailedLoadReportIsRetried(t *testing.T) {
@@ -45,20 +69,10 @@ func TestFailedLoadReportIsRetried(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Registry.Name = "test-flaky-loads"
 	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
-	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			<-release
-			return req, nil
-		})
-	})
+	held := newHeldCall()
+	srv := startServer(t, cfg, held.register)
 	reg, _ := kernrpc.FindPlugin[*flakyLoads](srv.Plugins(), "test-flaky-loads")
-	// A call held in flight: a load unlike the idle one, which is never
-	// written.
-	cli := newClient(t, cfg)
-	held := make(chan error, 1)
-	go func() { held <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
-	defer func() { close(release); <-held }()
+	held.start(t, newClient(t, cfg))
 	if !eventually(5*time.Second, func() bool { return reg.reported.Load() > 0 }) {
 		t.Fatal("no load report went through after the first two failed")
 	}
@@ -73,18 +87,9 @@ func TestConsoleShowsReportedLoad(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Server.AdminAddress = "127.0.0.1:0"
 	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
-	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			<-release
-			return req, nil
-		})
-	})
-	held := make(chan error, 1)
-	go func() {
-		held <- newClient(t, cfg).Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{})
-	}()
-	defer func() { close(release); <-held }()
+	held := newHeldCall()
+	srv := startServer(t, cfg, held.register)
+	held.start(t, newClient(t, cfg))
 	// The registry has the report before the console is asked: it keeps
 	// what it resolved for a while.
 	if !eventually(5*time.Second, func() bool {
