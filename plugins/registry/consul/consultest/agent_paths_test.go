@@ -140,3 +140,40 @@ func TestRegisterAndReportLoadRefusals(t *testing.T) {
 		t.Errorf("Deregister after Close: %v; want ErrClosed", err)
 	}
 }
+
+// An agent gone for a moment costs a registered instance nothing once it
+// is back: the keeper's failed check passes and load write are logged at
+// WARN and tried again, and the instance resolves with the latest load.
+func TestKeeperRidesOutAnAgentBlip(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
+	s := standIn(t, fast)
+	r := open(t, s.Addr(), map[string]any{"load_report_interval": "100ms"})
+	observer := open(t, s.Addr(), nil)
+	if err := r.Register(ctx(t), instance("echo", "a"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The first report is written at once; the second waits for the end
+	// of the interval, which falls while the agent is away.
+	for _, inFlight := range []int64{1, 2} {
+		if err := r.ReportLoad(ctx(t), instance("echo", "a"), kernel.Load{InFlight: inFlight}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Stop()
+	eventually(t, 5*time.Second, "a failed check pass logged", func() bool {
+		return strings.Contains(logs.String(), `msg="consul: passing a TTL check failed; trying again"`)
+	})
+	if !strings.Contains(logs.String(), `msg="consul: writing a load report failed; the next report will try again"`) {
+		t.Errorf("the load write that failed while the agent was away was not logged:\n%s", logs.String())
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReportLoad(ctx(t), instance("echo", "a"), kernel.Load{InFlight: 3}); err != nil {
+		t.Fatalf("ReportLoad once the agent is back: %v", err)
+	}
+	eventually(t, 5*time.Second, "the instance resolved, passing, with the latest load", func() bool {
+		set, err := observer.Resolve(ctx(t), "echo")
+		return err == nil && len(set) == 1 && set[0].Load.InFlight == 3
+	})
+}
