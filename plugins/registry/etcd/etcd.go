@@ -196,13 +196,18 @@ func (r *Registry) client() (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// unreachable explains err, a request that ran out of dial_timeout.
+// unreachable explains err, a request that ran out of dial_timeout, with
+// what a probe of the endpoints found.
 func (r *Registry) unreachable(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("no answer from etcd at %s within dial_timeout %s (is etcd running there?): %w",
-			strings.Join(r.opts.Endpoints, ","), r.opts.DialTimeout, err)
+	endpoints := strings.Join(r.opts.Endpoints, ",")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("etcd at %s: %w", endpoints, err)
 	}
-	return fmt.Errorf("etcd at %s: %w", strings.Join(r.opts.Endpoints, ","), err)
+	why := r.probe()
+	if why == "" {
+		why = "is etcd running there?"
+	}
+	return fmt.Errorf("no answer from etcd at %s within dial_timeout %s (%s): %w", endpoints, r.opts.DialTimeout, why, err)
 }
 
 // request runs one etcd request f under ctx, bounded by dial_timeout, and

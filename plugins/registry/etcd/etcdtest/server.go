@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/version"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -27,7 +28,14 @@ type Server struct {
 	client  url.URL
 	peer    url.URL
 	e       *embed.Etcd
-	started int // how many times it has started
+	started int       // how many times it has started
+	tls     *TLSFiles // nil: plain TCP
+}
+
+// TLSFiles are the PEM files of a member that serves its clients over TLS
+// and asks each for a certificate signed by CAFile.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Start starts an etcd member for t on free loopback ports and a fresh
@@ -35,6 +43,17 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t)}
+	s.StartAgain()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartTLS is Start for a member whose clients must speak TLS and show a
+// certificate that files.CAFile signed.
+func StartTLS(t testing.TB, files TLSFiles) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), tls: &files}
+	s.client.Scheme = "https"
 	s.StartAgain()
 	t.Cleanup(s.Stop)
 	return s
@@ -58,6 +77,9 @@ func (s *Server) StartAgain() {
 	cfg.ListenPeerUrls = []url.URL{s.peer}
 	cfg.AdvertisePeerUrls = []url.URL{s.peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if s.tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.tls.CertFile, KeyFile: s.tls.KeyFile, TrustedCAFile: s.tls.CAFile, ClientCertAuth: true}
+	}
 	// Small ticks: a member elects itself in tens of milliseconds, and
 	// leases as short as one second are allowed.
 	cfg.TickMs = 10
