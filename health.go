@@ -132,7 +132,7 @@ func (s *Server) advertiseLocked(ctx context.Context, on bool) error {
 		return s.registryError(fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err))
 	}
 	s.health.advertised = true
-	if s.isStopping() {
+	if s.shutdownBegun() {
 		// Shutdown began while the registry took this registration (one
 		// that outlasted Shutdown's wait for it): it must not outlive the
 		// server.
@@ -169,13 +169,6 @@ func (s *Server) unlockRegistry() { <-s.regLock }
 // registryError wraps err as the registry plugin's error.
 func (s *Server) registryError(err error) error {
 	return &kernel.PluginError{Source: s.cfg.Source, Kind: kernel.KindRegistry, Name: s.cfg.Registry.Name, Err: err}
-}
-
-// isStopping is whether Shutdown has begun.
-func (s *Server) isStopping() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.health.stopping
 }
 
 // setAllNotServing is the first step of a shutdown.

@@ -20,23 +20,22 @@ import (
 type hangingRegistry struct {
 	enginetest.FixedRegistry
 	entered, release chan struct{}
-	once             *sync.Once
+	once             sync.Once
 
-	mu     *sync.Mutex
-	writes *int
+	mu     sync.Mutex
+	writes int
 	live   map[string]bool
 }
 
-func newHangingRegistry() hangingRegistry {
-	return hangingRegistry{entered: make(chan struct{}), release: make(chan struct{}), once: new(sync.Once),
-		mu: new(sync.Mutex), writes: new(int), live: map[string]bool{}}
+func newHangingRegistry() *hangingRegistry {
+	return &hangingRegistry{entered: make(chan struct{}), release: make(chan struct{}), live: map[string]bool{}}
 }
 
 // hang holds every write after the first until release.
-func (r hangingRegistry) hang() {
+func (r *hangingRegistry) hang() {
 	r.mu.Lock()
-	*r.writes++
-	first := *r.writes == 1
+	r.writes++
+	first := r.writes == 1
 	r.mu.Unlock()
 	if !first {
 		r.once.Do(func() { close(r.entered) })
@@ -44,7 +43,7 @@ func (r hangingRegistry) hang() {
 	}
 }
 
-func (r hangingRegistry) Register(_ context.Context, in kernel.Instance, _ time.Duration) error {
+func (r *hangingRegistry) Register(_ context.Context, in kernel.Instance, _ time.Duration) error {
 	r.hang()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -52,21 +51,21 @@ func (r hangingRegistry) Register(_ context.Context, in kernel.Instance, _ time.
 	return nil
 }
 
-func (r hangingRegistry) Deregister(_ context.Context, in kernel.Instance) error {
+func (r *hangingRegistry) Deregister(_ context.Context, in kernel.Instance) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.live, in.ID)
 	return nil
 }
 
-func (r hangingRegistry) registered() int {
+func (r *hangingRegistry) registered() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.live)
 }
 
 // hangingLoads is a hangingRegistry that takes load reports, which hang.
-type hangingLoads struct{ hangingRegistry }
+type hangingLoads struct{ *hangingRegistry }
 
 func (r hangingLoads) ReportLoad(context.Context, kernel.Instance, kernel.Load) error {
 	r.hang()
@@ -100,7 +99,7 @@ func TestShutdownOutlastsNoHungRegistration(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Registry = kernrpc.PluginConfig{Name: "test-hanging-register"}
 	srv := startServer(t, cfg, nil)
-	reg, _ := kernrpc.FindPlugin[hangingRegistry](srv.Plugins(), "test-hanging-register")
+	reg, _ := kernrpc.FindPlugin[*hangingRegistry](srv.Plugins(), "test-hanging-register")
 	ctx := context.Background()
 	if err := srv.SetServingStatus(ctx, "", kernrpc.HealthNotServing); err != nil {
 		t.Fatal(err)

@@ -276,6 +276,7 @@ func (s *Server) beginStart(ctx context.Context) (context.Context, func()) {
 	return ctx, func() { close(done) }
 }
 
+// shutdownBegun is whether Shutdown has been called.
 func (s *Server) shutdownBegun() bool {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()

@@ -42,18 +42,22 @@ type TLSFiles struct {
 // data directory; it is stopped when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t)}
-	s.StartAgain()
-	t.Cleanup(s.Stop)
-	return s
+	return start(t, nil)
 }
 
 // StartTLS is Start for a member whose clients must speak TLS and show a
 // certificate that files.CAFile signed.
 func StartTLS(t testing.TB, files TLSFiles) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), tls: &files}
-	s.client.Scheme = "https"
+	return start(t, &files)
+}
+
+func start(t testing.TB, files *TLSFiles) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeURL(t), peer: freeURL(t), tls: files}
+	if files != nil {
+		s.client.Scheme = "https"
+	}
 	s.StartAgain()
 	t.Cleanup(s.Stop)
 	return s
