@@ -3,6 +3,7 @@ package shmring
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"net"
 	"os"
@@ -166,6 +167,11 @@ func (t *transport) attachClient(uc *net.UnixConn, path string) (*conn, error) {
 	buf := make([]byte, msgHeaderLen+maxRefusalText)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	if errors.Is(err, io.EOF) {
+		// A server that refuses says why first: one that says nothing
+		// stopped, or is not a shm-ring server.
+		return nil, fmt.Errorf("waiting for the segment: the server closed the socket without answering (it stopped, or does not serve shm-ring there): %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the segment: %w", err)
 	}
