@@ -80,6 +80,10 @@ func TestCallJSONErrors(t *testing.T) {
 		{"unknown method", notes + "Nope", `{}`, generic.ErrUnknownMethod, kernel.OK, []string{"has Echo, Split, Join, Chat"}},
 		{"unknown service", "kernrpc.reflecttest.v1.Nope.Echo", `{}`, generic.ErrUnknownService, kernel.OK, []string{"known:", "kernrpc.reflecttest.v1.Notes", "Echo"}},
 		{"served by name only", "Echo.Echo", `{}`, generic.ErrNotDescribed, kernel.OK, []string{`"Echo.Echo"`}},
+		{"unknown method of a service served by name only", "Echo.Nope", `{}`, generic.ErrUnknownMethod, kernel.OK, []string{"service Echo is served by name only"}},
+		{"a message, not a service", "kernrpc.reflecttest.v1.Note.Echo", `{}`, generic.ErrUnknownService, kernel.OK, []string{"kernrpc.reflecttest.v1.Note is a message, not a service"}},
+		{"an enum, not a service", "kernrpc.reflecttest.v1.Color.Echo", `{}`, generic.ErrUnknownService, kernel.OK, []string{"kernrpc.reflecttest.v1.Color is an enum, not a service"}},
+		{"a method, not a service", notes + "Echo.Echo", `{}`, generic.ErrUnknownService, kernel.OK, []string{notes + "Echo is a method, not a service"}},
 		{"a streaming method", notes + "Split", `{}`, nil, kernel.OK, []string{"server-streaming", "OpenStream"}},
 		{"a status from the handler", notes + "Echo", `{"text":"fail"}`, nil, kernel.NotFound, []string{`no note "fail"`}},
 	} {

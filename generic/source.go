@@ -127,7 +127,7 @@ func FindMethod(ctx context.Context, src Source, method string) (protoreflect.Me
 	}
 	sd, ok := d.(protoreflect.ServiceDescriptor)
 	if !ok {
-		return nil, fmt.Errorf("generic: method %q: %w: %s is a %s, not a service", method, ErrUnknownService, service, descriptorKind(d))
+		return nil, fmt.Errorf("generic: method %q: %w: %s is %s, not a service", method, ErrUnknownService, service, descriptorKind(d))
 	}
 	md := sd.Methods().ByName(protoreflect.Name(name))
 	if md == nil {
@@ -164,17 +164,17 @@ func notDescribed(ctx context.Context, src Source, method, service string) error
 func descriptorKind(d protoreflect.Descriptor) string {
 	switch d.(type) {
 	case protoreflect.MessageDescriptor:
-		return "message"
+		return "a message"
 	case protoreflect.EnumDescriptor:
-		return "enum"
+		return "an enum"
 	case protoreflect.MethodDescriptor:
-		return "method"
+		return "a method"
 	case protoreflect.FieldDescriptor:
-		return "field"
+		return "a field"
 	case protoreflect.EnumValueDescriptor:
-		return "enum value"
+		return "an enum value"
 	}
-	return "declaration"
+	return "a declaration"
 }
 
 func listOr(names []string, none string) string {
