@@ -300,3 +300,70 @@ func readUntilDeadQuietly(c *conn) {
 		f.Release()
 	}
 }
+
+// A peer that sends Pings (forgiven by frames between them) while the
+// writer cannot send holds at most maxQueuedPongs answers in the queue:
+// one answer is all a liveness probe needs, and more would grow the
+// queue on the peer's say-so.
+func TestQueuedPongsAreBounded(t *testing.T) {
+	raw, server := rawPair(t, testOptions())
+	// Holding the write lock stands for a socket the peer does not drain:
+	// the writer goroutine cannot take the queue meanwhile.
+	server.wmu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			server.wmu.Unlock()
+		}
+	}()
+	const pings = 3 * maxQueuedPongs
+	for i := range pings {
+		raw.Write(encode(&kernel.Frame{Type: kernel.FramePing, Payload: []byte{byte(i)}}))
+		raw.Write(encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: uint64(i + 1)}))
+	}
+	// The Cancels come out of ReadFrame; the Pings before them were
+	// answered by then.
+	for range pings {
+		f, err := server.ReadFrame(timeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Release()
+	}
+	server.qmu.Lock()
+	queued := server.q.pongs
+	server.qmu.Unlock()
+	if queued != maxQueuedPongs {
+		t.Errorf("%d Pongs queued for %d Pings; want at most %d", queued, pings, maxQueuedPongs)
+	}
+	server.wmu.Unlock()
+	locked = false
+	server.signalWriter()
+	raw.SetReadDeadline(time.Now().Add(time.Second))
+	br := bufio.NewReader(raw)
+	var got []byte
+	for {
+		var prefix [4]byte
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			break // the deadline: nothing more was sent
+		}
+		n, _ := kernel.ReadFrameLength(prefix[:], 0)
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		var f kernel.Frame
+		if err := kernel.DecodeFrame(body, &f, nil); err != nil {
+			t.Fatal(err)
+		}
+		if f.Type == kernel.FramePong {
+			got = append(got, f.Payload...)
+		}
+	}
+	if len(got) != maxQueuedPongs || got[0] != 0 || got[len(got)-1] != maxQueuedPongs-1 {
+		t.Errorf("Pongs answering Pings %v; want the first %d, in order", got, maxQueuedPongs)
+	}
+	if err := server.Err(); err != nil {
+		t.Errorf("the connection died: %v; dropping surplus Pongs is not a reason", err)
+	}
+}
