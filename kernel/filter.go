@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -21,7 +22,7 @@ func (s Side) String() string {
 	case ServerSide:
 		return "server"
 	}
-	return "unknown"
+	return "Side(" + strconv.Itoa(int(s)) + ")"
 }
 
 // Stage says where in a client's pipeline a filter runs:
@@ -47,7 +48,7 @@ func (s Stage) String() string {
 	case AttemptStage:
 		return "attempt"
 	}
-	return "unknown"
+	return "Stage(" + strconv.Itoa(int(s)) + ")"
 }
 
 // StagedFilter is an optional Filter interface: a client filter that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -235,6 +236,43 @@ func BenchmarkAppendFrameHeader(b *testing.B) {
 		buf = kernel.AppendFrameHeader(buf[:0], f)
 		if len(buf) != kernel.FrameHeaderLen(f) {
 			b.Fatalf("wrote %d bytes, FrameHeaderLen %d", len(buf), kernel.FrameHeaderLen(f))
+		}
+	}
+}
+
+// A timeout larger than a time.Duration holds is read as the longest one,
+// never as a negative duration, which would read as a deadline already
+// passed.
+func TestDecodeFrameClampsAHugeTimeout(t *testing.T) {
+	huge := binary.AppendUvarint(nil, 1<<64-1) // microseconds
+	fields := append([]byte{3, byte(len(huge))}, huge...)
+	body := []byte{kernel.FrameMagic, kernel.FrameVersion, byte(kernel.FrameRequest), 0, 0, 0, 0, 0, 0, 0, 0, 1}
+	body = binary.BigEndian.AppendUint32(body, uint32(len(fields)))
+	body = append(body, fields...)
+	var f kernel.Frame
+	if err := kernel.DecodeFrame(body, &f, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Duration(1<<63-1) / time.Microsecond * time.Microsecond; f.Timeout != want {
+		t.Errorf("timeout %v; want the longest whole number of microseconds, %v", f.Timeout, want)
+	}
+}
+
+// Values of the kernel's enumerations print by name, and a value without
+// one prints its number, so that a log or an error shows what arrived.
+func TestEnumerationsPrintTheirNames(t *testing.T) {
+	for _, tc := range []struct {
+		v    fmt.Stringer
+		want string
+	}{
+		{kernel.ClientSide, "client"}, {kernel.ServerSide, "server"}, {kernel.Side(7), "Side(7)"},
+		{kernel.CallStage, "call"}, {kernel.AttemptStage, "attempt"}, {kernel.Stage(0), "Stage(0)"},
+		{kernel.ClientStreaming, "client-streaming"}, {kernel.ServerStreaming, "server-streaming"},
+		{kernel.BidiStreaming, "bidi-streaming"}, {kernel.StreamKind(9), "StreamKind(9)"},
+		{kernel.FrameWindowUpdate, "WindowUpdate"}, {kernel.FrameType(0), "FrameType(0)"}, {kernel.FrameType(200), "FrameType(200)"},
+	} {
+		if got := tc.v.String(); got != tc.want {
+			t.Errorf("%T %d prints %q; want %q", tc.v, tc.v, got, tc.want)
 		}
 	}
 }

@@ -83,13 +83,10 @@ func OptionKey(err error) string {
 	return ""
 }
 
+// describeType names what a value of t looks like in a config. Duration,
+// Size and Code are not among them: their UnmarshalJSON explains itself
+// (explainDecodeError).
 func describeType(t reflect.Type) string {
-	switch t {
-	case reflect.TypeFor[Duration]():
-		return `a duration such as "500ms" or "5s"`
-	case reflect.TypeFor[Size]():
-		return `a size such as 4096 or "4MiB"`
-	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:

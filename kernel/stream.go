@@ -1,6 +1,9 @@
 package kernel
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // StreamKind says which sides of a streaming call send more than one
 // message. It matters to code generators and reflection; on the wire
@@ -26,7 +29,7 @@ func (k StreamKind) String() string {
 	case BidiStreaming:
 		return "bidi-streaming"
 	}
-	return "unknown"
+	return "StreamKind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Stream is one streaming call as a stream filter sees it: the messages
