@@ -92,6 +92,29 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 			caught: []string{"Transport/Frames/Max"},
 		},
 		{
+			name: "ReadFrameReturnsNothing",
+			faults: transportFaults{read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				f, err := c.Conn.ReadFrame(ctx)
+				if err == nil && f.Type == kernel.FrameRequest {
+					f.Release()
+					return nil, nil
+				}
+				return f, err
+			}},
+			caught: []string{"Transport/Frames/0B", "Transport/Frames/1KiB"},
+		},
+		{
+			name: "WriteFrameFailsLargePayloads",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				if len(f.Payload) > 32<<10 {
+					c.Conn.Recycle(f.Payload)
+					return errors.New("payload too large for this transport")
+				}
+				return c.Conn.WriteFrame(f)
+			}},
+			caught: []string{"Transport/Frames/Max"},
+		},
+		{
 			name:   "IgnoresMaxFrameSize",
 			faults: transportFaults{options: func(o *tcplv.Options) { o.MaxFrameSize *= 4 }},
 			caught: []string{"Transport/TooLarge/Refused"},
