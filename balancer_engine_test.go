@@ -67,6 +67,19 @@ func deadAddress(t *testing.T) string {
 	return addr
 }
 
+// staticClient is a client of cfg's service whose registry lists addrs.
+func staticClient(t *testing.T, cfg *kernrpc.Config, addrs ...string) *kernrpc.Client {
+	t.Helper()
+	c := *cfg
+	list := make([]any, len(addrs))
+	for i, a := range addrs {
+		list[i] = a
+	}
+	c.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
+		"namespace": t.Name() + "-static", "static": map[string]any{"echo": list}}}
+	return newClient(t, &c)
+}
+
 // Every pick the balancer made is ended once, passed-over picks of an
 // instance that refused a dial included: least-load counts calls in
 // flight by them.
@@ -75,9 +88,7 @@ func TestEveryPickIsEnded(t *testing.T) {
 	srv := startServer(t, cfg, nil)
 	c := *cfg
 	c.Balancer = kernrpc.PluginConfig{Name: "test-counting"}
-	c.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
-		"namespace": t.Name() + "-static", "static": map[string]any{"echo": []any{deadAddress(t), srv.Addr()}}}}
-	cli := newClient(t, &c)
+	cli := staticClient(t, &c, deadAddress(t), srv.Addr())
 	b := lastCounting.Load()
 	for i := range 20 {
 		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {

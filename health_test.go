@@ -29,10 +29,7 @@ func resolveOf(t *testing.T, cfg *kernrpc.Config, service string) []kernel.Insta
 // directClient calls srv by its address, whatever the registry says.
 func directClient(t *testing.T, cfg *kernrpc.Config, srv *kernrpc.Server) *kernrpc.Client {
 	t.Helper()
-	c := *cfg
-	c.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
-		"namespace": t.Name() + "-direct", "static": map[string]any{"echo": []any{srv.Addr()}}}}
-	return newClient(t, &c)
+	return staticClient(t, cfg, srv.Addr())
 }
 
 func TestHealthCheck(t *testing.T) {

@@ -16,18 +16,6 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// staticClient is a client of cfg's service whose registry lists addrs.
-func staticClient(t *testing.T, cfg *kernrpc.Config, addrs ...string) *kernrpc.Client {
-	c := *cfg
-	list := make([]any, len(addrs))
-	for i, a := range addrs {
-		list[i] = a
-	}
-	c.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{
-		"namespace": t.Name() + "-static", "static": map[string]any{"echo": list}}}
-	return newClient(t, &c)
-}
-
 // readCount reads a Count.Up stream to its end, reporting what went wrong.
 func readCount(st kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo], want int) error {
 	for got := 0; ; got++ {

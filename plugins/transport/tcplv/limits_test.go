@@ -244,18 +244,9 @@ func TestTooManyPingsGetAGoAwayAndTheConnectionClosed(t *testing.T) {
 	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(raw)
 	for {
-		var prefix [4]byte
-		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+		f, err := readRawFrame(br)
+		if err != nil {
 			t.Fatalf("the connection closed without a GoAway: %v", err)
-		}
-		n, _ := kernel.ReadFrameLength(prefix[:], 0)
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
-			t.Fatal(err)
-		}
-		var f kernel.Frame
-		if err := kernel.DecodeFrame(body, &f, nil); err != nil {
-			t.Fatal(err)
 		}
 		if f.Type == kernel.FramePong {
 			continue
@@ -339,31 +330,44 @@ func TestQueuedPongsAreBounded(t *testing.T) {
 	server.wmu.Unlock()
 	locked = false
 	server.signalWriter()
-	raw.SetReadDeadline(time.Now().Add(time.Second))
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(raw)
 	var got []byte
-	for {
-		var prefix [4]byte
-		if _, err := io.ReadFull(br, prefix[:]); err != nil {
-			break // the deadline: nothing more was sent
-		}
-		n, _ := kernel.ReadFrameLength(prefix[:], 0)
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
-			t.Fatal(err)
-		}
-		var f kernel.Frame
-		if err := kernel.DecodeFrame(body, &f, nil); err != nil {
-			t.Fatal(err)
+	for len(got) < maxQueuedPongs {
+		f, err := readRawFrame(br)
+		if err != nil {
+			t.Fatalf("after %d Pongs: %v", len(got), err)
 		}
 		if f.Type == kernel.FramePong {
 			got = append(got, f.Payload...)
 		}
 	}
-	if len(got) != maxQueuedPongs || got[0] != 0 || got[len(got)-1] != maxQueuedPongs-1 {
+	raw.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if f, err := readRawFrame(br); err == nil {
+		t.Errorf("a %v frame followed the first %d Pongs; want nothing more", f.Type, maxQueuedPongs)
+	}
+	if got[0] != 0 || got[len(got)-1] != maxQueuedPongs-1 {
 		t.Errorf("Pongs answering Pings %v; want the first %d, in order", got, maxQueuedPongs)
 	}
 	if err := server.Err(); err != nil {
 		t.Errorf("the connection died: %v; dropping surplus Pongs is not a reason", err)
 	}
+}
+
+// readRawFrame reads one frame off a plain socket, as a tcp-lv peer would.
+func readRawFrame(br *bufio.Reader) (kernel.Frame, error) {
+	var f kernel.Frame
+	var prefix [kernel.FramePrefixLen]byte
+	if _, err := io.ReadFull(br, prefix[:]); err != nil {
+		return f, err
+	}
+	n, err := kernel.ReadFrameLength(prefix[:], 0)
+	if err != nil {
+		return f, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return f, err
+	}
+	return f, kernel.DecodeFrame(body, &f, nil)
 }
