@@ -56,9 +56,9 @@ func (s *flakyStore) watcher() func(string, []byte) {
 	return s.fn
 }
 
-// sharingFilter is a client-side breaker with share: registry that found
-// store as its registry, logging into logs.
-func sharingFilter(t *testing.T, store kernel.Registry, logs *syncbuf.Buffer) *Filter {
+// sharingFilter is a client-side breaker with share: registry, logging
+// into logs, that has not yet looked for the client's registry.
+func sharingFilter(t *testing.T, logs *syncbuf.Buffer) *Filter {
 	t.Helper()
 	opts := map[string]any{"share": "registry", "share_namespace": "ns"}
 	for k, v := range small {
@@ -71,12 +71,17 @@ func sharingFilter(t *testing.T, store kernel.Registry, logs *syncbuf.Buffer) *F
 	f := flt.(*Filter)
 	t.Cleanup(func() { f.Close() })
 	f.log = slog.New(slog.NewTextHandler(logs, nil))
+	return f
+}
+
+// observe shows f the client's plugins: itself, and a registry named name
+// unless it is nil.
+func observe(f *Filter, name string, registry kernel.Registry) {
 	refs := []kernel.PluginRef{{Kind: kernel.KindFilter, Name: Name, Side: kernel.ClientSide, Plugin: f}}
-	if store != nil {
-		refs = append(refs, kernel.PluginRef{Kind: kernel.KindRegistry, Name: "flaky", Side: kernel.ClientSide, Plugin: store})
+	if registry != nil {
+		refs = append(refs, kernel.PluginRef{Kind: kernel.KindRegistry, Name: name, Side: kernel.ClientSide, Plugin: registry})
 	}
 	f.ObservePlugins(refs)
-	return f
 }
 
 // A store that cannot be watched when the client starts is watched once
@@ -85,7 +90,8 @@ func sharingFilter(t *testing.T, store kernel.Registry, logs *syncbuf.Buffer) *F
 func TestShareFollowsAStoreThatFailsAtFirst(t *testing.T) {
 	store := &flakyStore{watchFails: 1}
 	var logs syncbuf.Buffer
-	f := sharingFilter(t, store, &logs)
+	f := sharingFilter(t, &logs)
+	observe(f, "flaky", store)
 	for _, w := range []string{"level=WARN", "cannot follow the shared breaker state yet; retrying", "registry=flaky", "no leader"} {
 		if !strings.Contains(logs.String(), w) {
 			t.Errorf("log %q does not say %q", logs.String(), w)
@@ -115,7 +121,8 @@ func TestShareFollowsAStoreThatFailsAtFirst(t *testing.T) {
 func TestShareCountsRefusedPublications(t *testing.T) {
 	store := &flakyStore{writeErr: errors.New("etcdserver: request timed out")}
 	var logs syncbuf.Buffer
-	f := sharingFilter(t, store, &logs)
+	f := sharingFilter(t, &logs)
+	observe(f, "flaky", store)
 	r := &rig{t: t, f: f}
 	f.now = func() int64 { return int64(r.clock) }
 	for range 4 {
@@ -143,7 +150,8 @@ func TestShareCountsRefusedPublications(t *testing.T) {
 // and the state stays local.
 func TestShareWithoutARegistryIsLogged(t *testing.T) {
 	var logs syncbuf.Buffer
-	f := sharingFilter(t, nil, &logs)
+	f := sharingFilter(t, &logs)
+	observe(f, "", nil)
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "the client has no registry") {
 		t.Errorf("log %q; want an ERROR saying the client has no registry", logs.String())
 	}

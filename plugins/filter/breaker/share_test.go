@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -187,25 +188,10 @@ func TestPublishingNeverBlocksACall(t *testing.T) {
 // A registry that cannot share fails no call: the filter says so once,
 // naming the registry, and keeps its state local.
 func TestRegistryWithoutSharedStoreIsLoggedAndStateStaysLocal(t *testing.T) {
-	var logs bytes.Buffer
-	opts := map[string]any{"share": "registry"}
-	for k, v := range small {
-		opts[k] = v
-	}
-	flt, err := Factory.Build(opts, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := flt.(*Filter)
-	defer f.Close()
-	f.log = slog.New(slog.NewTextHandler(&logs, nil))
-	refs := []kernel.PluginRef{
-		{Kind: kernel.KindRegistry, Name: "plain", Side: kernel.ClientSide, Plugin: struct{ kernel.Registry }{}},
-		{Kind: kernel.KindBalancer, Name: "round-robin", Side: kernel.ClientSide},
-		{Kind: kernel.KindFilter, Name: Name, Side: kernel.ClientSide, Plugin: f},
-	}
-	f.ObservePlugins(refs)
-	f.ObservePlugins(refs)
+	var logs syncbuf.Buffer
+	f := sharingFilter(t, &logs)
+	observe(f, "plain", struct{ kernel.Registry }{})
+	observe(f, "plain", struct{ kernel.Registry }{})
 	out := logs.String()
 	if n := strings.Count(out, "cannot share state"); n != 1 {
 		t.Fatalf("logged %d times (want 1):\n%s", n, out)
