@@ -25,15 +25,7 @@ func TestServerEndsAStreamAtTheDeadlineItWasSent(t *testing.T) {
 			return err
 		})
 	})
-	tr, err := kernel.NewTransport("tcp-lv", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := tr.Dial(context.Background(), srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialRaw(t, srv.Addr())
 	for _, f := range []*kernel.Frame{
 		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
 		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 1, Method: "Wait.Recv", Codec: "protobuf",
@@ -44,7 +36,7 @@ func TestServerEndsAStreamAtTheDeadlineItWasSent(t *testing.T) {
 		}
 	}
 	const want = "the deadline the client sent for the stream of Wait.Recv passed"
-	err = receive(t, waited, 5*time.Second, "the handler's Recv did not end at the stream's deadline")
+	err := receive(t, waited, 5*time.Second, "the handler's Recv did not end at the stream's deadline")
 	if kernel.CodeOf(err) != kernel.DeadlineExceeded || !strings.Contains(err.Error(), want) {
 		t.Errorf("the handler's Recv: %v; want DeadlineExceeded saying %q", err, want)
 	}

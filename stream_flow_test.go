@@ -158,6 +158,22 @@ func TestStreamConnectionWindowBoundsAllStreams(t *testing.T) {
 
 // A client that sends beyond the credit it was granted breaks the
 // protocol: the server closes its connection and says why.
+// dialRaw is a tcp-lv connection to addr with no engine on it, to send
+// frames a kernrpc client never would; it is closed when t ends.
+func dialRaw(t *testing.T, addr string) kernel.Conn {
+	t.Helper()
+	tr, err := kernel.NewTransport("tcp-lv", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tr.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 func TestStreamBeyondCreditClosesConnection(t *testing.T) {
 	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
@@ -166,15 +182,7 @@ func TestStreamBeyondCreditClosesConnection(t *testing.T) {
 		var n atomic.Int64
 		floodHandlers(&n, 0)(srv)
 	})
-	tr, err := kernel.NewTransport("tcp-lv", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := tr.Dial(context.Background(), srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialRaw(t, srv.Addr())
 	frames := []*kernel.Frame{
 		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
 		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 1, Method: "Flood.In", Credit: 1 << 20},
