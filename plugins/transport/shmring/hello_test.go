@@ -61,7 +61,7 @@ func TestServerRefusesABadHello(t *testing.T) {
 					t.Errorf("after the refusal the socket gave %d bytes, %v; want it closed", n, err)
 				}
 			}
-			waitLog(t, &logs, tc.want)
+			waitFor(t, "a log line saying "+tc.want, func() bool { return strings.Contains(logs.String(), tc.want) })
 			if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "client not attached") {
 				t.Errorf("log %q; want a WARN that the client was not attached", out)
 			}
@@ -69,18 +69,6 @@ func TestServerRefusesABadHello(t *testing.T) {
 			c.Close()
 			s.Close()
 		})
-	}
-}
-
-// waitLog waits up to 10s for logs to hold want.
-func waitLog(t *testing.T, logs *syncbuf.Buffer, want string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log %q does not say %q", logs.String(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
