@@ -97,13 +97,7 @@ func TestShareFollowsAStoreThatFailsAtFirst(t *testing.T) {
 			t.Errorf("log %q does not say %q", logs.String(), w)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for store.watcher() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the watch was not retried within 5s of a failed first try")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, "the watch retried after a failed first try", func() bool { return store.watcher() != nil })
 	// An opening of another client now reaches the filter.
 	r := &rig{t: t, f: f}
 	f.now = func() int64 { return int64(r.clock) }
@@ -131,13 +125,7 @@ func TestShareCountsRefusedPublications(t *testing.T) {
 		}
 	}
 	r.wantState(hostA, Open, "4 failures")
-	deadline := time.Now().Add(5 * time.Second)
-	for f.share.failed.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a refused publication was not counted within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, "a refused publication counted", func() bool { return f.share.failed.Load() > 0 })
 	want(t, readings(t, f), "breaker_share_failed_total{}", 1)
 	for _, w := range []string{"level=WARN", "could not publish a breaker's state", "Echo.Who on " + hostA, "request timed out"} {
 		if !strings.Contains(logs.String(), w) {
@@ -157,5 +145,17 @@ func TestShareWithoutARegistryIsLogged(t *testing.T) {
 	}
 	if f.share.active.Load() {
 		t.Error("sharing is active without a registry")
+	}
+}
+
+// waitUntil polls cond until it holds, failing t after 5s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
