@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync/atomic"
@@ -130,16 +131,26 @@ func recvAll(t *testing.T, cli *kernrpc.Client, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
+	if err := readCount(st, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readCount reads a Count.Up stream to its end, reporting what went wrong.
+func readCount(st kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo], want int) error {
+	for got := 0; ; got++ {
 		m, err := st.Recv()
 		if errors.Is(err, io.EOF) {
-			if i != n {
-				t.Fatalf("stream ended after %d messages, want %d", i, n)
+			if got != want {
+				return fmt.Errorf("the stream ended after %d messages; want %d", got, want)
 			}
-			return
+			return nil
 		}
-		if err != nil || m.Text != strconv.Itoa(i) {
-			t.Fatalf("message %d = %v, %v", i, m, err)
+		if err != nil {
+			return err
+		}
+		if got >= want || m.Text != strconv.Itoa(got) {
+			return fmt.Errorf("message %d reads %q; want %d messages numbered in order", got, m.Text, want)
 		}
 	}
 }
