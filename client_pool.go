@@ -83,13 +83,16 @@ func newConnPool(c *Client, addr string) *connPool {
 	}
 }
 
-// pendingDial is a connection being dialled for a pool slot. The dial is
-// bounded by dial_timeout and the client's life but not by any one
-// caller's deadline: a caller in a hurry gives up waiting, and the
-// connection is there for the next one. So it runs on a goroutine of its
-// own, unless the caller that starts it cannot give up before the dial
-// does (no cancel, and no deadline or one dial_timeout away or more),
-// which then dials itself.
+// pendingDial is a connection being dialled for a pool slot. The caller
+// that finds the slot empty dials it on its own goroutine, which spares a
+// goroutine, its wake-up and the caller's wake-up back: a client made for
+// one call pays those on every call (BenchmarkShortCall, and the harness's
+// short mode, whose callers' contexts can be canceled). Callers that come
+// meanwhile wait for that dial or for their own end, whichever is first.
+// The dial is bounded by dial_timeout and the client's life, and by the
+// dialling caller's context: should that caller give up first, the dial
+// starts again on a goroutine of its own (see connPool.dial), so that a
+// hurried caller never leaves the next one without a connection.
 type pendingDial struct {
 	done chan struct{}
 	cc   *clientConn
@@ -118,17 +121,8 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 		d = &pendingDial{done: make(chan struct{})}
 		p.dialing[i] = d
 		p.client.dials.Add(1)
-		if waitsOutDial(ctx, p.client.dialTimeout) {
-			// A caller that cannot give up before the dial does would
-			// wait for it anyway: dialing itself spares a goroutine, its
-			// stack's growth and the wake-up back, which a client made
-			// for one call pays on every call (BenchmarkShortCall: 90 ->
-			// 81 µs without a deadline).
-			p.mu.Unlock()
-			p.dial(i, d)
-			return d.cc, d.err
-		}
-		go p.dial(i, d)
+		p.mu.Unlock()
+		return p.dialFor(ctx, cs, i, d)
 	}
 	p.mu.Unlock()
 	select {
@@ -137,6 +131,19 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 	case <-engineDone(ctx):
 		return nil, p.client.ctxStatus(ctx, cs, "while connecting to "+p.addr)
 	}
+}
+
+// dialFor dials slot i on the goroutine of the caller whose ctx it is. If
+// ctx ends before the dial does, the caller gets its status and the dial
+// starts over without it.
+func (p *connPool) dialFor(ctx context.Context, cs *callState, i int, d *pendingDial) (*clientConn, error) {
+	conn, err := p.connect(ctx)
+	if err != nil && ctx.Err() != nil {
+		go p.dial(i, d)
+		return nil, p.client.ctxStatus(ctx, cs, "while connecting to "+p.addr)
+	}
+	p.settle(i, d, conn, err)
+	return d.cc, d.err
 }
 
 // spreadLocked returns the least loaded usable connection, cc or another.
@@ -164,13 +171,32 @@ func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
 	return best
 }
 
-// dial connects slot i and tells whoever waits through d.
+// dial connects slot i on a goroutine of its own and tells whoever waits
+// through d.
 func (p *connPool) dial(i int, d *pendingDial) {
+	conn, err := p.connect(nil)
+	p.settle(i, d, conn, err)
+}
+
+// connect dials the pool's instance within dial_timeout and the client's
+// life, and within ctx's end, when ctx is not nil and can end sooner.
+// Transports honour a done context (plugintest's Dial/Cancelled), so a
+// caller dialling is held no longer than its context allows.
+func (p *connPool) connect(ctx context.Context) (kernel.Conn, error) {
+	c := p.client
+	dctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
+	defer cancel()
+	if ctx != nil && !waitsOutDial(ctx, c.dialTimeout) {
+		defer context.AfterFunc(ctx, cancel)()
+	}
+	return c.transport.Dial(dctx, p.addr)
+}
+
+// settle ends d with the outcome of its dial, conn or err, putting conn in
+// slot i.
+func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 	c := p.client
 	defer c.dials.Done()
-	ctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
-	defer cancel()
-	conn, err := c.transport.Dial(ctx, p.addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer close(d.done)

@@ -13,7 +13,8 @@ import (
 )
 
 // gatedTCP is tcp-lv whose Dial counts itself and waits for gate to
-// close, so that callers pile up behind one dial.
+// close (or for its context to end, as a transport's Dial must), so that
+// callers pile up behind one dial.
 type gatedTCP struct {
 	kernel.Transport
 	dials atomic.Int32
@@ -22,7 +23,11 @@ type gatedTCP struct {
 
 func (g *gatedTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
 	g.dials.Add(1)
-	<-g.gate
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	return g.Transport.Dial(ctx, addr)
 }
 
@@ -49,20 +54,27 @@ func registerTCPWrapper(name, desc string, inner *kernel.Transport, w kernel.Tra
 		}))
 }
 
-// Callers that cannot give up before a dial does (a context that cannot
-// be canceled, or a deadline client.timeout gives that is dial_timeout
-// away or more) dial on their own goroutine, the first of them, instead of
-// a dialer's; the rest still wait for that one dial, and all of them get
-// its connection.
-func TestCallersThatCannotGiveUpShareOneDial(t *testing.T) {
-	for _, timeout := range []time.Duration{0, time.Minute} {
-		t.Run("client.timeout="+timeout.String(), func(t *testing.T) {
+// The caller that finds no connection dials on its own goroutine; the
+// callers that come while it dials wait for that one dial, and all of them
+// get its connection, whatever their contexts: one that cannot be
+// canceled, one that can, or a deadline client.timeout gives.
+func TestCallersShareOneDial(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		ctx     func(t *testing.T) context.Context
+	}{
+		{"background", 0, func(*testing.T) context.Context { return context.Background() }},
+		{"cancelable", 0, func(t *testing.T) context.Context { return t.Context() }},
+		{"client.timeout", time.Minute, func(*testing.T) context.Context { return context.Background() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			gated.dials.Store(0)
 			gated.gate = make(chan struct{}) // before any Dial of this test: -count=N safe
 			cfg := testConfig(t)
 			cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
 			startServer(t, cfg, nil)
-			cfg.Client.Timeout = kernel.Duration(timeout)
+			cfg.Client.Timeout = kernel.Duration(tc.timeout)
 			cli := newClient(t, cfg)
 			const callers = 8
 			var wg sync.WaitGroup
@@ -70,7 +82,7 @@ func TestCallersThatCannotGiveUpShareOneDial(t *testing.T) {
 			for range callers {
 				wg.Go(func() {
 					var resp echopb.Echo
-					errs <- cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp)
+					errs <- cli.Call(tc.ctx(t), "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp)
 				})
 			}
 			time.Sleep(50 * time.Millisecond) // let them all find the dial under way
@@ -89,9 +101,9 @@ func TestCallersThatCannotGiveUpShareOneDial(t *testing.T) {
 	}
 }
 
-// A caller whose deadline comes before dial_timeout leaves the dial to a
-// goroutine of its own: it gives up waiting at its deadline, and the dial
-// it started goes on, for the next caller, without a second dial.
+// A caller whose deadline comes before its dial completes gives up at its
+// deadline, and the dial starts over on a goroutine of the client's, for
+// the next caller, who waits for it instead of dialling again.
 func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
 	gated.dials.Store(0)
 	gated.gate = make(chan struct{})
@@ -109,11 +121,12 @@ func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("the call gave up %s after it started; it must not wait out the dial", took)
 	}
+	waitFor(t, func() bool { return gated.dials.Load() == 2 }, "second dial, started without the caller")
 	close(gated.gate) // the dial, still under way, completes
 	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp); err != nil {
 		t.Fatalf("the next call: %v", err)
 	}
-	if n := gated.dials.Load(); n != 1 {
-		t.Fatalf("%d dials; want the hurried caller's one, which the next call used", n)
+	if n := gated.dials.Load(); n != 2 {
+		t.Fatalf("%d dials; want 2: the hurried caller's and the one started for the next call, which used it", n)
 	}
 }

@@ -13,15 +13,24 @@ import (
 // BenchmarkShortCall is one short connection per op: a client of its own
 // (NewClient with a static memory registry, as the harness's short mode
 // makes it), one call, Close. It profiles what a connection's life costs,
-// without a deadline and with one client.timeout gives each call.
+// without a deadline, with a context that can be canceled (as the
+// harness's callers and most servers' handlers have), and with a deadline
+// client.timeout gives each call.
 func BenchmarkShortCall(b *testing.B) {
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
 	srv := startServer(b, cfg, nil)
+	cancelable, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for _, bc := range []struct {
 		name    string
+		ctx     context.Context
 		timeout time.Duration
-	}{{"no-deadline", 0}, {"client.timeout", 10 * time.Second}} {
+	}{
+		{"no-deadline", context.Background(), 0},
+		{"cancelable", cancelable, 0},
+		{"client.timeout", context.Background(), 10 * time.Second},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ccfg := kernrpc.DefaultConfig()
 			ccfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{"static": map[string]any{"echo": []any{srv.Addr()}}}}
@@ -33,7 +42,7 @@ func BenchmarkShortCall(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := cli.Call(context.Background(), "Echo.Echo", req, resp); err != nil {
+				if err := cli.Call(bc.ctx, "Echo.Echo", req, resp); err != nil {
 					b.Fatal(err)
 				}
 				if err := cli.Close(); err != nil {

@@ -17,7 +17,9 @@ type Transport interface {
 	// Listen starts accepting connections on addr. The address syntax is the
 	// transport's own (host:port for tcp-lv, a socket path for shm-ring).
 	Listen(ctx context.Context, addr string) (Listener, error)
-	// Dial connects to a listener at addr. It honours ctx's deadline.
+	// Dial connects to a listener at addr. It returns once ctx is done,
+	// by its deadline or its cancellation: the engine dials on the
+	// goroutine of a caller, which must not be held past its context.
 	Dial(ctx context.Context, addr string) (Conn, error)
 }
 
