@@ -130,3 +130,34 @@ func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
 		t.Fatalf("%d dials; want 2: the hurried caller's and the one started for the next call, which used it", n)
 	}
 }
+
+// A caller canceled while it dials gets Canceled at once, and the dial
+// starts over without it, as for a caller whose deadline passed.
+func TestCanceledCallerHandsItsDialOn(t *testing.T) {
+	gated.dials.Store(0)
+	gated.gate = make(chan struct{})
+	cfg := testConfig(t)
+	cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
+	startServer(t, cfg, nil)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		var resp echopb.Echo
+		errc <- cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp)
+	}()
+	waitFor(t, func() bool { return gated.dials.Load() == 1 }, "dial by the caller")
+	cancel()
+	if err := <-errc; kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), "while connecting to") {
+		t.Fatalf("a call canceled while it dialled: %v; want Canceled while connecting", err)
+	}
+	waitFor(t, func() bool { return gated.dials.Load() == 2 }, "second dial, started without the caller")
+	close(gated.gate)
+	var resp echopb.Echo
+	if err := cli.Call(t.Context(), "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp); err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+	if n := gated.dials.Load(); n != 2 {
+		t.Fatalf("%d dials; want 2, the second one used by the next call", n)
+	}
+}
