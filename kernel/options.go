@@ -18,9 +18,15 @@ import (
 // error naming the key. Plugins rarely call it: the plugin table does, with the
 // plugin's defaults, before New.
 func DecodeOptions(tree map[string]any, opts any) error {
-	if len(tree) == 0 {
+	if len(tree) == 0 || setFromTree(tree, opts) {
 		return nil
 	}
+	return decodeOptionsJSON(tree, opts)
+}
+
+// decodeOptionsJSON is DecodeOptions through encoding/json, which decides
+// every case and error the fast path (setFromTree) leaves to it.
+func decodeOptionsJSON(tree map[string]any, opts any) error {
 	data, err := json.Marshal(tree)
 	if err != nil {
 		return fmt.Errorf("options cannot be encoded: %w", err)

@@ -27,7 +27,10 @@ type fuzzOptions struct {
 }
 
 // FuzzDecodeOptions decodes any JSON object as a plugin's options block,
-// the way the plugin table does with a config file's tree. An error for
+// the way the plugin table does with a config file's tree. DecodeOptions
+// and encoding/json alone give the same options, or the same error, with
+// the tree's numbers as a JSON config's parser and a YAML one's make
+// them (checkSameAsJSON). An error for
 // a wrong key or value names that key (which may be "", a key a config
 // can spell); what decodes is written back as a
 // config would show it and decodes again to the same options, so that a
@@ -39,6 +42,8 @@ func FuzzDecodeOptions(f *testing.F) {
 		`{"size":9223372036854775807}`, `{"size":9223372035781033984}`, `{"size":"4611686018427387904B"}`, `{"size":-1}`, `{"size":"1.5MiB"}`,
 		`{"window":"-5s"}`, `{"window":5}`, `{"window":0}`, `{"codes":["NOPE"]}`, `{"unknown":1}`,
 		`{"nested":{"nested":{"unknown":true}}}`, `{"count":1e400}`, `{"count":"3"}`,
+		`{"small":-3,"unsigned":9,"ratio":2.5,"limit":"1s","rules":[{"code":"internal","next":{"tries":1}},{}],"by_name":{"kept":{"tries":2}}}`,
+		`{"rules":[],"tags":["a"],"bytes":[1,2],"Untagged":"u","quoted":"5","folded":"f","inner":{"own":"o"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -47,6 +52,8 @@ func FuzzDecodeOptions(f *testing.F) {
 		if !ok {
 			return // not an options block: the config parser refuses it first
 		}
+		checkSameAsJSON(t, tree)
+		checkSameAsJSON(t, yamlShaped(tree).(map[string]any))
 		var opts fuzzOptions
 		if err := DecodeOptions(tree, &opts); err != nil {
 			var de *decodeError
