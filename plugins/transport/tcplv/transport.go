@@ -69,6 +69,10 @@ func New(o *Options) (kernel.Transport, error) {
 			Enable:   true,
 			Idle:     o.KeepaliveInterval.D(),
 			Interval: o.KeepaliveInterval.D(),
+			// The system's probe count (9 unless an operator changed
+			// it), which net would otherwise set to 9 with a syscall on
+			// every connection: a short connection pays it on both sides.
+			Count: -1,
 		},
 	}
 	if t.log == nil {
