@@ -15,9 +15,9 @@ import (
 // call some 25 allocations and a twentieth of its CPU time (the memory
 // registry's static list). It reports false on anything it does not
 // decode exactly as encoding/json would: a key that names no field
-// exactly, a null, a value of a type no config parser makes, a target of
-// an interface type, an array, an embedded struct, a ",string" tag, a map
-// key type other than a string kind. DecodeOptions then decodes the whole
+// exactly, a null (a nil list or map too), a value of a type no config
+// parser makes, a target of an interface type, an array, an embedded
+// struct, a ",string" tag, a map key type other than a string kind. DecodeOptions then decodes the whole
 // tree through JSON, over what this path set: decoding a tree again into
 // what it was decoded into changes nothing (scalars are overwritten,
 // pointers and slice elements decoded into again, map entries decoded from
@@ -33,6 +33,7 @@ func setFromTree(tree map[string]any, opts any) bool {
 var (
 	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	numberType          = reflect.TypeFor[json.Number]()
 )
 
 // setValue decodes x into v, which is addressable.
@@ -60,8 +61,9 @@ func setValue(v reflect.Value, x any) bool {
 	case reflect.Slice:
 		return setSlice(v, x)
 	case reflect.String:
+		// encoding/json checks what a json.Number field is given.
 		s, ok := x.(string)
-		if ok = ok && utf8.ValidString(s); ok {
+		if ok = ok && utf8.ValidString(s) && v.Type() != numberType; ok {
 			v.SetString(s)
 		}
 		return ok
@@ -121,7 +123,7 @@ func plainTreeValue(x any) bool {
 
 func setStruct(v reflect.Value, x any) bool {
 	m, ok := x.(map[string]any)
-	if !ok {
+	if !ok || m == nil { // a nil map is written as null
 		return false
 	}
 	for key, e := range m {
@@ -192,7 +194,7 @@ func plainTagName(name string) bool {
 func setMap(v reflect.Value, x any) bool {
 	m, ok := x.(map[string]any)
 	kt := v.Type().Key()
-	if !ok || kt.Kind() != reflect.String || reflect.PointerTo(kt).Implements(textUnmarshalerType) {
+	if !ok || m == nil || kt.Kind() != reflect.String || reflect.PointerTo(kt).Implements(textUnmarshalerType) {
 		return false
 	}
 	if v.IsNil() {
@@ -217,7 +219,7 @@ func setMap(v reflect.Value, x any) bool {
 // new ones, then cut to the list's length.
 func setSlice(v reflect.Value, x any) bool {
 	list, ok := x.([]any)
-	if !ok {
+	if !ok || list == nil { // a nil list is written as null
 		return false
 	}
 	for i, e := range list {

@@ -33,6 +33,7 @@ type diffOptions struct {
 	Bytes    []byte               `json:"bytes"`
 	Fixed    [2]int               `json:"fixed"`
 	Text     diffText             `json:"text"`
+	Number   json.Number          `json:"number"`
 	Untagged string
 	Skipped  string `json:"-"`
 	hidden   string
@@ -115,15 +116,20 @@ func TestDecodeOptionsFastPathDecodesAsJSONDoes(t *testing.T) {
 		}
 	}
 	slow := []map[string]any{
-		{"ratio32": 0.5},                             // float32: a second rounding
-		{"any": map[string]any{"n": 1}},              // an interface: JSON's own shapes
-		{"quoted": "12"},                             // ",string"
-		{"folded": "case differs"},                   // encoding/json folds case
-		{"inner": map[string]any{"tries": 1}},        // promoted from an embedded struct
-		{"bytes": "AAE="},                            // base64
-		{"fixed": []any{1, 2}},                       // an array
-		{"text": "abc"},                              // encoding.TextUnmarshaler
-		{"name": nil},                                // null
+		{"ratio32": 0.5},                      // float32: a second rounding
+		{"any": map[string]any{"n": 1}},       // an interface: JSON's own shapes
+		{"quoted": "12"},                      // ",string"
+		{"folded": "case differs"},            // encoding/json folds case
+		{"inner": map[string]any{"tries": 1}}, // promoted from an embedded struct
+		{"bytes": "AAE="},                     // base64
+		{"fixed": []any{1, 2}},                // an array
+		{"text": "abc"},                       // encoding.TextUnmarshaler
+		{"name": nil},                         // null
+		{"tags": []any(nil)},                  // null too
+		{"by_name": map[string]any(nil)},      // null too
+		{"rules": []any{map[string]any(nil)}}, // null too
+		{"number": "not a number"},            // encoding/json checks a json.Number
+		{"number": json.Number("12")},
 		{"name": "bad \xff utf-8"},                   // encoding/json replaces it
 		{"count": float64(1 << 60)},                  // JSON writes it rounded
 		{"rules": []any{map[string]any{"code": 14}}}, // a code by number
