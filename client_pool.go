@@ -174,19 +174,19 @@ func (p *connPool) spreadLocked(cc *clientConn) *clientConn {
 // dial connects slot i on a goroutine of its own and tells whoever waits
 // through d.
 func (p *connPool) dial(i int, d *pendingDial) {
-	conn, err := p.connect(nil)
+	conn, err := p.connect(context.Background())
 	p.settle(i, d, conn, err)
 }
 
 // connect dials the pool's instance within dial_timeout and the client's
-// life, and within ctx's end, when ctx is not nil and can end sooner.
+// life, and within ctx's end too, when ctx can end sooner.
 // Transports honour a done context (plugintest's Dial/Cancelled), so a
 // caller dialling is held no longer than its context allows.
 func (p *connPool) connect(ctx context.Context) (kernel.Conn, error) {
 	c := p.client
 	dctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
 	defer cancel()
-	if ctx != nil && !waitsOutDial(ctx, c.dialTimeout) {
+	if !waitsOutDial(ctx, c.dialTimeout) {
 		defer context.AfterFunc(ctx, cancel)()
 	}
 	return c.transport.Dial(dctx, p.addr)
