@@ -108,8 +108,9 @@ type TransportConfig struct {
 //     closes, ReadFrame fails, Done closes and Err wraps kernel.ErrPeerGone.
 //   - Dial/{ClosedAddress,WrongAddress}: dialling fails promptly, not by
 //     waiting out the deadline. Dial/{Cancelled,Expired}: Dial honours a done
-//     context. Dial/NotAccepted: Dial returns by its deadline even when the
-//     listener never accepts.
+//     context. Dial/{NotAccepted,NotAcceptedCancelled}: Dial returns by
+//     its deadline, and once its context is canceled, even when the
+//     listener never accepts (the engine dials on a caller's goroutine).
 //   - Deadline/{ReadCancelled,ReadExpires}: ReadFrame returns the context's
 //     error, and the connection still delivers the next frame.
 //     Deadline/ReadResumes: reads interrupted again and again, mid-frame

@@ -371,6 +371,37 @@ func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr 
 	}
 }
 
+// transportDialAwaitingAcceptByDeadline waits until the listener accepted
+// the connection or ctx's deadline passed, as a transport that sets its
+// socket's deadline from ctx and never watches ctx.Done would: a
+// cancellation does not end it.
+func transportDialAwaitingAcceptByDeadline(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+		defer cancel()
+	} else {
+		ctx = context.WithoutCancel(ctx)
+	}
+	c, err := tr.inner.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-tr.acceptedSignal(c.LocalAddr()):
+		return tr.wrap(c), nil
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	case <-tr.end:
+		c.Close()
+		return nil, errors.New("never accepted")
+	}
+}
+
 // transportReadIntoSharedBuffer copies every payload into one buffer per
 // connection, reused by the next read whether or not the frame was
 // released.

@@ -356,25 +356,41 @@ func (e *transportEnv) dial(t tb) {
 			}
 		})
 	}
-	t.Run("NotAccepted", func(t tb) {
-		tr := e.transport(t)
-		l := e.listen(t, tr)
-		const deadline = 100 * time.Millisecond
-		ctx, cancel := context.WithTimeout(t.Context(), deadline)
-		defer cancel()
-		// Either outcome is right (some transports connect without
-		// Accept); waiting past the deadline is not.
-		d, ok := transportDo(deadline+e.patience, func() transportConnErr {
-			conn, err := tr.Dial(ctx, l.Addr())
-			return transportConnErr{conn, err}
+	// A dial the listener never accepts must end with its context, by
+	// deadline or by cancellation: the engine dials on the goroutine of a
+	// caller, which its context must free. Either outcome is right (some
+	// transports connect without Accept); waiting past the end is not.
+	const after = 100 * time.Millisecond
+	for _, c := range []struct {
+		name, end string
+		ctx       func(context.Context) (context.Context, context.CancelFunc)
+	}{
+		{"NotAccepted", "deadline", func(parent context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(parent, after)
+		}},
+		{"NotAcceptedCancelled", "cancellation", func(parent context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(parent)
+			stop := time.AfterFunc(after, cancel)
+			return ctx, func() { stop.Stop(); cancel() }
+		}},
+	} {
+		t.Run(c.name, func(t tb) {
+			tr := e.transport(t)
+			l := e.listen(t, tr)
+			ctx, cancel := c.ctx(t.Context())
+			defer cancel()
+			d, ok := transportDo(after+e.patience, func() transportConnErr {
+				conn, err := tr.Dial(ctx, l.Addr())
+				return transportConnErr{conn, err}
+			})
+			if !ok {
+				t.Fatalf("Dial to a listener that does not accept was still blocked %s after its context's %s (%s in); Dial must honour its context", e.patience, c.end, after)
+			}
+			if d.err == nil {
+				d.c.Close()
+			}
 		})
-		if !ok {
-			t.Fatalf("Dial to a listener that does not accept was still blocked %s after its %s deadline; Dial must honour its context", e.patience, deadline)
-		}
-		if d.err == nil {
-			d.c.Close()
-		}
-	})
+	}
 }
 
 // dialFails checks that dialling addr fails before the deadline does.

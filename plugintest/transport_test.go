@@ -303,7 +303,12 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 		{
 			name:   "DialWaitsForAcceptPastItsDeadline",
 			faults: transportFaults{dial: transportDialAwaitingAccept},
-			caught: []string{"Transport/Dial/NotAccepted"},
+			caught: []string{"Transport/Dial/NotAccepted", "Transport/Dial/NotAcceptedCancelled"},
+		},
+		{
+			name:   "DialWaitsForAcceptPastItsCancellation",
+			faults: transportFaults{dial: transportDialAwaitingAcceptByDeadline},
+			caught: []string{"Transport/Dial/NotAcceptedCancelled"},
 		},
 		{
 			name: "AcceptIgnoresContext",
