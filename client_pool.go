@@ -138,7 +138,7 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 // starts over without it.
 func (p *connPool) dialFor(ctx context.Context, cs *callState, i int, d *pendingDial) (*clientConn, error) {
 	conn, err := p.connect(ctx)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && ended(ctx) {
 		go p.dial(i, d)
 		return nil, p.client.ctxStatus(ctx, cs, "while connecting to "+p.addr)
 	}
@@ -179,17 +179,33 @@ func (p *connPool) dial(i int, d *pendingDial) {
 }
 
 // connect dials the pool's instance within dial_timeout and the client's
-// life, and within ctx's end too, when ctx can end sooner.
-// Transports honour a done context (plugintest's Dial/Cancelled), so a
-// caller dialling is held no longer than its context allows.
+// life, and within ctx too when ctx can end sooner: its deadline, which
+// the dial's context then carries, and its cancellation. Transports
+// honour both (plugintest's Dial/NotAccepted and NotAcceptedCancelled),
+// so a caller dialling is held no longer than its context allows.
 func (p *connPool) connect(ctx context.Context) (kernel.Conn, error) {
 	c := p.client
-	dctx, cancel := context.WithTimeout(c.life, c.dialTimeout)
+	parent, byCaller := c.life, !waitsOutDial(ctx, c.dialTimeout)
+	if byCaller {
+		parent = ctx
+	}
+	dctx, cancel := context.WithTimeout(parent, c.dialTimeout)
 	defer cancel()
-	if !waitsOutDial(ctx, c.dialTimeout) {
-		defer context.AfterFunc(ctx, cancel)()
+	if byCaller {
+		defer context.AfterFunc(c.life, cancel)()
 	}
 	return c.transport.Dial(dctx, p.addr)
+}
+
+// ended reports whether ctx is over, its deadline included: a transport
+// that dials by the deadline the dial's context carries may fail a moment
+// before the timer that ends ctx has run.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // settle ends d with the outcome of its dial, conn or err, putting conn in

@@ -19,10 +19,14 @@ type gatedTCP struct {
 	kernel.Transport
 	dials atomic.Int32
 	gate  chan struct{}
+	first atomic.Pointer[time.Time] // the deadline the first dial's context carried
 }
 
 func (g *gatedTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
-	g.dials.Add(1)
+	if g.dials.Add(1) == 1 {
+		dl, _ := ctx.Deadline()
+		g.first.Store(&dl)
+	}
 	select {
 	case <-g.gate:
 	case <-ctx.Done():
@@ -120,6 +124,11 @@ func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("the call gave up %s after it started; it must not wait out the dial", took)
+	}
+	// The caller's deadline, not dial_timeout's, reached the transport,
+	// for one that dials by its context's deadline.
+	if dl := *gated.first.Load(); dl.IsZero() || dl.After(start.Add(time.Second)) {
+		t.Fatalf("the caller's dial carried the deadline %v (the call started at %v with 100ms); want the caller's", dl, start)
 	}
 	waitFor(t, func() bool { return gated.dials.Load() == 2 }, "second dial, started without the caller")
 	close(gated.gate) // the dial, still under way, completes
