@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -168,5 +169,52 @@ func TestCanceledCallerHandsItsDialOn(t *testing.T) {
 	}
 	if n := gated.dials.Load(); n != 2 {
 		t.Fatalf("%d dials; want 2, the second one used by the next call", n)
+	}
+}
+
+// Close ends a dial under way, whoever runs it: a caller that cannot give
+// up (its dial bounded by the client's life) or one that can (its own
+// context's dial, with the client's life attached). Close returns at once, and the callers learn
+// that the client is closed.
+func TestCloseEndsTheDialsUnderWay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func(t *testing.T) context.Context
+	}{
+		{"background", func(*testing.T) context.Context { return context.Background() }},
+		{"cancelable", func(t *testing.T) context.Context { return t.Context() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gated.dials.Store(0)
+			gated.gate = make(chan struct{}) // never opened: only Close ends the dial
+			cfg := testConfig(t)
+			cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
+			startServer(t, cfg, nil)
+			cli, err := kernrpc.NewClient(cfg, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				var resp echopb.Echo
+				errc <- cli.Call(tc.ctx(t), "Echo.Echo", &echopb.Echo{Text: "hi"}, &resp)
+			}()
+			waitFor(t, func() bool { return gated.dials.Load() == 1 }, "dial by the caller")
+			start := time.Now()
+			if err := cli.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("Close took %s with a dial under way; dial_timeout is 5s, and Close must not wait it out", took)
+			}
+			select {
+			case err := <-errc:
+				if kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), "is closed") {
+					t.Fatalf("a call whose dial the client's Close ended: %v; want Canceled, the client is closed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the call whose dial Close ended did not return")
+			}
+		})
 	}
 }
