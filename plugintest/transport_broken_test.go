@@ -30,6 +30,7 @@ type transportFaults struct {
 	write             func(c *transportFaultyConn, f *kernel.Frame) error
 	close             func(c *transportFaultyConn) error
 	done              func(c *transportFaultyConn) <-chan struct{}
+	err               func(c *transportFaultyConn) error
 	buffer            func(c *transportFaultyConn, n int) []byte
 	recycle           func(c *transportFaultyConn, b []byte)
 }
@@ -239,6 +240,22 @@ func (c *transportFaultyConn) Done() <-chan struct{} {
 		return c.tr.faults.done(c)
 	}
 	return c.Conn.Done()
+}
+
+func (c *transportFaultyConn) Err() error {
+	if c.tr.faults.err != nil {
+		return c.tr.faults.err(c)
+	}
+	return c.Conn.Err()
+}
+
+// closeMarked closes the connection and reports whether Close had been
+// called on it before.
+func (c *transportFaultyConn) closeMarked() (again bool, err error) {
+	c.mu.Lock()
+	again, c.closed = c.closed, true
+	c.mu.Unlock()
+	return again, c.Conn.Close()
 }
 
 func (c *transportFaultyConn) Buffer(n int) []byte {

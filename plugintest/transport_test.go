@@ -228,16 +228,51 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 		{
 			name: "CloseTwicePanics",
 			faults: transportFaults{close: func(c *transportFaultyConn) error {
-				c.mu.Lock()
-				again := c.closed
-				c.closed = true
-				c.mu.Unlock()
+				again, err := c.closeMarked()
 				if again {
 					panic("close of a closed connection")
 				}
-				return c.Conn.Close()
+				return err
 			}},
 			caught: []string{"Transport/Close/Twice"},
+		},
+		{
+			name: "CloseTwiceFails",
+			faults: transportFaults{close: func(c *transportFaultyConn) error {
+				if again, err := c.closeMarked(); again || err != nil {
+					return errors.New("broken: close: bad file descriptor")
+				}
+				return nil
+			}},
+			caught: []string{"Transport/Close/Twice"},
+		},
+		{
+			name: "CloseReportsAnError",
+			faults: transportFaults{close: func(c *transportFaultyConn) error {
+				_, err := c.closeMarked()
+				return errors.Join(err, errors.New("broken: close: connection reset by peer"))
+			}},
+			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/UnblocksPeerRead", "Transport/Close/OperationsFail"},
+		},
+		{
+			name: "ErrForgetsClose",
+			faults: transportFaults{err: func(c *transportFaultyConn) error {
+				if errors.Is(c.Conn.Err(), kernel.ErrClosed) {
+					return nil
+				}
+				return c.Conn.Err()
+			}},
+			caught: []string{"Transport/Close/OperationsFail"},
+		},
+		{
+			name: "ErrHidesWhyTheConnectionDied",
+			faults: transportFaults{err: func(c *transportFaultyConn) error {
+				if err := c.Conn.Err(); err != nil {
+					return io.EOF
+				}
+				return nil
+			}},
+			caught: []string{"Transport/Close/OperationsFail", "Transport/PeerGone/ServerNotices", "Transport/PeerGone/ClientNotices"},
 		},
 		{
 			name: "ListenerCloseLeavesAcceptBlocked",
