@@ -110,6 +110,13 @@ func (c codecFreshFault) UnmarshalFresh(data []byte, v any) error { return c.fre
 // codecWithoutSize hides Size, to stand for a codec that is no CodecSizer.
 type codecWithoutSize struct{ kernel.Codec }
 
+// codecSizedWithoutSize has MarshalSized but no Size to tell it a size.
+type codecSizedWithoutSize struct{ codecWithoutSize }
+
+func (c codecSizedWithoutSize) MarshalSized(dst []byte, v any, _ int) ([]byte, error) {
+	return c.Marshal(dst, v)
+}
+
 // codecFaultFactory registers nothing: it builds a fresh faulty codec per
 // Build, as a factory would.
 func codecFaultFactory(newCodec func() kernel.Codec) kernel.Factory[kernel.Codec] {
@@ -292,6 +299,33 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 				return out[:min(len(out), len(dst)+size)], err
 			}}
 		}, "Codec/Sized"},
+		{"sized marshal with no Size to give it a size", func() kernel.Codec {
+			return codecSizedWithoutSize{codecWithoutSize{&codecFault{}}}
+		}, "Codec/Sized"},
+		{"sized marshal fails at the size Size gives", func() kernel.Codec {
+			return codecSizedFault{&codecFault{}, func([]byte, any, int) ([]byte, error) {
+				return nil, errors.New("broken: no room")
+			}}
+		}, "Codec/Sized"},
+		{"sized marshal drops what dst held", func() kernel.Codec {
+			return codecSizedFault{&codecFault{}, func(_ []byte, v any, _ int) ([]byte, error) { return pb.Marshal(nil, v) }}
+		}, "Codec/Sized"},
+		{"sized marshal drops the text when told another size", func() kernel.Codec {
+			return codecSizedFault{&codecFault{}, func(dst []byte, v any, size int) ([]byte, error) {
+				if m, ok := v.(*echopb.Echo); ok && size != pb.Size(v) && m.Text != "" {
+					v = &echopb.Echo{Payload: m.Payload}
+				}
+				return pb.Marshal(dst, v)
+			}}
+		}, "Codec/Sized"},
+		{"size panics on nil", func() kernel.Codec {
+			return &codecFault{size: func(v any) int {
+				if m, ok := v.(*echopb.Echo); v == nil || ok && m == nil {
+					panic("nil message")
+				}
+				return pb.Size(v)
+			}}
+		}, "Codec/Nil"},
 		{"fresh decode loses the text", func() kernel.Codec {
 			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
 				err := pb.UnmarshalFresh(data, v)
