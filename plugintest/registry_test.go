@@ -126,6 +126,8 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 	registryCatches(t, append(registryBoundaryCases(), []registryBrokenCase{
 		{"ErrorForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
 			[]string{"Registry/Resolve/UnknownService"}},
+		{"PlaceholderForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryPlaceholder{r} }),
+			[]string{"Registry/Resolve/UnknownService"}},
 		{"ResolveCachesFirstSet", broken(func(r *memory.Registry) kernel.Registry { return &registryStaleResolve{Registry: r} }),
 			[]string{"Registry/Register/Visible"}},
 		{"DeregisterDoesNothing", broken(func(r *memory.Registry) kernel.Registry { return registryNoDeregister{r} }),
@@ -205,6 +207,18 @@ func (r registryErrUnknown) Resolve(ctx context.Context, service string) ([]kern
 }
 
 // registryStaleResolve serves every service's first resolved set forever.
+// registryPlaceholder lists a placeholder instance for a service nobody
+// registered, as a registry backed by DNS might list a default address.
+type registryPlaceholder struct{ *memory.Registry }
+
+func (r registryPlaceholder) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
+	set, err := r.Registry.Resolve(ctx, service)
+	if err == nil && len(set) == 0 {
+		return []kernel.Instance{{Service: service, ID: "placeholder", Address: "127.0.0.1:1"}}, nil
+	}
+	return set, err
+}
+
 type registryStaleResolve struct {
 	*memory.Registry
 	mu    sync.Mutex
