@@ -132,6 +132,52 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 			prereq: []string{"Transport/TooLarge/Refused"},
 		},
 		{
+			name: "OversizedFrameRefusedWithoutSayingWhy",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				err := c.Conn.WriteFrame(f)
+				if errors.Is(err, kernel.ErrFrameTooLarge) {
+					return errors.New("broken: write failed")
+				}
+				return err
+			}},
+			caught: []string{"Transport/TooLarge/Refused"},
+		},
+		{
+			name: "OversizedFrameRefusalBreaksTheNextWrite",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				c.mu.Lock()
+				refused := c.refused
+				c.mu.Unlock()
+				if refused {
+					c.Conn.Recycle(f.Payload)
+					return errors.New("broken: the writer is stuck after a refusal")
+				}
+				err := c.Conn.WriteFrame(f)
+				if errors.Is(err, kernel.ErrFrameTooLarge) {
+					c.mu.Lock()
+					c.refused = true
+					c.mu.Unlock()
+				}
+				return err
+			}},
+			caught: []string{"Transport/TooLarge/Refused"},
+		},
+		{
+			name: "OversizedFrameKillsTheConnectionButErrForgets",
+			faults: transportFaults{
+				write: func(c *transportFaultyConn, f *kernel.Frame) error {
+					err := c.Conn.WriteFrame(f)
+					if errors.Is(err, kernel.ErrFrameTooLarge) {
+						c.Conn.Close()
+						return fmt.Errorf("broken: %w", kernel.ErrFrameTooLarge)
+					}
+					return err
+				},
+				err: func(c *transportFaultyConn) error { return nil },
+			},
+			caught: []string{"Transport/TooLarge/Refused"},
+		},
+		{
 			name: "CallTableOf32",
 			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
 				if id := f.CallID; id > 32 && id <= 1024 {
