@@ -102,9 +102,9 @@
 // maps a memfd and passes it over the socket, the client checks and maps
 // it, and both unmap it at the end, which on a machine of several cores
 // means a TLB shootdown on each side (some 25-60 µs in a VM). In the
-// harness's short mode (a client per call) shm-ring did 2.2k calls/s at
-// 1 caller against tcp-lv's 4.0k, with 334 µs of client CPU a call
-// against 172 (benchmarks/results/2026-12-05T23-50-37Z.md). Keep
+// harness's short mode (a client per call) shm-ring did 2.5k calls/s at
+// 1 caller against tcp-lv's 4.0k, with 295 µs of client CPU a call
+// against 176 (benchmarks/results/2026-12-06T00-39-41Z.md). Keep
 // shm-ring connections long: a client shared by its callers, as the
 // engine's pools make it.
 //
