@@ -375,6 +375,12 @@ func transportWriteUntilClosed(c *transportFaultyConn, f *kernel.Frame) error {
 // transportDialAwaitingAccept waits, ignoring ctx, until the listener
 // accepted the connection.
 func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+	return transportDialThenAwaitAccept(ctx, context.Background(), tr, addr)
+}
+
+// transportDialThenAwaitAccept dials addr under ctx, then waits until the
+// listener accepted the connection, or until wait ends.
+func transportDialThenAwaitAccept(ctx, wait context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
 	c, err := tr.inner.Dial(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -382,6 +388,9 @@ func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr 
 	select {
 	case <-tr.acceptedSignal(c.LocalAddr()):
 		return tr.wrap(c), nil
+	case <-wait.Done():
+		c.Close()
+		return nil, wait.Err()
 	case <-tr.end:
 		c.Close()
 		return nil, errors.New("never accepted")
@@ -403,20 +412,7 @@ func transportDialAwaitingAcceptByDeadline(ctx context.Context, tr *transportFau
 	} else {
 		ctx = context.WithoutCancel(ctx)
 	}
-	c, err := tr.inner.Dial(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-tr.acceptedSignal(c.LocalAddr()):
-		return tr.wrap(c), nil
-	case <-ctx.Done():
-		c.Close()
-		return nil, ctx.Err()
-	case <-tr.end:
-		c.Close()
-		return nil, errors.New("never accepted")
-	}
+	return transportDialThenAwaitAccept(ctx, ctx, tr, addr)
 }
 
 // transportReadIntoSharedBuffer copies every payload into one buffer per
