@@ -42,6 +42,19 @@ func init() {
 	registerTCPWrapper("test-gated-tcp", "test: tcp-lv whose dials wait for a gate", &gated.Transport, gated)
 }
 
+// startGated resets gated (before any Dial of the test, so -count=N is
+// safe; its gate stays shut until the test opens it), starts a server on
+// it and returns the config, for a client of it.
+func startGated(t *testing.T) *kernrpc.Config {
+	t.Helper()
+	gated.dials.Store(0)
+	gated.gate = make(chan struct{})
+	cfg := testConfig(t)
+	cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
+	startServer(t, cfg, nil)
+	return cfg
+}
+
 // registerTCPWrapper registers w, a test transport that wraps tcp-lv,
 // under name; the tcp-lv inside it, *inner, is built on first use.
 func registerTCPWrapper(name, desc string, inner *kernel.Transport, w kernel.Transport) {
@@ -74,11 +87,7 @@ func TestCallersShareOneDial(t *testing.T) {
 		{"client.timeout", time.Minute, func(*testing.T) context.Context { return context.Background() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gated.dials.Store(0)
-			gated.gate = make(chan struct{}) // before any Dial of this test: -count=N safe
-			cfg := testConfig(t)
-			cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
-			startServer(t, cfg, nil)
+			cfg := startGated(t)
 			cfg.Client.Timeout = kernel.Duration(tc.timeout)
 			cli := newClient(t, cfg)
 			const callers = 8
@@ -110,11 +119,7 @@ func TestCallersShareOneDial(t *testing.T) {
 // deadline, and the dial starts over on a goroutine of the client's, for
 // the next caller, who waits for it instead of dialling again.
 func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
-	gated.dials.Store(0)
-	gated.gate = make(chan struct{})
-	cfg := testConfig(t)
-	cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
-	startServer(t, cfg, nil)
+	cfg := startGated(t)
 	cfg.Client.Timeout = kernel.Duration(100 * time.Millisecond) // dial_timeout is 5s
 	cli := newClient(t, cfg)
 	var resp echopb.Echo
@@ -144,11 +149,7 @@ func TestHurriedCallerDoesNotCutItsDialShort(t *testing.T) {
 // A caller canceled while it dials gets Canceled at once, and the dial
 // starts over without it, as for a caller whose deadline passed.
 func TestCanceledCallerHandsItsDialOn(t *testing.T) {
-	gated.dials.Store(0)
-	gated.gate = make(chan struct{})
-	cfg := testConfig(t)
-	cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
-	startServer(t, cfg, nil)
+	cfg := startGated(t)
 	cli := newClient(t, cfg)
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
@@ -185,11 +186,7 @@ func TestCloseEndsTheDialsUnderWay(t *testing.T) {
 		{"cancelable", func(t *testing.T) context.Context { return t.Context() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gated.dials.Store(0)
-			gated.gate = make(chan struct{}) // never opened: only Close ends the dial
-			cfg := testConfig(t)
-			cfg.Transport.Name, cfg.Transport.Options = "test-gated-tcp", nil
-			startServer(t, cfg, nil)
+			cfg := startGated(t)
 			cli, err := kernrpc.NewClient(cfg, "")
 			if err != nil {
 				t.Fatal(err)
