@@ -119,24 +119,8 @@ func transportBoundaryCases() []transportCase {
 		{
 			// Its header went out before the check: the peer skips what
 			// follows, the next frame.
-			name: "RefusalSwallowsTheNextFrame",
-			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
-				c.mu.Lock()
-				swallow := c.refused
-				c.refused = false
-				c.mu.Unlock()
-				if swallow {
-					c.Conn.Recycle(f.Payload)
-					return nil
-				}
-				err := c.Conn.WriteFrame(f)
-				if errors.Is(err, kernel.ErrFrameTooLarge) {
-					c.mu.Lock()
-					c.refused = true
-					c.mu.Unlock()
-				}
-				return err
-			}},
+			name:   "RefusalSwallowsTheNextFrame",
+			faults: transportFaults{write: transportAfterRefusal(true, nil)},
 			caught: []string{"Transport/TooLarge/Refused"},
 		},
 		{

@@ -372,6 +372,32 @@ func transportWriteUntilClosed(c *transportFaultyConn, f *kernel.Frame) error {
 	}
 }
 
+// transportAfterRefusal writes as tcp-lv does until a frame over the
+// maximum is refused; the frame after it is dropped (its payload
+// recycled) and its WriteFrame returns then. once says the defect spends
+// itself on that one frame; otherwise every later frame goes the same way.
+func transportAfterRefusal(once bool, then error) func(c *transportFaultyConn, f *kernel.Frame) error {
+	return func(c *transportFaultyConn, f *kernel.Frame) error {
+		c.mu.Lock()
+		refused := c.refused
+		if once {
+			c.refused = false
+		}
+		c.mu.Unlock()
+		if refused {
+			c.Conn.Recycle(f.Payload)
+			return then
+		}
+		err := c.Conn.WriteFrame(f)
+		if errors.Is(err, kernel.ErrFrameTooLarge) {
+			c.mu.Lock()
+			c.refused = true
+			c.mu.Unlock()
+		}
+		return err
+	}
+}
+
 // transportDialAwaitingAccept waits, ignoring ctx, until the listener
 // accepted the connection.
 func transportDialAwaitingAccept(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {

@@ -143,23 +143,8 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 			caught: []string{"Transport/TooLarge/Refused"},
 		},
 		{
-			name: "OversizedFrameRefusalBreaksTheNextWrite",
-			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
-				c.mu.Lock()
-				refused := c.refused
-				c.mu.Unlock()
-				if refused {
-					c.Conn.Recycle(f.Payload)
-					return errors.New("broken: the writer is stuck after a refusal")
-				}
-				err := c.Conn.WriteFrame(f)
-				if errors.Is(err, kernel.ErrFrameTooLarge) {
-					c.mu.Lock()
-					c.refused = true
-					c.mu.Unlock()
-				}
-				return err
-			}},
+			name:   "OversizedFrameRefusalBreaksTheNextWrite",
+			faults: transportFaults{write: transportAfterRefusal(false, errors.New("broken: the writer is stuck after a refusal"))},
 			caught: []string{"Transport/TooLarge/Refused"},
 		},
 		{
