@@ -132,7 +132,7 @@ func newLike(v any) any {
 
 func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel.Metadata, error) {
 	if c.closed.Load() {
-		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+		return nil, c.closedStatus()
 	}
 	cs := c.calls.Get().(*callState)
 	cs.client, cs.reply = c, resp

@@ -20,7 +20,7 @@ func (c *Client) pool(addr string) (*connPool, error) {
 		c.poolsMu.Lock()
 		if c.closed.Load() {
 			c.poolsMu.Unlock()
-			return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+			return nil, c.closedStatus()
 		}
 		old := *c.pools.Load()
 		if p = old[addr]; p == nil {
@@ -35,6 +35,11 @@ func (c *Client) pool(addr string) (*connPool, error) {
 		c.poolsMu.Unlock()
 	}
 	return p, nil
+}
+
+// closedStatus is what a call gets from a client once Close has begun.
+func (c *Client) closedStatus() error {
+	return kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
 }
 
 // connPool holds the connections to one instance. Calls take the first
@@ -218,6 +223,10 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 	defer close(d.done)
 	p.dialing[i] = nil
 	switch {
+	case err != nil && c.closed.Load():
+		// Close ended the dial (the client's life bounds it): that, not
+		// the instance, is why it failed.
+		d.err = c.closedStatus()
 	case err != nil && i >= p.fixed:
 		// A dial to spread load: calls still have the fixed connections.
 		p.noSpread.start(dialAvoidance)

@@ -45,7 +45,7 @@ type ClientStream struct {
 // both sides. Metadata attached with WithMetadata goes with the opening.
 func (c *Client) NewStream(ctx context.Context, method string, opts ...CallOption) (*ClientStream, error) {
 	if c.closed.Load() {
-		return nil, kernel.Errorf(kernel.Canceled, "client for %q is closed", c.service)
+		return nil, c.closedStatus()
 	}
 	ctx, _, release := applyCallOptions(ctx, opts)
 	ctx, cancelCtx := context.WithCancel(ctx)
