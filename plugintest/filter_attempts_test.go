@@ -116,23 +116,6 @@ func TestFilterFailsAFilterThatRejectsEveryCall(t *testing.T) {
 	}
 }
 
-// expectMessage fails t unless a failure at or below path says want.
-func expectMessage(t *testing.T, rec *recording, path, want string) {
-	t.Helper()
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	var got []string
-	for _, f := range rec.failures {
-		if f.path == path || strings.HasPrefix(f.path, path+"/") {
-			if strings.Contains(f.msg, want) {
-				return
-			}
-			got = append(got, f.msg)
-		}
-	}
-	t.Errorf("no failure under %s says %q; got %q", path, want, got)
-}
-
 // filterFactoryOf builds a fresh filter for every Build, taking no options.
 func filterFactoryOf(newFilter func() kernel.Filter) kernel.Factory[kernel.Filter] {
 	return kernel.Factory[kernel.Filter]{

@@ -188,3 +188,20 @@ func expectCaught(t *testing.T, rec *recording, path string) {
 		t.Errorf("the suite did not catch the broken plugin in %s; failures recorded: %v", path, got)
 	}
 }
+
+// expectMessage fails t unless a failure at or below path says want.
+func expectMessage(t *testing.T, rec *recording, path, want string) {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var got []string
+	for _, f := range rec.failures {
+		if f.path == path || strings.HasPrefix(f.path, path+"/") {
+			if strings.Contains(f.msg, want) {
+				return
+			}
+			got = append(got, f.msg)
+		}
+	}
+	t.Errorf("no failure under %s says %q; got %q", path, want, got)
+}

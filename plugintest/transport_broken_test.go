@@ -249,6 +249,13 @@ func (c *transportFaultyConn) Err() error {
 	return c.Conn.Err()
 }
 
+// isClosed reports whether closeMarked has closed the connection.
+func (c *transportFaultyConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // closeMarked closes the connection and reports whether Close had been
 // called on it before.
 func (c *transportFaultyConn) closeMarked() (again bool, err error) {

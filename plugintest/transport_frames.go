@@ -165,7 +165,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 			}
 		}()
 		for range calls * perCall {
-			f, err := p.server.ReadFrame(ctx)
+			f, err := transportRead(ctx, p.server)
 			if err != nil {
 				report("server ReadFrame: " + err.Error())
 				return

@@ -73,7 +73,7 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 
 	served := make(chan string, 1)
 	go func() {
-		f, err := p.server.ReadFrame(ctx)
+		f, err := transportRead(ctx, p.server)
 		if err != nil {
 			served <- "the server's ReadFrame of the request: " + err.Error()
 			return
@@ -87,7 +87,7 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 		// The read loop waits for the next request while the handler runs.
 		next := make(chan transportReadResult, 1)
 		go func() {
-			f, err := p.server.ReadFrame(ctx)
+			f, err := transportRead(ctx, p.server)
 			next <- transportReadResult{f, err}
 		}()
 		select {

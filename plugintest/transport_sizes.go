@@ -199,7 +199,7 @@ func (e *transportEnv) refusal(t tb, from, to kernel.Conn, f *kernel.Frame, what
 	defer cancel()
 	read := make(chan transportReadResult, 1)
 	go func() {
-		f, err := to.ReadFrame(ctx)
+		f, err := transportRead(ctx, to)
 		read <- transportReadResult{f, err}
 	}()
 	var werr error

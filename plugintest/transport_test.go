@@ -249,12 +249,14 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 					return err
 				},
 			},
-			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/OperationsFail"},
+			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/UnblocksWrite", "Transport/Close/OperationsFail"},
+			says:   [][2]string{{"Transport/Close/UnblocksWrite", "a WriteFrame blocked when Close was called returned use of a closed connection"}},
 		},
 		{
 			name:   "DoneNeverCloses",
 			faults: transportFaults{done: func(c *transportFaultyConn) <-chan struct{} { return c.never }},
-			caught: []string{"Transport/Close/OperationsFail", "Transport/PeerGone/ServerNotices"},
+			caught: []string{"Transport/Close/OperationsFail", "Transport/Close/UnblocksPeerRead", "Transport/PeerGone/ServerNotices"},
+			says:   [][2]string{{"Transport/Close/UnblocksPeerRead", "its Done did not close"}},
 		},
 		{
 			name: "CloseTwicePanics",
@@ -283,7 +285,8 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				_, err := c.closeMarked()
 				return errors.Join(err, errors.New("broken: close: connection reset by peer"))
 			}},
-			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/UnblocksPeerRead", "Transport/Close/OperationsFail"},
+			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/UnblocksPeerRead", "Transport/Close/UnblocksWrite", "Transport/Close/OperationsFail"},
+			says:   [][2]string{{"Transport/Close/UnblocksWrite", "Close: broken: close: connection reset by peer; want nil"}},
 		},
 		{
 			name: "ErrForgetsClose",
@@ -437,6 +440,7 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 		},
 	}
 	cases = append(cases, transportBoundaryCases()...)
+	cases = append(cases, transportEndingCases()...)
 	run := func(c transportCase) *recording {
 		var cleanups transportCleanupList
 		defer cleanups.run()
@@ -450,9 +454,7 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 		if c.cfg != nil {
 			cfg = *c.cfg
 		}
-		// What a defect prevents is waited for this long: short, as the
-		// wait is certain to run out.
-		cfg.Patience = 500 * time.Millisecond
+		cfg.Patience = transportCasePatience
 		return recordQuiet("Transport", func(t tb) { transportSuite(transportFocus{t, append(c.prereq, c.caught...)}, f, cfg) })
 	}
 	// Most of the time goes to waiting out what a defect prevents, so the
@@ -498,10 +500,18 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				for _, path := range c.caught {
 					expectCaught(t, rec, path)
 				}
+				for _, said := range c.says {
+					expectMessage(t, rec, said[0], said[1])
+				}
 			})
 		}
 	}
 }
+
+// transportCasePatience is how long the suite waits, run against a
+// broken transport, for what a defect prevents: short, as the wait is
+// certain to run out.
+const transportCasePatience = 500 * time.Millisecond
 
 // transportCase is one broken transport and the subtests that must catch
 // it.
@@ -511,9 +521,10 @@ type transportCase struct {
 	factory func(t transportCleanups) kernel.Factory[kernel.Transport] // instead of faults
 	cfg     *TransportConfig                                           // nil: a 64KiB maximum frame size, which keeps the run quick
 	caught  []string
-	prereq  []string // subtests that must run before caught ones for the defect to show
-	serial  bool     // counts goroutines or descriptors: runs alone, after the others
-	linux   bool     // shows only where descriptors can be listed
+	says    [][2]string // a path of caught, and words its complaint must hold
+	prereq  []string    // subtests that must run before caught ones for the defect to show
+	serial  bool        // counts goroutines or descriptors: runs alone, after the others
+	linux   bool        // shows only where descriptors can be listed
 }
 
 // transportCleanups is where a broken transport leaves what is to be
