@@ -20,17 +20,17 @@ import (
 func registryBoundaryCases() []registryBrokenCase {
 	broken := registryBroken
 	return []registryBrokenCase{
-		{"WatchSendWithoutCtx", broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryBlockingSend} }),
-			[]string{"Registry/Leaks"}},
-		{"KeeperOutlivesClose", broken(func(r *memory.Registry) kernel.Registry { return newRegistryOwnKeeper(r) }),
-			[]string{"Registry/Leaks"}},
-		{"WatchDoubleBuffers", broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryDoubleBuffer} }),
-			[]string{"Registry/Watch/KeptSets"}},
-		{"ResolveReusesItsSlice", broken(func(r *memory.Registry) kernel.Registry { return &registryResolveBuffer{Registry: r} }),
-			[]string{"Registry/Resolve/KeptSet"}},
-		{"WatchComparesIDsOnly", broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryIDsOnly} }),
-			[]string{"Registry/Watch/Sequence"}},
-		{"MetadataCutAt255Bytes", broken(func(r *memory.Registry) kernel.Registry {
+		{name: "WatchSendWithoutCtx", f: broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryBlockingSend} }),
+			caught: []string{"Registry/Leaks"}},
+		{name: "KeeperOutlivesClose", f: broken(func(r *memory.Registry) kernel.Registry { return newRegistryOwnKeeper(r) }),
+			caught: []string{"Registry/Leaks"}},
+		{name: "WatchDoubleBuffers", f: broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryDoubleBuffer} }),
+			caught: []string{"Registry/Watch/KeptSets"}},
+		{name: "ResolveReusesItsSlice", f: broken(func(r *memory.Registry) kernel.Registry { return &registryResolveBuffer{Registry: r} }),
+			caught: []string{"Registry/Resolve/KeptSet"}},
+		{name: "WatchComparesIDsOnly", f: broken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryIDsOnly} }),
+			caught: []string{"Registry/Watch/Sequence"}},
+		{name: "MetadataCutAt255Bytes", f: broken(func(r *memory.Registry) kernel.Registry {
 			return registryMetadataCodec{r, func(md map[string]string) map[string]string {
 				out := maps.Clone(md)
 				for k, v := range out {
@@ -40,8 +40,8 @@ func registryBoundaryCases() []registryBrokenCase {
 				}
 				return out
 			}}
-		}), []string{"Registry/Metadata/Resolve", "Registry/Metadata/Watch"}},
-		{"MetadataFlattenedToLines", broken(func(r *memory.Registry) kernel.Registry {
+		}), caught: []string{"Registry/Metadata/Resolve", "Registry/Metadata/Watch"}},
+		{name: "MetadataFlattenedToLines", f: broken(func(r *memory.Registry) kernel.Registry {
 			return registryMetadataCodec{r, func(md map[string]string) map[string]string {
 				// Stored as "key=value" lines, as a backend with one string
 				// field per instance might, and parsed back.
@@ -57,7 +57,7 @@ func registryBoundaryCases() []registryBrokenCase {
 				}
 				return out
 			}}
-		}), []string{"Registry/Metadata/Resolve", "Registry/Metadata/Watch"}},
+		}), caught: []string{"Registry/Metadata/Resolve", "Registry/Metadata/Watch"}},
 	}
 }
 

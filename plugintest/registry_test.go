@@ -45,6 +45,9 @@ func registryCatches(t *testing.T, cases []registryBrokenCase) {
 			for _, path := range tc.caught {
 				expectCaught(t, recs[i], path)
 			}
+			for _, said := range tc.says {
+				expectMessage(t, recs[i], said[0], said[1])
+			}
 		})
 	}
 }
@@ -52,7 +55,8 @@ func registryCatches(t *testing.T, cases []registryBrokenCase) {
 type registryBrokenCase struct {
 	name   string
 	f      kernel.Factory[kernel.Registry]
-	caught []string // the subtests that must fail
+	caught []string    // the subtests that must fail
+	says   [][2]string // a path of caught, and words its complaint must hold
 }
 
 // registryBroken is a factory of memory registries, each changed by wrap.
@@ -99,70 +103,49 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 		})
 
 	// Registrations go through a second registry that Close forgets.
-	var mu sync.Mutex
-	var shadows []*memory.Registry
-	t.Cleanup(func() {
-		for _, s := range shadows {
-			s.Close()
-		}
-	})
-	closeLeaves := kernel.NewFactory("broken-memory", "a memory registry whose Close deregisters nothing", memory.DefaultOptions,
-		func(o *memory.Options) (kernel.Registry, error) {
-			r, err := memory.New(*o)
-			if err != nil {
-				return nil, err
-			}
-			shadow, err := memory.New(*o)
-			if err != nil {
-				r.Close()
-				return nil, err
-			}
-			mu.Lock()
-			shadows = append(shadows, shadow)
-			mu.Unlock()
-			return registryCloseLeaves{r, shadow}, nil
-		})
+	closeLeaves := registryShadowed(t, func(r, shadow *memory.Registry) kernel.Registry { return registryCloseLeaves{r, shadow} })
 
-	registryCatches(t, append(registryBoundaryCases(), []registryBrokenCase{
-		{"ErrorForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
-			[]string{"Registry/Resolve/UnknownService"}},
-		{"PlaceholderForUnknownService", broken(func(r *memory.Registry) kernel.Registry { return registryPlaceholder{r} }),
-			[]string{"Registry/Resolve/UnknownService"}},
-		{"ResolveCachesFirstSet", broken(func(r *memory.Registry) kernel.Registry { return &registryStaleResolve{Registry: r} }),
-			[]string{"Registry/Register/Visible"}},
-		{"DeregisterDoesNothing", broken(func(r *memory.Registry) kernel.Registry { return registryNoDeregister{r} }),
-			[]string{"Registry/Deregister/Removes"}},
-		{"ResolveDropsMetadata", broken(func(r *memory.Registry) kernel.Registry { return registryResolveNoMetadata{r} }),
-			[]string{"Registry/Metadata/Resolve"}},
-		{"WatchDropsMetadata", watchEdit(func(n int, prev, set []kernel.Instance) bool {
+	cases := append(registryBoundaryCases(), registryEndingCases(t)...)
+	registryCatches(t, append(cases, []registryBrokenCase{
+		{name: "ErrorForUnknownService", f: broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
+			caught: []string{"Registry/Resolve/UnknownService"}},
+		{name: "PlaceholderForUnknownService", f: broken(func(r *memory.Registry) kernel.Registry { return registryPlaceholder{r} }),
+			caught: []string{"Registry/Resolve/UnknownService"}},
+		{name: "ResolveCachesFirstSet", f: broken(func(r *memory.Registry) kernel.Registry { return &registryStaleResolve{Registry: r} }),
+			caught: []string{"Registry/Register/Visible"}},
+		{name: "DeregisterDoesNothing", f: broken(func(r *memory.Registry) kernel.Registry { return registryNoDeregister{r} }),
+			caught: []string{"Registry/Deregister/Removes"}},
+		{name: "ResolveDropsMetadata", f: broken(func(r *memory.Registry) kernel.Registry { return registryResolveNoMetadata{r} }),
+			caught: []string{"Registry/Metadata/Resolve"}},
+		{name: "WatchDropsMetadata", f: watchEdit(func(n int, prev, set []kernel.Instance) bool {
 			for i := range set {
 				set[i].Metadata = nil
 			}
 			return true
-		}, false), []string{"Registry/Metadata/Watch"}},
-		{"WatchSkipsInitialSet", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n > 0 }, false),
-			[]string{"Registry/Watch/InitialSet", "Registry/Watch/InitialEmptySet"}},
-		{"WatchMissesAdditions", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) <= len(prev) }, false),
-			[]string{"Registry/Watch/Additions"}},
-		{"WatchMissesRemovals", watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) >= len(prev) }, false),
-			[]string{"Registry/Watch/Removals", "Registry/Lease/WatchSeesExpiry"}},
-		{"WatchNeverCloses", watchEdit(func(int, []kernel.Instance, []kernel.Instance) bool { return true }, true),
-			[]string{"Registry/Watch/CancelCloses"}},
-		{"SeparateNamespaces", separate, []string{"Registry/Shared/Resolve", "Registry/Shared/Watch"}},
-		{"CloseLeavesInstances", closeLeaves, []string{"Registry/Close/Deregisters"}},
-		{"LeaseNeverExpires", broken(func(r *memory.Registry) kernel.Registry { return registryNeverExpires{r} }),
-			[]string{"Registry/Lease/Expires"}},
-		{"LeaseNeverRenewed", broken(func(r *memory.Registry) kernel.Registry { r.AbandonLeases(); return r }),
-			[]string{"Registry/Lease/KeptAlive"}},
-		{"NotifyMissesChanges", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyDrops} }),
-			[]string{"Registry/Notify/Changes", "Registry/Notify/NoOverlap"}},
-		{"NotifyOverlaps", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyOverlaps} }),
-			[]string{"Registry/Notify/NoOverlap"}},
-		{"NotifyStopDoesNothing", broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyStopIgnored} }),
-			[]string{"Registry/Notify/StopEnds"}},
-		{"ConcurrentRegistersShareScratch", broken(func(r *memory.Registry) kernel.Registry {
+		}, false), caught: []string{"Registry/Metadata/Watch"}},
+		{name: "WatchSkipsInitialSet", f: watchEdit(func(n int, prev, set []kernel.Instance) bool { return n > 0 }, false),
+			caught: []string{"Registry/Watch/InitialSet", "Registry/Watch/InitialEmptySet"}},
+		{name: "WatchMissesAdditions", f: watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) <= len(prev) }, false),
+			caught: []string{"Registry/Watch/Additions"}},
+		{name: "WatchMissesRemovals", f: watchEdit(func(n int, prev, set []kernel.Instance) bool { return n == 0 || len(set) >= len(prev) }, false),
+			caught: []string{"Registry/Watch/Removals", "Registry/Lease/WatchSeesExpiry"}},
+		{name: "WatchNeverCloses", f: watchEdit(func(int, []kernel.Instance, []kernel.Instance) bool { return true }, true),
+			caught: []string{"Registry/Watch/CancelCloses"}},
+		{name: "SeparateNamespaces", f: separate, caught: []string{"Registry/Shared/Resolve", "Registry/Shared/Watch"}},
+		{name: "CloseLeavesInstances", f: closeLeaves, caught: []string{"Registry/Close/Deregisters"}},
+		{name: "LeaseNeverExpires", f: broken(func(r *memory.Registry) kernel.Registry { return registryNeverExpires{r} }),
+			caught: []string{"Registry/Lease/Expires"}},
+		{name: "LeaseNeverRenewed", f: broken(func(r *memory.Registry) kernel.Registry { r.AbandonLeases(); return r }),
+			caught: []string{"Registry/Lease/KeptAlive"}},
+		{name: "NotifyMissesChanges", f: broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyDrops} }),
+			caught: []string{"Registry/Notify/Changes", "Registry/Notify/NoOverlap"}},
+		{name: "NotifyOverlaps", f: broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyOverlaps} }),
+			caught: []string{"Registry/Notify/NoOverlap"}},
+		{name: "NotifyStopDoesNothing", f: broken(func(r *memory.Registry) kernel.Registry { return registryNotifyEdit{r, notifyStopIgnored} }),
+			caught: []string{"Registry/Notify/StopEnds"}},
+		{name: "ConcurrentRegistersShareScratch", f: broken(func(r *memory.Registry) kernel.Registry {
 			return &registryScratchMetadata{Registry: r, scratch: make(map[string]string)}
-		}), []string{"Registry/Concurrent"}},
+		}), caught: []string{"Registry/Concurrent"}},
 	}...))
 }
 
