@@ -160,9 +160,11 @@ func streamRefusedCheck(t tb, e *streamEnv) {
 		switch {
 		case !finished:
 			t.Fatalf("InvokeStream on the %s side did not return within %s", e.side, filterBound)
-		case o.panicked:
+		case o.panicked && strings.Contains(o.err.Error(), "nil map"):
 			t.Fatalf("InvokeStream panicked on a stream whose request metadata is nil, as a stream without metadata "+
 				"arrives: %v; use info.SetRequestMetadata to add entries, which allocates the map", o.err)
+		case o.panicked:
+			t.Fatalf("InvokeStream on the %s side panicked on a stream whose request metadata is nil: %v", e.side, o.err)
 		}
 		if !e.checkOutcome(t, o) {
 			return

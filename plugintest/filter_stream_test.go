@@ -340,6 +340,32 @@ func TestFilterStreamCatchesBrokenStreamFilters(t *testing.T) {
 			return next(context.WithoutCancel(ctx), info, st)
 		}, FilterConfig{Side: kernel.ClientSide}, "Filter/Stream/CancelledContext/During", "was not cancelled"},
 		{"keeps the stream in the filter", streamShared(), FilterConfig{}, "Filter/Stream/Concurrent", "another stream"},
+		{"fails a stream that ended OK with a plain error", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			if err := next(ctx, info, st); err != nil {
+				return err
+			}
+			return errors.New("stream accounting: quota store unreachable")
+		}, FilterConfig{}, "Filter/Stream/Messages", "not a *kernel.Status; a filter that fails a stream"},
+		{"lowercases the method for next", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			info.Method = strings.ToLower(info.Method) // a metrics key, written back
+			return next(ctx, info, st)
+		}, FilterConfig{}, "Filter/Stream/Metadata", "next saw method"},
+		{"puts a code of its own before next's status", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			if err := next(ctx, info, st); err != nil {
+				return errors.Join(kernel.Errorf(kernel.Internal, "stream failed"), err)
+			}
+			return nil
+		}, FilterConfig{}, "Filter/Stream/FinalStatus", "but the filter's error says code Internal"},
+		{"refuses streams without metadata", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			if len(info.Metadata) == 0 {
+				return kernel.Errorf(kernel.Unauthenticated, "no credentials")
+			}
+			return next(ctx, info, st)
+		}, FilterConfig{}, "Filter/Stream/Refused", "refused a stream that carries no metadata"},
+		{"asserts the stream's concrete type", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			_ = st.(interface{ Peer() string }) // the engine's stream has one; the suite's does not
+			return next(ctx, info, st)
+		}, FilterConfig{}, "Filter/Stream/CancelledContext/Before", "InvokeStream with a cancelled context panicked"},
 		{"leaves a goroutine behind per stream", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
 			go func() { <-release }() // a flusher nobody stops
 			return next(ctx, info, st)
