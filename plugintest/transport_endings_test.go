@@ -10,13 +10,13 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// transportEndingCases are broken transports that get an ending wrong: a
-// close, a vanished peer, a context that ran out. Each makes a mistake
-// real transports make (a zeroed ring read as a frame, a socket's own
-// timeout error, a read deadline that kills the connection), and each
-// went uncaught by any other case, so that the complaint it trips had
-// never been shown to fire. says holds, per path, words of the complaint
-// the suite must make there.
+// transportEndingCases are broken transports that get an ending wrong:
+// a close, a vanished peer, a context that ran out, an idle spell. Each
+// makes a mistake real transports make (a zeroed ring read as a frame, a
+// socket's own timeout error, a read deadline that kills the
+// connection), and each went uncaught by any other case, so that the
+// complaint it trips had never been shown to fire. says holds, per path,
+// words of the complaint the suite must make there.
 func transportEndingCases() []transportCase {
 	return []transportCase{
 		{
@@ -176,6 +176,22 @@ func transportEndingCases() []transportCase {
 				{"Transport/Deadline/ReadExpires", "the connection must stay usable"},
 				{"Transport/Deadline/ReadResumes", "an interrupted ReadFrame must leave the connection usable"},
 			},
+		},
+		{
+			// Err reports a keepalive probe not answered yet, though the
+			// connection lives on: the kernel takes any Err for death.
+			name: "ErrReportsAnUnansweredProbe",
+			faults: transportFaults{err: func(c *transportFaultyConn) error {
+				if err := c.Conn.Err(); err != nil {
+					return err
+				}
+				if time.Since(time.Unix(0, c.active.Load())) > 100*time.Millisecond {
+					return errors.New("broken: keepalive probe unanswered for 100ms")
+				}
+				return nil
+			}},
+			caught: []string{"Transport/Idle/Unused"},
+			says:   [][2]string{{"Transport/Idle/Unused", "has an error at the client end: broken: keepalive probe unanswered"}},
 		},
 		{
 			name: "AcceptTimesOutWithItsOwnError",
