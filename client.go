@@ -112,7 +112,9 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 }
 
 // Close closes every connection (calls in flight fail with Unavailable)
-// and the plugins the client built. It is idempotent.
+// and the plugins the client built. Dials under way end at once; calls
+// waiting for them, and later calls, fail with Canceled ("client … is
+// closed"). It is idempotent.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
