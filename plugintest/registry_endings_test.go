@@ -19,8 +19,8 @@ import (
 // case, so that the complaint it trips had never been shown to fire.
 func registryEndingCases(t *testing.T) []registryBrokenCase {
 	broken := registryBroken
-	ended := func(wrap func(r *memory.Registry, l *registryLife) kernel.Registry) kernel.Factory[kernel.Registry] {
-		return registryBroken(func(r *memory.Registry) kernel.Registry { return wrap(r, newRegistryLife(r)) })
+	ended := func(wrap func(r registryEnding) kernel.Registry) kernel.Factory[kernel.Registry] {
+		return registryBroken(func(r *memory.Registry) kernel.Registry { return wrap(newRegistryEnding(r)) })
 	}
 	return []registryBrokenCase{
 		{
@@ -46,18 +46,14 @@ func registryEndingCases(t *testing.T) []registryBrokenCase {
 			says:   [][2]string{{"Registry/Notify/CurrentSet", "returned a nil stop"}},
 		},
 		{
-			name: "NotifyGoroutineOutlivesStop",
-			f: ended(func(r *memory.Registry, l *registryLife) kernel.Registry {
-				return registryNotifyLeak{r, l}
-			}),
+			name:   "NotifyGoroutineOutlivesStop",
+			f:      ended(func(r registryEnding) kernel.Registry { return registryNotifyLeak{r} }),
 			caught: []string{"Registry/Notify/StopEnds"},
 			says:   [][2]string{{"Registry/Notify/StopEnds", "goroutines Notify started still run"}},
 		},
 		{
-			name: "NotifyAfterCloseServesItsCache",
-			f: ended(func(r *memory.Registry, l *registryLife) kernel.Registry {
-				return registryNotifyCached{r, l}
-			}),
+			name:   "NotifyAfterCloseServesItsCache",
+			f:      ended(func(r registryEnding) kernel.Registry { return registryNotifyCached{r} }),
 			caught: []string{"Registry/Notify/CloseEnds"},
 			says: [][2]string{
 				{"Registry/Notify/CloseEnds", "Notify after Close: nil error"},
@@ -73,18 +69,14 @@ func registryEndingCases(t *testing.T) []registryBrokenCase {
 			says:   [][2]string{{"Registry/Notify/CloseEnds", "after its registry was closed; want none"}},
 		},
 		{
-			name: "ResolvePanicsAfterClose",
-			f: ended(func(r *memory.Registry, l *registryLife) kernel.Registry {
-				return registryPanicsAfterClose{r, l}
-			}),
+			name:   "ResolvePanicsAfterClose",
+			f:      ended(func(r registryEnding) kernel.Registry { return registryPanicsAfterClose{r} }),
 			caught: []string{"Registry/Leaks"},
 			says:   [][2]string{{"Registry/Leaks", "Resolve after Close panicked"}},
 		},
 		{
-			name: "RegisterHangsAfterClose",
-			f: ended(func(r *memory.Registry, l *registryLife) kernel.Registry {
-				return registryHangsAfterClose{r, l}
-			}),
+			name:   "RegisterHangsAfterClose",
+			f:      ended(func(r registryEnding) kernel.Registry { return registryHangsAfterClose{r} }),
 			caught: []string{"Registry/Leaks"},
 			says:   [][2]string{{"Registry/Leaks", "Register after Close did not return"}},
 		},
@@ -95,10 +87,8 @@ func registryEndingCases(t *testing.T) []registryBrokenCase {
 			says:   [][2]string{{"Registry/SharedStore/Changes", "DeleteShared of a key nobody put"}},
 		},
 		{
-			name: "WatchSharedGoroutineOutlivesItsCtx",
-			f: ended(func(r *memory.Registry, l *registryLife) kernel.Registry {
-				return registryWatchSharedLeak{r, l}
-			}),
+			name:   "WatchSharedGoroutineOutlivesItsCtx",
+			f:      ended(func(r registryEnding) kernel.Registry { return registryWatchSharedLeak{r} }),
 			caught: []string{"Registry/SharedStore/WatchEnds"},
 			says:   [][2]string{{"Registry/SharedStore/WatchEnds", "goroutines WatchShared started still run"}},
 		},
@@ -136,25 +126,27 @@ func registryShadowed(t *testing.T, wrap func(r, shadow *memory.Registry) kernel
 		})
 }
 
-// registryLife tells a broken registry's methods that Close was called.
-type registryLife struct {
-	r      *memory.Registry
-	once   sync.Once
+// registryEnding is a memory registry that knows whether Close was
+// called, for defects that show after it, or that a goroutine bound to
+// the registry's life shows.
+type registryEnding struct {
+	*memory.Registry
+	once   *sync.Once
 	closed chan struct{}
 }
 
-func newRegistryLife(r *memory.Registry) *registryLife {
-	return &registryLife{r: r, closed: make(chan struct{})}
+func newRegistryEnding(r *memory.Registry) registryEnding {
+	return registryEnding{Registry: r, once: new(sync.Once), closed: make(chan struct{})}
 }
 
-func (l *registryLife) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return l.r.Close()
+func (r registryEnding) Close() error {
+	r.once.Do(func() { close(r.closed) })
+	return r.Registry.Close()
 }
 
-func (l *registryLife) over() bool {
+func (r registryEnding) over() bool {
 	select {
-	case <-l.closed:
+	case <-r.closed:
 		return true
 	default:
 		return false
@@ -186,29 +178,19 @@ func (r registryNotifyNilStop) Notify(ctx context.Context, service string, fn fu
 
 // registryNotifyLeak starts, with each Notify, a goroutine that ends
 // with the registry rather than with stop.
-type registryNotifyLeak struct {
-	*memory.Registry
-	life *registryLife
-}
-
-func (r registryNotifyLeak) Close() error { return r.life.Close() }
+type registryNotifyLeak struct{ registryEnding }
 
 func (r registryNotifyLeak) Notify(ctx context.Context, service string, fn func([]kernel.Instance)) ([]kernel.Instance, func(), error) {
-	go func() { <-r.life.closed }()
+	go func() { <-r.closed }()
 	return r.Registry.Notify(ctx, service, fn)
 }
 
 // registryNotifyCached serves a Notify after Close from what it last
 // knew: nothing, given to fn at once.
-type registryNotifyCached struct {
-	*memory.Registry
-	life *registryLife
-}
-
-func (r registryNotifyCached) Close() error { return r.life.Close() }
+type registryNotifyCached struct{ registryEnding }
 
 func (r registryNotifyCached) Notify(ctx context.Context, service string, fn func([]kernel.Instance)) ([]kernel.Instance, func(), error) {
-	if r.life.over() {
+	if r.over() {
 		fn(nil)
 		return nil, func() {}, nil
 	}
@@ -226,16 +208,11 @@ func (r registryNotifyShadow) Notify(ctx context.Context, service string, fn fun
 }
 
 // registryPanicsAfterClose resolves through a client Close set to nil.
-type registryPanicsAfterClose struct {
-	*memory.Registry
-	life *registryLife
-}
-
-func (r registryPanicsAfterClose) Close() error { return r.life.Close() }
+type registryPanicsAfterClose struct{ registryEnding }
 
 func (r registryPanicsAfterClose) Resolve(ctx context.Context, service string) ([]kernel.Instance, error) {
 	client := r.Registry
-	if r.life.over() {
+	if r.over() {
 		client = nil
 	}
 	return client.Resolve(ctx, service)
@@ -243,15 +220,10 @@ func (r registryPanicsAfterClose) Resolve(ctx context.Context, service string) (
 
 // registryHangsAfterClose registers through a session Close revoked, and
 // waits for a new one that never comes.
-type registryHangsAfterClose struct {
-	*memory.Registry
-	life *registryLife
-}
-
-func (r registryHangsAfterClose) Close() error { return r.life.Close() }
+type registryHangsAfterClose struct{ registryEnding }
 
 func (r registryHangsAfterClose) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
-	if r.life.over() {
+	if r.over() {
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -287,14 +259,9 @@ func (r *registryStrictDelete) DeleteShared(ctx context.Context, key string) err
 
 // registryWatchSharedLeak starts, with each WatchShared, a goroutine that
 // ends with the registry rather than with the watch's ctx.
-type registryWatchSharedLeak struct {
-	*memory.Registry
-	life *registryLife
-}
-
-func (r registryWatchSharedLeak) Close() error { return r.life.Close() }
+type registryWatchSharedLeak struct{ registryEnding }
 
 func (r registryWatchSharedLeak) WatchShared(ctx context.Context, prefix string, fn func(key string, value []byte)) error {
-	go func() { <-r.life.closed }()
+	go func() { <-r.closed }()
 	return r.Registry.WatchShared(ctx, prefix, fn)
 }
