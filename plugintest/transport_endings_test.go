@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -232,5 +235,34 @@ func transportOnContextEnd(fail func(c *transportFaultyConn, err error) error) f
 			return nil, fail(c, err)
 		}
 		return f, err
+	}
+}
+
+// transportConcurrencyCases are broken transports that take one
+// operation at a time where the kernel makes many at once.
+func transportConcurrencyCases() []transportCase {
+	return []transportCase{
+		{
+			// A connection that refuses a second writer, as a websocket
+			// library does, instead of queueing it. The writer holding
+			// the flag yields, as a loaded machine lets another in.
+			name: "WriteFrameRefusesASecondWriter",
+			faults: transportFaults{write: func() func(c *transportFaultyConn, f *kernel.Frame) error {
+				var busy sync.Map // per connection
+				return func(c *transportFaultyConn, f *kernel.Frame) error {
+					flag, _ := busy.LoadOrStore(c, new(atomic.Bool))
+					held := flag.(*atomic.Bool)
+					if !held.CompareAndSwap(false, true) {
+						c.Conn.Recycle(f.Payload)
+						return errors.New("broken: concurrent write to connection")
+					}
+					defer held.Store(false)
+					runtime.Gosched()
+					return c.Conn.WriteFrame(f)
+				}
+			}()},
+			caught: []string{"Transport/Concurrent/Calls"},
+			says:   [][2]string{{"Transport/Concurrent/Calls", "WriteFrame: broken: concurrent write to connection"}},
+		},
 	}
 }

@@ -441,6 +441,7 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 	}
 	cases = append(cases, transportBoundaryCases()...)
 	cases = append(cases, transportEndingCases()...)
+	cases = append(cases, transportConcurrencyCases()...)
 	run := func(c transportCase) *recording {
 		var cleanups transportCleanupList
 		defer cleanups.run()
