@@ -26,7 +26,7 @@ func transportEndingCases() []transportCase {
 			// A ring whose writer has gone reads as zeros: a frame of
 			// type 0, to a transport that trusts it.
 			name: "ReadInventsAFrameAtTheEnd",
-			faults: transportFaults{read: transportAtTheEnd(func(error) (*kernel.Frame, error) {
+			faults: transportFaults{read: transportAtTheEnd(func() (*kernel.Frame, error) {
 				return &kernel.Frame{}, nil
 			})},
 			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/UnblocksPeerRead", "Transport/Close/OperationsFail", "Transport/PeerGone/ServerNotices"},
@@ -39,7 +39,7 @@ func transportEndingCases() []transportCase {
 		},
 		{
 			name: "ReadReturnsNilNilAtTheEnd",
-			faults: transportFaults{read: transportAtTheEnd(func(error) (*kernel.Frame, error) {
+			faults: transportFaults{read: transportAtTheEnd(func() (*kernel.Frame, error) {
 				return nil, nil
 			})},
 			caught: []string{"Transport/Close/UnblocksRead", "Transport/Close/OperationsFail"},
@@ -119,16 +119,12 @@ func transportEndingCases() []transportCase {
 		},
 		{
 			name: "ClosedListenerFailsWithoutErrClosed",
-			faults: transportFaults{accept: func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error) {
-				c, err := l.Listener.Accept(ctx)
+			faults: transportFaults{accept: transportAcceptFailing(func(ctx context.Context, err error) error {
 				if errors.Is(err, kernel.ErrClosed) {
-					return nil, errors.New("accept tcp: use of closed network connection")
+					return errors.New("accept tcp: use of closed network connection")
 				}
-				if err != nil {
-					return nil, err
-				}
-				return l.tr.wrap(c), nil
-			}},
+				return err
+			})},
 			caught: []string{"Transport/Close/UnblocksAccept"},
 			says: [][2]string{
 				{"Transport/Close/UnblocksAccept", "an Accept pending when the listener closed returned accept tcp"},
@@ -198,16 +194,12 @@ func transportEndingCases() []transportCase {
 		},
 		{
 			name: "AcceptTimesOutWithItsOwnError",
-			faults: transportFaults{accept: func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error) {
-				c, err := l.Listener.Accept(ctx)
-				if err != nil && ctx.Err() != nil {
-					return nil, errors.New("accept tcp: i/o timeout")
+			faults: transportFaults{accept: transportAcceptFailing(func(ctx context.Context, err error) error {
+				if ctx.Err() != nil {
+					return errors.New("accept tcp: i/o timeout")
 				}
-				if err != nil {
-					return nil, err
-				}
-				return l.tr.wrap(c), nil
-			}},
+				return err
+			})},
 			caught: []string{"Transport/Deadline/Accept"},
 			says:   [][2]string{{"Transport/Deadline/Accept", "want ctx's error"}},
 		},
@@ -216,13 +208,25 @@ func transportEndingCases() []transportCase {
 
 // transportAtTheEnd is a ReadFrame that returns end's outcome instead of
 // the error that says the connection is over, closed here or by the peer.
-func transportAtTheEnd(end func(error) (*kernel.Frame, error)) func(context.Context, *transportFaultyConn) (*kernel.Frame, error) {
+func transportAtTheEnd(end func() (*kernel.Frame, error)) func(context.Context, *transportFaultyConn) (*kernel.Frame, error) {
 	return func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
 		f, err := c.Conn.ReadFrame(ctx)
 		if errors.Is(err, kernel.ErrClosed) || errors.Is(err, kernel.ErrPeerGone) {
-			return end(err)
+			return end()
 		}
 		return f, err
+	}
+}
+
+// transportAcceptFailing is an Accept that fails with fail's error where
+// the listener's Accept failed.
+func transportAcceptFailing(fail func(ctx context.Context, err error) error) func(context.Context, *transportFaultyListener) (kernel.Conn, error) {
+	return func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error) {
+		c, err := l.Listener.Accept(ctx)
+		if err != nil {
+			return nil, fail(ctx, err)
+		}
+		return l.tr.wrap(c), nil
 	}
 }
 
