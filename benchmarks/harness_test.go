@@ -497,3 +497,24 @@ func TestRuntimeEnvNamesWhatTheEnvironmentSets(t *testing.T) {
 		t.Errorf("GOGC and GOMEMLIMIT set: %q", got)
 	}
 }
+
+// A ratio prints n/a without a divisor, 0.00× only for a zero dividend,
+// and <0.01× for one too small for two decimals: a peer that finished a
+// handful of calls in a round (TestGeneratedSystems on a loaded CI
+// machine) must not read as a figure that was not measured.
+func TestFmtRatio(t *testing.T) {
+	for _, c := range []struct {
+		a, b float64
+		want string
+	}{
+		{1, 0, "n/a"},
+		{0, 5, "0.00×"},
+		{1, 250, "<0.01×"},
+		{1, 200, "0.01×"},
+		{3, 2, "1.50×"},
+	} {
+		if got := fmtRatio(c.a, c.b); got != c.want {
+			t.Errorf("fmtRatio(%g, %g) = %q, want %q", c.a, c.b, got, c.want)
+		}
+	}
+}

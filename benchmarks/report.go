@@ -418,9 +418,15 @@ func fmtAllocRatio(a, b float64) string {
 }
 
 // fmtRatio prints a/b, or n/a when b is zero (a peer that allocated nothing).
+// A ratio above zero that two decimals would show as 0.00× (a peer that
+// finished a handful of calls in a round, each charged with the round's
+// allocations) prints as <0.01×: 0.00× means a is zero.
 func fmtRatio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
+	}
+	if r := a / b; r > 0 && r < 0.005 {
+		return "<0.01×"
 	}
 	return fmt.Sprintf("%.2f×", a/b)
 }
