@@ -99,9 +99,11 @@ type TransportConfig struct {
 //   - Close/UnblocksRead, Close/UnblocksPeerRead: Close wakes a pending
 //     ReadFrame on its own side (error wrapping kernel.ErrClosed) and on the
 //     peer's. Close/UnblocksWrite, Close/UnblocksPeerWrite: the same for a
-//     WriteFrame blocked on a peer that reads nothing. Close/OperationsFail: ReadFrame and WriteFrame after Close fail
-//     with kernel.ErrClosed, Done is closed and Err is set. Close/Twice:
-//     Close is idempotent and safe from two goroutines at once.
+//     WriteFrame blocked on a peer that reads nothing.
+//     Close/OperationsFail: ReadFrame and WriteFrame after Close fail with
+//     kernel.ErrClosed, Done is closed and Err is set. Close/Twice: Close
+//     is idempotent and safe from two goroutines at once; each Close
+//     returns within the patience and does not panic.
 //     Close/UnblocksAccept: a listener's Close wakes Accept with
 //     kernel.ErrClosed. Close/ListenerLeavesConns: accepted connections
 //     outlive their listener.
@@ -136,6 +138,10 @@ type TransportConfig struct {
 //     apply to every transport: one that does not declare
 //     kernel.TransportCapabilities.LendsMemory must not reuse its memory
 //     at all.
+//
+// Errors wrap the sentinel or context error named, not a socket's own. A
+// ReadFrame that returns neither a frame nor an error fails whichever
+// check it happens in.
 //
 // The leak checks count every goroutine started and descriptor opened
 // while they run, so Transport must not run in parallel with other tests.

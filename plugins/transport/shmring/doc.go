@@ -104,8 +104,9 @@
 // means a TLB shootdown on each side (some 25-60 µs in a VM). In the
 // harness's short mode (a client per call) shm-ring did 2.5k calls/s at
 // 1 caller against tcp-lv's 4.0k, with 295 µs of client CPU a call
-// against 176 (benchmarks/results/2026-12-06T00-39-41Z.md). Keep
-// shm-ring connections long: a client shared by its callers, as the
+// against 176 (benchmarks/results/2026-12-06T00-39-41Z.md); on another
+// VM, where unmapping cost more, 909 against 4.4k (2026-12-06T03-10-43Z).
+// Keep shm-ring connections long: a client shared by its callers, as the
 // engine's pools make it.
 //
 // # Trust
