@@ -360,7 +360,14 @@ func (c *conn) writeTaken() error {
 func (c *conn) write(b []byte) error {
 	c.writes++
 	c.setWriteDeadline()
-	if _, err := c.nc.Write(b); err != nil {
+	var err error
+	if c.sock != nil {
+		bufs := [1][]byte{b}
+		c.rawIov, err = c.sock.writev(bufs[:], c.rawIov)
+	} else {
+		_, err = c.nc.Write(b)
+	}
+	if err != nil {
 		return c.writeFailed(err)
 	}
 	return nil
@@ -370,8 +377,13 @@ func (c *conn) write(b []byte) error {
 func (c *conn) writev() error {
 	c.writes++
 	c.setWriteDeadline()
-	c.iovw = c.iov
-	_, err := c.iovw.WriteTo(c.nc)
+	var err error
+	if c.sock != nil {
+		c.rawIov, err = c.sock.writev(c.iov, c.rawIov)
+	} else {
+		c.iovw = c.iov
+		_, err = c.iovw.WriteTo(c.nc)
+	}
 	clear(c.iov) // the payloads go back to the pool: keep no reference
 	c.iov = c.iov[:0]
 	if err != nil {
