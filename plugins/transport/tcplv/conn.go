@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -82,14 +81,13 @@ type conn struct {
 
 	// Write side. wmu is held by whoever writes to the socket.
 	wmu       sync.Mutex
-	scratch   []byte          // a direct write: header and small payload
-	iov       net.Buffers     // writev segments; the backing array is reused
-	iovw      net.Buffers     // the copy WriteTo consumes; a field, so taking its address allocates nothing
-	sock      *rawSocket      // nc's socket read and written raw, where it can be (nil: through nc)
-	rawIov    []syscall.Iovec // sock's writev segments; the backing array is reused
-	wq        frameQueue      // the batch being written
-	writes    uint64          // write calls made, and frames written by them: the
-	framesOut uint64          // coalescing ratio, read by tests
+	scratch   []byte      // a direct write: header and small payload
+	iov       net.Buffers // writev segments; the backing array is reused
+	iovw      net.Buffers // the copy WriteTo consumes; a field, so taking its address allocates nothing
+	sock      rawSocket   // nc's socket read and written raw, where it can be (sock.ok)
+	wq        frameQueue  // the batch being written
+	writes    uint64      // write calls made, and frames written by them: the
+	framesOut uint64      // coalescing ratio, read by tests
 	// writeDeadline is the socket's write deadline, as time since
 	// clockBase (0: not set yet); see setWriteDeadline.
 	writeDeadline time.Duration
@@ -144,7 +142,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		done:   make(chan struct{}),
 	}
 	c.pool.init(t.buffers)
-	c.sock = newRawSocket(nc)
+	c.sock.init(nc)
 	c.br = getReader(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
 	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)
@@ -199,7 +197,7 @@ type socketReader struct{ c *conn }
 func (r socketReader) Read(p []byte) (int, error) {
 	var n int
 	var err error
-	if r.c.sock != nil {
+	if r.c.sock.ok() {
 		n, err = r.c.sock.read(p)
 	} else {
 		n, err = r.c.nc.Read(p)

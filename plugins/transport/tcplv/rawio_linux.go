@@ -34,27 +34,31 @@ type rawSocket struct {
 	rn      int
 	rerr    syscall.Errno
 	readFn  func(fd uintptr) bool
-	wiov    []syscall.Iovec
+	wiov    []syscall.Iovec // what is left to write
 	werr    syscall.Errno
 	writeFn func(fd uintptr) bool
+	iov     []syscall.Iovec // the segments' backing array, reused
+	iovs    [2]syscall.Iovec
 }
 
-// newRawSocket returns nil where the connection cannot be read raw (not a
-// *net.TCPConn).
-func newRawSocket(nc net.Conn) *rawSocket {
+// init readies s for nc; s.ok then reports whether nc can be read and
+// written raw (a *net.TCPConn).
+func (s *rawSocket) init(nc net.Conn) {
 	sc, ok := nc.(*net.TCPConn)
 	if !ok {
-		return nil
+		return
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return nil
+		return
 	}
-	s := &rawSocket{rc: rc}
+	s.rc = rc
 	s.readFn = s.readOnce
 	s.writeFn = s.writeOnce
-	return s
+	s.iov = s.iovs[:0]
 }
+
+func (s *rawSocket) ok() bool { return s.rc != nil }
 
 func (s *rawSocket) readOnce(fd uintptr) bool {
 	for {
@@ -131,8 +135,8 @@ func (s *rawSocket) consume(n int) {
 }
 
 // writev writes every byte of bufs, as net.Buffers.WriteTo does.
-func (s *rawSocket) writev(bufs [][]byte, iov []syscall.Iovec) ([]syscall.Iovec, error) {
-	iov = iov[:0]
+func (s *rawSocket) writev(bufs ...[]byte) error {
+	iov := s.iov[:0]
 	for _, b := range bufs {
 		if len(b) > 0 {
 			v := syscall.Iovec{Base: unsafe.SliceData(b)}
@@ -144,9 +148,10 @@ func (s *rawSocket) writev(bufs [][]byte, iov []syscall.Iovec) ([]syscall.Iovec,
 	raceIOEdge()
 	err := s.rc.Write(s.writeFn)
 	s.wiov = nil
-	clear(iov)
+	clear(iov) // the buffers go back to their pool: keep no reference
+	s.iov = iov
 	if err == nil && s.werr != 0 {
 		err = os.NewSyscallError("writev", s.werr)
 	}
-	return iov, err
+	return err
 }

@@ -37,8 +37,8 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 
 func rawOf(t *testing.T, c net.Conn) *rawSocket {
 	t.Helper()
-	s := newRawSocket(c)
-	if s == nil {
+	s := new(rawSocket)
+	if s.init(c); !s.ok() {
 		t.Fatalf("no raw socket for a %T", c)
 	}
 	return s
@@ -46,12 +46,13 @@ func rawOf(t *testing.T, c net.Conn) *rawSocket {
 
 func TestPlainTCPConnectionsAreReadAndWrittenRaw(t *testing.T) {
 	client, server := connPair(t, testOptions())
-	if client.sock == nil || server.sock == nil {
-		t.Fatalf("raw sockets: client %v, server %v; want both (a plain TCP connection)", client.sock != nil, server.sock != nil)
+	if !client.sock.ok() || !server.sock.ok() {
+		t.Fatalf("raw sockets: client %v, server %v; want both (a plain TCP connection)", client.sock.ok(), server.sock.ok())
 	}
 	a, _ := net.Pipe()
 	defer a.Close()
-	if newRawSocket(a) != nil {
+	var s rawSocket
+	if s.init(a); s.ok() {
 		t.Fatal("a net.Pipe got a raw socket; only *net.TCPConn may")
 	}
 }
@@ -79,7 +80,7 @@ func TestRawWritevSendsEveryByteInOrderPastIOVMaxAndAFullSocket(t *testing.T) {
 		all, _ := io.ReadAll(b)
 		got <- all
 	}()
-	if _, err := s.writev(bufs, nil); err != nil {
+	if err := s.writev(bufs...); err != nil {
 		t.Fatalf("writev: %v", err)
 	}
 	a.CloseWrite()
@@ -144,7 +145,7 @@ func TestRawWritevToAResetPeerFails(t *testing.T) {
 	payload := [][]byte{make([]byte, 64<<10)}
 	var err error
 	for range 100 { // the first writes may land before the reset does
-		if _, err = s.writev(payload, nil); err != nil {
+		if err = s.writev(payload...); err != nil {
 			break
 		}
 		time.Sleep(time.Millisecond)

@@ -2,19 +2,14 @@
 
 package tcplv
 
-import (
-	"net"
-	"syscall"
-)
+import "net"
 
 // rawSocket is Linux's alone (rawio_linux.go); elsewhere every connection
 // goes through net.Conn.
 type rawSocket struct{}
 
-func newRawSocket(net.Conn) *rawSocket { return nil }
+func (*rawSocket) init(net.Conn) {}
+func (*rawSocket) ok() bool      { return false }
 
 func (*rawSocket) read([]byte) (int, error) { panic("tcp-lv: no raw socket on this system") }
-
-func (*rawSocket) writev([][]byte, []syscall.Iovec) ([]syscall.Iovec, error) {
-	panic("tcp-lv: no raw socket on this system")
-}
+func (*rawSocket) writev(...[]byte) error   { panic("tcp-lv: no raw socket on this system") }

@@ -361,9 +361,8 @@ func (c *conn) write(b []byte) error {
 	c.writes++
 	c.setWriteDeadline()
 	var err error
-	if c.sock != nil {
-		bufs := [1][]byte{b}
-		c.rawIov, err = c.sock.writev(bufs[:], c.rawIov)
+	if c.sock.ok() {
+		err = c.sock.writev(b)
 	} else {
 		_, err = c.nc.Write(b)
 	}
@@ -378,8 +377,8 @@ func (c *conn) writev() error {
 	c.writes++
 	c.setWriteDeadline()
 	var err error
-	if c.sock != nil {
-		c.rawIov, err = c.sock.writev(c.iov, c.rawIov)
+	if c.sock.ok() {
+		err = c.sock.writev(c.iov...)
 	} else {
 		c.iovw = c.iov
 		_, err = c.iovw.WriteTo(c.nc)
