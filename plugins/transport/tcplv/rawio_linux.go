@@ -35,7 +35,7 @@ type rawSocket struct {
 	rerr    syscall.Errno
 	readFn  func(fd uintptr) bool
 	wiov    []syscall.Iovec // what is left to write
-	werr    syscall.Errno
+	werr    error
 	writeFn func(fd uintptr) bool
 	iov     []syscall.Iovec // the segments' backing array, reused
 	iovs    [2]syscall.Iovec
@@ -109,7 +109,13 @@ func (s *rawSocket) writeOnce(fd uintptr) bool {
 		case syscall.EAGAIN:
 			return false
 		default:
-			s.werr = e
+			s.werr = os.NewSyscallError("writev", e)
+			return true
+		}
+		if r == 0 {
+			// No progress and no error: what net's writev reports so,
+			// rather than trying again for ever.
+			s.werr = io.ErrUnexpectedEOF
 			return true
 		}
 		s.consume(int(r))
@@ -117,7 +123,8 @@ func (s *rawSocket) writeOnce(fd uintptr) bool {
 	return true
 }
 
-// consume drops n written bytes from the front of wiov.
+// consume drops n written bytes from the front of wiov, whose segments
+// are none of them empty.
 func (s *rawSocket) consume(n int) {
 	for n > 0 {
 		v := &s.wiov[0]
@@ -127,9 +134,6 @@ func (s *rawSocket) consume(n int) {
 			return
 		}
 		n -= int(v.Len)
-		s.wiov = s.wiov[1:]
-	}
-	for len(s.wiov) > 0 && s.wiov[0].Len == 0 {
 		s.wiov = s.wiov[1:]
 	}
 }
@@ -144,14 +148,14 @@ func (s *rawSocket) writev(bufs ...[]byte) error {
 			iov = append(iov, v)
 		}
 	}
-	s.wiov, s.werr = iov, 0
+	s.wiov, s.werr = iov, nil
 	raceIOEdge()
 	err := s.rc.Write(s.writeFn)
 	s.wiov = nil
 	clear(iov) // the buffers go back to their pool: keep no reference
 	s.iov = iov
-	if err == nil && s.werr != 0 {
-		err = os.NewSyscallError("writev", s.werr)
+	if err == nil {
+		err = s.werr
 	}
 	return err
 }
