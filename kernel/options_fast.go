@@ -284,7 +284,7 @@ func treeUint(x any) (uint64, bool) {
 func treeFloat(x any) (float64, bool) {
 	switch x := x.(type) {
 	case int:
-		return float64(x), x > -exactFloat && x < exactFloat
+		return float64(x), int64(x) > -exactFloat && int64(x) < exactFloat
 	case int64:
 		return float64(x), x > -exactFloat && x < exactFloat
 	case uint64:
