@@ -425,10 +425,11 @@ func fmtRatio(a, b float64) string {
 	if b == 0 {
 		return "n/a"
 	}
-	if r := a / b; r > 0 && r < 0.005 {
+	r := a / b
+	if r > 0 && r < 0.005 {
 		return "<0.01×"
 	}
-	return fmt.Sprintf("%.2f×", a/b)
+	return fmt.Sprintf("%.2f×", r)
 }
 
 // sizeName prints a payload size as it is written on the command line.

@@ -32,7 +32,7 @@ type rawSocket struct {
 	// are made once, not once a call.
 	rbuf    []byte
 	rn      int
-	rerr    syscall.Errno
+	rerr    error
 	readFn  func(fd uintptr) bool
 	wiov    []syscall.Iovec // what is left to write
 	werr    error
@@ -65,14 +65,14 @@ func (s *rawSocket) readOnce(fd uintptr) bool {
 		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(s.rbuf))), uintptr(len(s.rbuf)))
 		switch e {
 		case 0:
-			s.rn, s.rerr = int(r), 0
+			s.rn, s.rerr = int(r), nil
 			return true
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false
 		default:
-			s.rn, s.rerr = 0, e
+			s.rn, s.rerr = 0, os.NewSyscallError("read", e)
 			return true
 		}
 	}
@@ -87,8 +87,8 @@ func (s *rawSocket) read(p []byte) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err
-	case s.rerr != 0:
-		return 0, os.NewSyscallError("read", s.rerr)
+	case s.rerr != nil:
+		return 0, s.rerr
 	case s.rn == 0:
 		return 0, io.EOF
 	}
