@@ -25,6 +25,7 @@ type Client struct {
 	registry  kernel.Registry
 	balancer  kernel.Balancer
 	plugins   *plugins
+	headroom  headroomHold
 	// callChains and attemptChains are nil when no filter runs in that
 	// stage: the call then costs no chain at all.
 	callChains    *filterChains
@@ -87,6 +88,7 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 		return nil, err
 	}
 	c.plugins = ps
+	c.headroom = headroomHold{size: int(*cfg.GCHeadroom), log: c.log.get}
 	c.transport, c.codec, c.registry, c.balancer = ps.transport, ps.codec, ps.registry, ps.balancer
 	if len(ps.callFilters) > 0 {
 		c.callChains = newFilterChains(ps.callFilters, c.attemptFromChain)
@@ -135,6 +137,7 @@ func (c *Client) Close() error {
 	// none feeds a closed balancer.
 	<-c.watchDone
 	c.plugins.close(c.log.get)
+	c.headroom.release()
 	return nil
 }
 

@@ -19,8 +19,9 @@ import (
 // writes its request and reads its reply itself, with no goroutine hand-off
 // at all, while 64 callers still share one connection.
 type clientConn struct {
-	conn kernel.Conn
-	log  *lazyLogger
+	conn     kernel.Conn
+	log      *lazyLogger
+	headroom *headroomHold // the client's
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -331,6 +332,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 			cc.fail(err)
 			return false
 		}
+		cc.headroom.noteFrame(len(f.Payload))
 		switch f.Type {
 		case kernel.FrameResponse:
 			cc.mu.Lock()

@@ -38,6 +38,12 @@ type Config struct {
 	Server    ServerConfig   `json:"server"`
 	Client    ClientConfig   `json:"client"`
 	Streams   StreamConfig   `json:"streams"`
+	// GCHeadroom is the heap the process keeps in reserve, unused, while a
+	// Server or Client that has read a large message (32KiB or more) is
+	// open, so that the Go collector runs less often: unset means
+	// DefaultGCHeadroom (16MiB), 0 none. It is ignored when GOGC or
+	// GOMEMLIMIT is set. See gcheadroom.go and docs/performance.md.
+	GCHeadroom *kernel.Size `json:"gc_headroom"`
 
 	// Source is the file the config came from, for error messages.
 	Source string `json:"-"`
@@ -230,6 +236,10 @@ func (c *Config) applyDefaults() {
 		two := 2
 		c.Client.Retries = &two
 	}
+	if c.GCHeadroom == nil {
+		h := kernel.Size(DefaultGCHeadroom)
+		c.GCHeadroom = &h
+	}
 }
 
 // validate checks the whole config: its fields, then every plugin it
@@ -255,6 +265,9 @@ func (c *Config) validateFields() error {
 	}
 	if c.Client.Timeout < 0 {
 		return c.errorf("client.timeout", "must not be negative, got %s", c.Client.Timeout)
+	}
+	if h := *c.GCHeadroom; h < 0 || h > maxGCHeadroom {
+		return c.errorf("gc_headroom", "must be between 0 (none) and 1GiB, got %s (unset means the default, 16MiB)", h)
 	}
 	if *c.Client.Retries < 0 {
 		return c.errorf("client.retries", "must not be negative, got %d", *c.Client.Retries)

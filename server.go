@@ -24,6 +24,7 @@ type Server struct {
 	registry  kernel.Registry
 	filters   []configuredFilter
 	plugins   *plugins // everything built from config, closed on shutdown
+	headroom  headroomHold
 
 	mu       sync.Mutex
 	methods  map[string]*methodDesc
@@ -99,6 +100,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		return nil, err
 	}
 	s.plugins = ps
+	s.headroom = headroomHold{size: int(*cfg.GCHeadroom), log: s.logger}
 	s.transport, s.codec, s.registry = ps.transport, ps.codec, ps.registry
 	s.others.Store(&map[string]codecEntry{})
 	s.filters = ps.callFilters
@@ -411,6 +413,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		s.cancelBase()
 		s.plugins.close(s.logger)
 		s.closeOtherCodecs()
+		s.headroom.release()
 		return nil
 	}
 	var errs []error
@@ -448,6 +451,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.stopAdmin(ctx)
 	s.plugins.close(s.logger)
 	s.closeOtherCodecs()
+	s.headroom.release()
 	s.log.Info("stopped")
 	return errors.Join(errs...)
 }

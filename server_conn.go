@@ -129,6 +129,7 @@ func (sc *serverConn) readLoop() {
 			sc.close(err)
 			return
 		}
+		sc.srv.headroom.noteFrame(len(f.Payload))
 		switch f.Type {
 		case kernel.FrameRequest:
 			desc := sc.srv.methods[f.Method]

@@ -33,11 +33,17 @@ import (
 // run by default, is the default path held to one connection per
 // instance (client.max_pool_size 1): beside kernrpc in one run, it
 // measures what spreading large calls over a second connection gains.
+// kernrpc-nohead, not run by default either, is the default path with
+// gc_headroom 0 on both sides: what the GC headroom kernrpc keeps while it
+// moves large messages gains. Run it without the other kernrpc systems:
+// once one of their clients has read a large answer, this process keeps
+// the headroom for a while, and every client here runs with it.
 
 func init() {
 	registerKernRPC("kernrpc", "kernrpc", kernrpcVariant{codec: kernrpc.DefaultCodec})
 	registerKernRPC("kernrpc-tuned", "kernrpc tuned", kernrpcVariant{codec: kernrpc.DefaultCodec, vt: true, tuned: true})
 	registerKernRPC("kernrpc-1conn", "kernrpc 1 conn", kernrpcVariant{codec: kernrpc.DefaultCodec, oneConn: true})
+	registerKernRPC("kernrpc-nohead", "kernrpc no GC headroom", kernrpcVariant{codec: kernrpc.DefaultCodec, noHeadroom: true})
 }
 
 // kernrpcService is the service name both sides agree on.
@@ -54,6 +60,8 @@ type kernrpcVariant struct {
 	tuned bool
 	// oneConn: the client keeps to one connection per instance.
 	oneConn bool
+	// noHeadroom: gc_headroom 0 on both sides.
+	noHeadroom bool
 }
 
 func registerKernRPC(name, label string, v kernrpcVariant) {
@@ -66,6 +74,10 @@ func (v kernrpcVariant) config() *kernrpc.Config {
 	cfg.Codec.Name = v.codec
 	if v.transport != "" {
 		cfg.Transport.Name = v.transport
+	}
+	if v.noHeadroom {
+		none := kernel.Size(0)
+		cfg.GCHeadroom = &none
 	}
 	return cfg
 }

@@ -225,6 +225,8 @@ func (b *benchmark) ratioPairs() [][2]int {
 	}
 	add("kernrpc-tuned", "kernrpc")
 	add("kernrpc", "kernrpc-1conn")
+	add("kernrpc", "kernrpc-nohead")
+	add("kernrpc-nohead", "grpc")
 	add("kernrpc-gen", "kernrpc")
 	add("kernrpc-tuned", "kernrpc-gen")
 	add("grpc-gen", "grpc")

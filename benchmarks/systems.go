@@ -49,7 +49,7 @@ type callFunc func(ctx context.Context) (echoed int, err error)
 // systemOrder is the order systems run in within a cell and appear in
 // tables; kernrpc first (its default path, then tuned), then its peers.
 var systemOrder = []string{
-	"kernrpc", "kernrpc-1conn", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned", "kernrpc-gen",
+	"kernrpc", "kernrpc-1conn", "kernrpc-nohead", "kernrpc-tuned", "kernrpc-shm", "kernrpc-shm-tuned", "kernrpc-gen",
 	"kernrpc-json", "kernrpc-msgpack", "kernrpc-flatbuffers",
 	"grpc", "grpc-gen", "netrpc", "bare-tcp", "bare-tcp-pb", "bare-shm", "bare-shm-pb",
 }

@@ -1,0 +1,164 @@
+package kernrpc
+
+import (
+	"log/slog"
+	"math"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Why kernrpc keeps GC headroom (config key gc_headroom, default
+// DefaultGCHeadroom): Go's collector starts a cycle once the heap has grown
+// by GOGC percent over what the last cycle found live, but never below
+// 4 MiB. A service whose live heap is a few MiB and which decodes large
+// messages, each bytes field into a fresh slice as protobuf-go decodes,
+// therefore collects hundreds of times a second: at 64 KiB a call, every
+// process collects every 40-odd calls, and the collector, the scavenger
+// handing freed pages back to the kernel and the page faults taking them
+// again cost more CPU than the call (docs/performance.md, "GC headroom").
+//
+// The headroom is a pointer-free allocation the process keeps reachable
+// and never writes. It counts as live heap, so the collector lets about
+// twice its size more grow between cycles; the collector has nothing to
+// scan in it; and memory fresh from the kernel is zero already, so its
+// pages are not made resident unless the runtime hands it memory it used
+// before (then up to its size of resident memory).
+//
+// A program that sets GOGC or GOMEMLIMIT (in the environment or through
+// runtime/debug) has chosen its own collector settings: kernrpc then takes
+// no headroom.
+
+// DefaultGCHeadroom is gc_headroom's default: 16 MiB.
+const DefaultGCHeadroom = 16 << 20
+
+// maxGCHeadroom bounds gc_headroom.
+const maxGCHeadroom = 1 << 30
+
+// largeFrame is the payload size from which a frame counts as large: the
+// size from which Go allocates each object on pages of its own.
+const largeFrame = 32 << 10
+
+// headroomLinger is how long the process keeps its headroom once the last
+// Server or Client holding it has closed: a program that makes a client
+// per call would otherwise allocate it anew, and cleared, each time.
+var headroomLinger = 30 * time.Second
+
+// gcHeadroom is the process's headroom, held for as long as any open Server
+// or Client that has read a large frame holds it. It is the one piece of
+// process-wide state in the engine outside the plugin table: the collector
+// it serves is the process's, and one reservation per Server or Client
+// would multiply it.
+type gcHeadroom struct {
+	mu      sync.Mutex
+	holders int
+	mem     []byte
+	drop    *time.Timer
+	dropGen uint64 // tells a stale drop timer from the current one
+}
+
+var processHeadroom gcHeadroom
+
+// acquire adds a holder and grows the headroom to size, reporting false
+// (holding nothing) when the program set its own collector settings.
+func (h *gcHeadroom) acquire(size int) bool {
+	if gcTunedByProgram() {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holders++
+	if h.drop != nil {
+		h.drop.Stop()
+		h.drop = nil
+		h.dropGen++
+	}
+	if len(h.mem) < size {
+		h.mem = make([]byte, size)
+	}
+	return true
+}
+
+// release drops a holder; the last one leaves the headroom to be dropped
+// after headroomLinger, unless a holder comes back first.
+func (h *gcHeadroom) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holders--
+	if h.holders > 0 {
+		return
+	}
+	h.dropGen++
+	gen := h.dropGen
+	h.drop = time.AfterFunc(headroomLinger, func() { h.dropIf(gen) })
+}
+
+func (h *gcHeadroom) dropIf(gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dropGen == gen && h.holders == 0 {
+		h.mem, h.drop = nil, nil
+	}
+}
+
+// size is how much headroom the process holds now.
+func (h *gcHeadroom) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.mem)
+}
+
+// gcTunedByProgram reports whether GOGC or the memory limit differ from
+// the runtime's defaults, as set by the environment or by runtime/debug.
+func gcTunedByProgram() bool {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
+		return true // a runtime that cannot say: leave its collector alone
+	}
+	return s[0].Value.Uint64() != 100 || s[1].Value.Uint64() != math.MaxInt64
+}
+
+// headroomHold is one Server's or Client's part in the process's headroom:
+// taken at the first large frame it reads (a service of small messages
+// never takes it), given back when it closes.
+type headroomHold struct {
+	size  int // gc_headroom; 0 takes none
+	log   func() *slog.Logger
+	tried atomic.Bool // set once taken, refused, or closed: the read path's one check
+	mu    sync.Mutex
+	held  bool
+}
+
+// noteFrame is called with the payload size of every frame read.
+func (h *headroomHold) noteFrame(payload int) {
+	if payload >= largeFrame && !h.tried.Load() {
+		h.take()
+	}
+}
+
+func (h *headroomHold) take() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tried.Swap(true) || h.size <= 0 {
+		return
+	}
+	h.held = processHeadroom.acquire(h.size)
+	if h.held {
+		h.log().Debug("large messages: keeping GC headroom while open (gc_headroom)", "bytes", h.size)
+	} else {
+		h.log().Debug("large messages: no GC headroom taken, as GOGC or GOMEMLIMIT is set")
+	}
+}
+
+// release gives the hold back, once; after it the hold takes nothing.
+func (h *headroomHold) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tried.Store(true)
+	if h.held {
+		h.held = false
+		processHeadroom.release()
+	}
+}
