@@ -1,0 +1,163 @@
+package kernrpc_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// headroomPair starts an echo server and a client of it with the given
+// gc_headroom (nil: the default).
+func headroomPair(t *testing.T, headroom *kernel.Size) (*kernrpc.Server, *kernrpc.Client) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.GCHeadroom = headroom
+	return startServer(t, cfg, nil), newClient(t, cfg)
+}
+
+func echoOnce(t *testing.T, cli *kernrpc.Client, size int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &echopb.Echo{Payload: bytes.Repeat([]byte{3}, size)}
+	var resp echopb.Echo
+	if err := cli.Call(ctx, "Echo.Echo", req, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(resp.Payload, req.Payload) {
+		t.Fatalf("echo of %d bytes came back as %d bytes", size, len(resp.Payload))
+	}
+}
+
+// skipIfGCTuned skips a test that needs the runtime's default collector
+// settings, which GOGC or GOMEMLIMIT in the test's environment change.
+func skipIfGCTuned(t *testing.T) {
+	if kernrpc.GCTunedByProgram() {
+		t.Skip("GOGC or GOMEMLIMIT is set: kernrpc takes no GC headroom then")
+	}
+}
+
+func heapGoal() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// Small calls take no headroom; the first large frame each side reads
+// takes it, which raises the collector's heap goal by twice its size; and
+// closing gives it back.
+func TestGCHeadroomIsTakenAtTheFirstLargeMessage(t *testing.T) {
+	skipIfGCTuned(t)
+	before := kernrpc.HeadroomHolders()
+	srv, cli := headroomPair(t, nil)
+	echoOnce(t, cli, 16)
+	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
+		t.Fatalf("16 B calls took GC headroom: server %v, client %v", srv.HoldsHeadroom(), cli.HoldsHeadroom())
+	}
+	echoOnce(t, cli, kernrpc.LargeFrame)
+	if !srv.HoldsHeadroom() || !cli.HoldsHeadroom() {
+		t.Fatalf("after a %d-byte call: server holds headroom %v, client %v; want both", kernrpc.LargeFrame, srv.HoldsHeadroom(), cli.HoldsHeadroom())
+	}
+	if got := kernrpc.HeadroomHolders() - before; got != 2 {
+		t.Fatalf("the process counts %d new holders, want 2 (server and client)", got)
+	}
+	if got := kernrpc.HeadroomSize(); got < kernrpc.DefaultGCHeadroom {
+		t.Fatalf("the process keeps %d bytes of headroom, want at least %d", got, kernrpc.DefaultGCHeadroom)
+	}
+	runtime.GC()
+	if goal := heapGoal(); goal < 2*kernrpc.DefaultGCHeadroom {
+		t.Fatalf("heap goal after a collection is %d bytes; with %d bytes of headroom live it should be at least twice that", goal, kernrpc.DefaultGCHeadroom)
+	}
+
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
+		t.Fatal("a closed server or client still holds GC headroom")
+	}
+	if got := kernrpc.HeadroomHolders(); got != before {
+		t.Fatalf("after Close and Shutdown the process counts %d holders, want %d as before", got, before)
+	}
+}
+
+func TestGCHeadroomZeroTakesNone(t *testing.T) {
+	zero := kernel.Size(0)
+	srv, cli := headroomPair(t, &zero)
+	echoOnce(t, cli, 64<<10)
+	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
+		t.Fatal("gc_headroom: 0 took headroom")
+	}
+}
+
+// A program that set GOGC (or a memory limit) has chosen its collector's
+// settings; kernrpc leaves them alone.
+func TestGCHeadroomLeavesAProgramsOwnGCSettingsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func() (restore func())
+	}{
+		{"GOGC 200", func() func() { old := debug.SetGCPercent(200); return func() { debug.SetGCPercent(old) } }},
+		{"memory limit 1GiB", func() func() { old := debug.SetMemoryLimit(1 << 30); return func() { debug.SetMemoryLimit(old) } }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(tc.set())
+			srv, cli := headroomPair(t, nil)
+			echoOnce(t, cli, 64<<10)
+			if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
+				t.Fatalf("with %s set, kernrpc took GC headroom", tc.name)
+			}
+		})
+	}
+}
+
+func TestGCHeadroomConfigErrors(t *testing.T) {
+	for _, v := range []kernel.Size{-1, 2 << 30} {
+		cfg := kernrpc.DefaultConfig()
+		cfg.Source = "svc.yaml"
+		cfg.GCHeadroom = &v
+		_, err := kernrpc.NewServer(cfg)
+		if err == nil || !strings.Contains(err.Error(), "gc_headroom") || !strings.Contains(err.Error(), "svc.yaml") {
+			t.Errorf("gc_headroom %d: err %v, want one naming gc_headroom and svc.yaml", v, err)
+		}
+	}
+}
+
+// gc_headroom: 0 in a file means none, not the default.
+func TestGCHeadroomFromAFile(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  kernel.Size
+	}{{"0", 0}, {"64MiB", 64 << 20}, {"", kernrpc.DefaultGCHeadroom}} {
+		path := filepath.Join(t.TempDir(), "kernrpc.yaml")
+		body := "service: echo\n"
+		if tc.value != "" {
+			body += "gc_headroom: " + tc.value + "\n"
+		}
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := kernrpc.LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.GCHeadroom == nil || *cfg.GCHeadroom != tc.want {
+			t.Errorf("gc_headroom %q loaded as %v, want %v", tc.value, cfg.GCHeadroom, tc.want)
+		}
+	}
+}
