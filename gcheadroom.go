@@ -42,7 +42,8 @@ const largeFrame = 32 << 10
 
 // headroomLinger is how long the process keeps its headroom once the last
 // Server or Client holding it has closed: a program that makes a client
-// per call would otherwise allocate it anew, and cleared, each time.
+// per call would otherwise allocate it anew, and cleared, each time. A
+// variable so that a test can shorten it.
 var headroomLinger = 30 * time.Second
 
 // gcHeadroom is the process's headroom, held for as long as any open Server
@@ -55,7 +56,7 @@ type gcHeadroom struct {
 	holders int
 	mem     []byte
 	drop    *time.Timer
-	dropGen uint64 // tells a stale drop timer from the current one
+	dropGen uint64 // tells the last release's drop timer from earlier ones
 }
 
 var processHeadroom gcHeadroom
@@ -70,9 +71,8 @@ func (h *gcHeadroom) acquire(size int) bool {
 	defer h.mu.Unlock()
 	h.holders++
 	if h.drop != nil {
-		h.drop.Stop()
+		h.drop.Stop() // one that fired already finds a holder and keeps it
 		h.drop = nil
-		h.dropGen++
 	}
 	if len(h.mem) < size {
 		h.mem = make([]byte, size)
