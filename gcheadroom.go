@@ -152,6 +152,18 @@ func (h *headroomHold) take() {
 	}
 }
 
+// bytes is the process's headroom while this hold has it, else 0: what the
+// engine reports (server_gc_headroom_bytes, client_gc_headroom_bytes).
+func (h *headroomHold) bytes() int {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	if !held {
+		return 0
+	}
+	return processHeadroom.size()
+}
+
 // release gives the hold back, once; after it the hold takes nothing.
 func (h *headroomHold) release() {
 	h.mu.Lock()

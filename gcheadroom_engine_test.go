@@ -17,13 +17,32 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
-// headroomPair starts an echo server and a client of it with the given
-// gc_headroom (nil: the default).
-func headroomPair(t *testing.T, headroom *kernel.Size) (*kernrpc.Server, *kernrpc.Client) {
+// headroomPair is an echo server and a client of it, each with the test
+// observer, which reads the engine's state.
+type headroomPair struct {
+	srv            *kernrpc.Server
+	cli            *kernrpc.Client
+	srvObs, cliObs *observer
+}
+
+// newHeadroomPair starts a headroomPair with the given gc_headroom (nil:
+// the default).
+func newHeadroomPair(t *testing.T, headroom *kernel.Size) headroomPair {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.GCHeadroom = headroom
-	return startServer(t, cfg, nil), newClient(t, cfg)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer"}}
+	p := headroomPair{srv: startServer(t, cfg, nil), cli: newClient(t, cfg)}
+	p.srvObs, _ = kernrpc.FindPlugin[*observer](p.srv.Plugins(), "test-observer")
+	p.cliObs, _ = kernrpc.FindPlugin[*observer](p.cli.Plugins(), "test-observer")
+	return p
+}
+
+// held is the headroom each side reports holding (server_gc_headroom_bytes,
+// client_gc_headroom_bytes).
+func (p headroomPair) held(t *testing.T) (server, client float64) {
+	t.Helper()
+	return p.srvObs.readings(t)["server_gc_headroom_bytes"].Value, p.cliObs.readings(t)["client_gc_headroom_bytes"].Value
 }
 
 func echoOnce(t *testing.T, cli *kernrpc.Client, size int) {
@@ -60,36 +79,33 @@ func heapGoal() uint64 {
 func TestGCHeadroomIsTakenAtTheFirstLargeMessage(t *testing.T) {
 	skipIfGCTuned(t)
 	before := kernrpc.HeadroomHolders()
-	srv, cli := headroomPair(t, nil)
-	echoOnce(t, cli, 16)
-	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
-		t.Fatalf("16 B calls took GC headroom: server %v, client %v", srv.HoldsHeadroom(), cli.HoldsHeadroom())
+	p := newHeadroomPair(t, nil)
+	echoOnce(t, p.cli, 16)
+	if srv, cli := p.held(t); srv != 0 || cli != 0 {
+		t.Fatalf("16 B calls took GC headroom: server reports %v bytes, client %v", srv, cli)
 	}
-	echoOnce(t, cli, kernrpc.LargeFrame)
-	if !srv.HoldsHeadroom() || !cli.HoldsHeadroom() {
-		t.Fatalf("after a %d-byte call: server holds headroom %v, client %v; want both", kernrpc.LargeFrame, srv.HoldsHeadroom(), cli.HoldsHeadroom())
+	echoOnce(t, p.cli, kernrpc.LargeFrame)
+	if srv, cli := p.held(t); srv < kernrpc.DefaultGCHeadroom || cli < kernrpc.DefaultGCHeadroom {
+		t.Fatalf("after a %d-byte call the server reports %v bytes of headroom, the client %v; want both at least %d", kernrpc.LargeFrame, srv, cli, kernrpc.DefaultGCHeadroom)
 	}
 	if got := kernrpc.HeadroomHolders() - before; got != 2 {
 		t.Fatalf("the process counts %d new holders, want 2 (server and client)", got)
-	}
-	if got := kernrpc.HeadroomSize(); got < kernrpc.DefaultGCHeadroom {
-		t.Fatalf("the process keeps %d bytes of headroom, want at least %d", got, kernrpc.DefaultGCHeadroom)
 	}
 	runtime.GC()
 	if goal := heapGoal(); goal < 2*kernrpc.DefaultGCHeadroom {
 		t.Fatalf("heap goal after a collection is %d bytes; with %d bytes of headroom live it should be at least twice that", goal, kernrpc.DefaultGCHeadroom)
 	}
 
-	if err := cli.Close(); err != nil {
+	if err := p.cli.Close(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
+	if err := p.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
-		t.Fatal("a closed server or client still holds GC headroom")
+	if srv, cli := p.held(t); srv != 0 || cli != 0 {
+		t.Fatalf("closed, the server reports %v bytes of headroom, the client %v; want none", srv, cli)
 	}
 	if got := kernrpc.HeadroomHolders(); got != before {
 		t.Fatalf("after Close and Shutdown the process counts %d holders, want %d as before", got, before)
@@ -98,10 +114,10 @@ func TestGCHeadroomIsTakenAtTheFirstLargeMessage(t *testing.T) {
 
 func TestGCHeadroomZeroTakesNone(t *testing.T) {
 	zero := kernel.Size(0)
-	srv, cli := headroomPair(t, &zero)
-	echoOnce(t, cli, 64<<10)
-	if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
-		t.Fatal("gc_headroom: 0 took headroom")
+	p := newHeadroomPair(t, &zero)
+	echoOnce(t, p.cli, 64<<10)
+	if srv, cli := p.held(t); srv != 0 || cli != 0 {
+		t.Fatalf("gc_headroom: 0 took headroom: server %v bytes, client %v", srv, cli)
 	}
 }
 
@@ -117,10 +133,10 @@ func TestGCHeadroomLeavesAProgramsOwnGCSettingsAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(tc.set())
-			srv, cli := headroomPair(t, nil)
-			echoOnce(t, cli, 64<<10)
-			if srv.HoldsHeadroom() || cli.HoldsHeadroom() {
-				t.Fatalf("with %s set, kernrpc took GC headroom", tc.name)
+			p := newHeadroomPair(t, nil)
+			echoOnce(t, p.cli, 64<<10)
+			if srv, cli := p.held(t); srv != 0 || cli != 0 {
+				t.Fatalf("with %s set, kernrpc took GC headroom: server %v bytes, client %v", tc.name, srv, cli)
 			}
 		})
 	}

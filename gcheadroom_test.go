@@ -12,27 +12,12 @@ import (
 // LargeFrame is the payload size from which a frame takes GC headroom.
 const LargeFrame = largeFrame
 
-// HoldsHeadroom reports whether the server holds its part of the
-// process's GC headroom.
-func (s *Server) HoldsHeadroom() bool { return s.headroom.isHeld() }
-
-// HoldsHeadroom reports whether the client holds its part of the
-// process's GC headroom.
-func (c *Client) HoldsHeadroom() bool { return c.headroom.isHeld() }
-
 // HeadroomHolders is how many Servers and Clients hold the process's
-// headroom; HeadroomSize how many bytes it is.
+// headroom.
 func HeadroomHolders() int { return processHeadroom.holderCount() }
-func HeadroomSize() int    { return processHeadroom.size() }
 
 // GCTunedByProgram is gcTunedByProgram.
 func GCTunedByProgram() bool { return gcTunedByProgram() }
-
-func (h *headroomHold) isHeld() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.held
-}
 
 func (h *gcHeadroom) holderCount() int {
 	h.mu.Lock()

@@ -46,6 +46,8 @@ func (st serverState) ReportState(emit func(kernel.Reading)) {
 	}
 	emit(kernel.Reading{Name: "server_serving", Help: "1 while the server's health is SERVING, else 0.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: s.cfg.Service}}, Value: serving})
+	emit(kernel.Reading{Name: "server_gc_headroom_bytes", Help: "Heap the process keeps in reserve (gc_headroom) while this server holds it, since it read a large message; else 0.",
+		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: s.cfg.Service}}, Value: float64(s.headroom.bytes())})
 }
 
 // clientState is the client's own figures.
@@ -73,4 +75,6 @@ func (st clientState) ReportState(emit func(kernel.Reading)) {
 	emit(kernel.Reading{Name: "client_registry_updates_total", Help: "Reports of the service's instances the client took from the registry: the first set, then one a change.",
 		Kind: kernel.Counter, Labels: []kernel.Label{{Name: "service", Value: c.service}, {Name: "registry", Value: c.cfg.Registry.Name}},
 		Value: float64(c.registryUpdates.Load())})
+	emit(kernel.Reading{Name: "client_gc_headroom_bytes", Help: "Heap the process keeps in reserve (gc_headroom) while this client holds it, since it read a large message; else 0.",
+		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: c.service}}, Value: float64(c.headroom.bytes())})
 }
