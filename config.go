@@ -42,7 +42,8 @@ type Config struct {
 	// Server or Client that has read a large message (32KiB or more) is
 	// open, so that the Go collector runs less often: unset means
 	// DefaultGCHeadroom (16MiB), 0 none. It is ignored when GOGC or
-	// GOMEMLIMIT is set. See gcheadroom.go and docs/performance.md.
+	// GOMEMLIMIT is set, and at most a sixteenth of a container's memory
+	// limit. See gcheadroom.go and docs/performance.md.
 	GCHeadroom *kernel.Size `json:"gc_headroom"`
 
 	// Source is the file the config came from, for error messages.

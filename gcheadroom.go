@@ -28,7 +28,8 @@ import (
 //
 // A program that sets GOGC or GOMEMLIMIT (in the environment or through
 // runtime/debug) has chosen its own collector settings: kernrpc then takes
-// no headroom.
+// no headroom. In a container, the headroom is at most a sixteenth of its
+// memory limit, which the garbage it lets grow must not approach.
 
 // DefaultGCHeadroom is gc_headroom's default: 16 MiB.
 const DefaultGCHeadroom = 16 << 20
@@ -61,12 +62,15 @@ type gcHeadroom struct {
 
 var processHeadroom gcHeadroom
 
-// acquire adds a holder and grows the headroom to size, reporting false
-// (holding nothing) when the program set its own collector settings.
+// acquire adds a holder and grows the headroom to size, or to a
+// sixteenth of the process's container memory limit if that is less,
+// reporting false (holding nothing) when the program set its own collector
+// settings.
 func (h *gcHeadroom) acquire(size int) bool {
 	if gcTunedByProgram() {
 		return false
 	}
+	size = headroomWithin(size)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holders++
@@ -107,6 +111,16 @@ func (h *gcHeadroom) size() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.mem)
+}
+
+// headroomWithin is size, or a sixteenth of the memory limit of the
+// process's container (cgroup) if that is less: in a small container, the
+// headroom's garbage must not take the process near its limit.
+func headroomWithin(size int) int {
+	if limit, ok := memoryLimit(); ok && int64(size) > limit/16 {
+		return int(limit / 16)
+	}
+	return size
 }
 
 // gcTunedByProgram reports whether GOGC or the memory limit differ from
