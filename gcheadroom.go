@@ -117,11 +117,15 @@ func (h *gcHeadroom) size() int {
 // process's container (cgroup) if that is less: in a small container, the
 // headroom's garbage must not take the process near its limit.
 func headroomWithin(size int) int {
-	if limit, ok := memoryLimit(); ok && int64(size) > limit/16 {
+	if limit, ok := containerLimit(); ok && int64(size) > limit/16 {
 		return int(limit / 16)
 	}
 	return size
 }
+
+// containerLimit reads the container's memory limit once a process: a
+// program that makes a client per call must not read /proc each time.
+var containerLimit = sync.OnceValues(memoryLimit)
 
 // gcTunedByProgram reports whether GOGC or the memory limit differ from
 // the runtime's defaults, as set by the environment or by runtime/debug.
@@ -160,7 +164,7 @@ func (h *headroomHold) take() {
 	}
 	h.held = processHeadroom.acquire(h.size)
 	if h.held {
-		h.log().Debug("large messages: keeping GC headroom while open (gc_headroom)", "bytes", h.size)
+		h.log().Debug("large messages: keeping GC headroom while open (gc_headroom)", "bytes", processHeadroom.size())
 	} else {
 		h.log().Debug("large messages: no GC headroom taken, as GOGC or GOMEMLIMIT is set")
 	}
