@@ -404,6 +404,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) doShutdown(ctx context.Context) error {
 	defer close(s.stopped)
+	defer s.headroom.release()
 	s.waitStart(ctx)
 	s.mu.Lock()
 	started := s.started && s.listener != nil
@@ -413,7 +414,6 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		s.cancelBase()
 		s.plugins.close(s.logger)
 		s.closeOtherCodecs()
-		s.headroom.release()
 		return nil
 	}
 	var errs []error
@@ -451,7 +451,6 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.stopAdmin(ctx)
 	s.plugins.close(s.logger)
 	s.closeOtherCodecs()
-	s.headroom.release()
 	s.log.Info("stopped")
 	return errors.Join(errs...)
 }
