@@ -81,7 +81,9 @@
 //
 // A side that finds nothing to read polls for up to spin, yielding its
 // core between polls to any thread queued for it (on two cores, that is
-// often the peer it waits for), then declares in a word of the segment
+// often the peer it waits for); while every P of its process polls, it
+// yields its P too, so that the process's other goroutines do not wait
+// for a poll to end. Then it declares in a word of the segment
 // that it naps: a futex wait of at most 1ms, which the writer ends with
 // one FUTEX_WAKE (at most four readers of a process nap at once, since a
 // nap holds an OS thread). A nap the writer does not end becomes a sleep:

@@ -208,10 +208,6 @@ func sleepOn(ch <-chan struct{}, d time.Duration) (woken bool) {
 	return woken
 }
 
-// yield lets another thread that waits for this core run: while one side
-// polls, the peer it waits for may be queued behind it on the same core.
-func yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
-
 // spaceSeen is what a writer that found no room saw, under the
 // producer's lock: anything that can make room since changes one of
 // these, and whoever changes it wakes the writers after.
@@ -237,17 +233,8 @@ func (c *conn) waitSpace(deadline time.Time, seen spaceSeen, spin bool) {
 		return p.r.tail.Load() != seen.tail || p.r.nheld.Load() != seen.held || p.freed.Load() != seen.epoch ||
 			c.Err() != nil || c.peerGone.Load()
 	}
-	start := time.Now()
-	for i := 1; spin && c.t.spin > 0; i++ {
-		if progress() {
-			return
-		}
-		if i%spinCheck == 0 {
-			if time.Since(start) >= c.t.spin {
-				break
-			}
-			yield()
-		}
+	if spin && poll(c.t.spin, time.Now(), progress) {
+		return
 	}
 	// Several writers may sleep on the word: none clears it on waking, or
 	// it could clear another's declaration. The reader clears it when it
@@ -270,9 +257,6 @@ func (c *conn) waitSpace(deadline time.Time, seen spaceSeen, spin bool) {
 // looks at the ring again (transport.writerRecheck; tests lengthen it).
 const writerRecheck = 10 * time.Millisecond
 
-// spinCheck is how many polls pass between clock reads while spinning.
-const spinCheck = 64
-
 // waitData waits for the writer to publish, the connection to die or ctx
 // to end: polling while the peer usually answers within the spin budget,
 // then parked, its sleep declared in the reader sleep word, which the
@@ -283,19 +267,9 @@ func (c *conn) waitData(ctx context.Context) error {
 		return in.r.head.Load() != in.rd || c.peerGone.Load() || c.death.Load() != nil
 	}
 	start := time.Now()
-	if spin := c.readWait.budget(c.t.spin); spin > 0 {
-		for i := 1; ; i++ {
-			if arrived() {
-				c.readWait.observe(time.Since(start))
-				return nil
-			}
-			if i%spinCheck == 0 {
-				if time.Since(start) >= spin {
-					break
-				}
-				yield()
-			}
-		}
+	if poll(c.readWait.budget(c.t.spin), start, arrived) {
+		c.readWait.observe(time.Since(start))
+		return nil
 	}
 	c.readBell.clear()
 	w := in.r.reader
