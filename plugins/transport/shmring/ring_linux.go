@@ -132,6 +132,7 @@ type producer struct {
 	cursor    uint64 // reserved up to here
 	tail      uint64 // the reader's last release, as validated
 	heldSeen  uint32 // the reader's held count, as loaded with the tail
+	rewindAt  uint64 // the cursor past which rewind looks at the tail again
 	slots     fifo[slot]
 	islands   []island // this side's
 	peer      []island // the reader's, as read with the tail
@@ -278,15 +279,25 @@ func (p *producer) reserve(minN, maxN int, st slotState) (pos uint64, n int, ok 
 // instead of the whole ring streaming through them.
 const hotWindow = 128 << 10
 
+// rewindRecheck is how far the cursor moves past a failed rewind before
+// the next one loads the tail. Loading it pulls over the cache line the
+// reader stores to on every release: a stream of small messages, whose
+// ring is never empty, paid that on every record.
+const rewindRecheck = hotWindow / 8
+
 // rewind reports whether to wrap to the ring's start now, before the end:
 // the ring is empty, the cursor is past hotWindow, and the record fits
 // in the space the wrap leaves.
 func (p *producer) rewind(minN int) bool {
 	off := p.cursor % p.size
-	if off < hotWindow || off < uint64(minN) || p.slots.n > 0 || len(p.islands) > 0 || p.abortOwed {
+	if off < hotWindow || off < uint64(minN) || p.slots.n > 0 || len(p.islands) > 0 || p.abortOwed || p.cursor < p.rewindAt {
 		return false
 	}
-	return p.loadTail() == nil && p.tail == p.head && len(p.peer) == 0
+	if p.loadTail() == nil && p.tail == p.head && len(p.peer) == 0 {
+		return true
+	}
+	p.rewindAt = p.cursor + rewindRecheck
+	return false
 }
 
 // find returns the index of the slot at pos, or -1.
