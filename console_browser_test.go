@@ -104,7 +104,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			case i%200 == 0:
 				// Slow and traced: the slowest calls show their trace ids.
 				method = "Echo.Slow"
-				callCtx = kernrpc.WithMetadata(ctx, kernel.Metadata{"traceparent": fmt.Sprintf("00-%032x-00f067aa0ba902b7-01", 0x4bf92f3577b34da6+i)})
+				callCtx = kernrpc.WithMetadata(ctx, kernel.Metadata{"traceparent": fmt.Sprintf("00-%032x-00f067aa0ba902b7-01", uint64(0x4bf92f3577b34da6)+uint64(i))})
 			case i%50 == 0:
 				method = "Echo.Fail"
 			case i%300 == 7:

@@ -3,6 +3,7 @@ package kernel
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 )
@@ -313,7 +314,9 @@ func appendUvarintField(dst []byte, tag byte, x uint64) []byte {
 }
 
 // ReadFrameLength decodes the 4-byte length prefix and checks it against
-// max before the caller allocates anything for the frame.
+// max before the caller allocates anything for the frame. A max of 0 or
+// less means no maximum, but a length an int cannot hold (over 2 GiB on a
+// 32-bit platform) is still ErrFrameTooLarge.
 func ReadFrameLength(prefix []byte, max int) (int, error) {
 	if len(prefix) < FramePrefixLen {
 		return 0, malformed(strconv.Itoa(len(prefix)) + " bytes, shorter than the length prefix (4)")
@@ -324,6 +327,11 @@ func ReadFrameLength(prefix []byte, max int) (int, error) {
 	}
 	if max > 0 && uint64(n) > uint64(max) {
 		return 0, &frameError{err: ErrFrameTooLarge, msg: "length " + strconv.FormatUint(uint64(n), 10) + " exceeds the maximum frame size " + strconv.Itoa(max)}
+	}
+	if uint64(n) > math.MaxInt {
+		// Only where an int has 32 bits, and with no maximum set: the
+		// length would turn negative.
+		return 0, &frameError{err: ErrFrameTooLarge, msg: "length " + strconv.FormatUint(uint64(n), 10) + " exceeds the largest frame this platform can hold (" + strconv.Itoa(math.MaxInt) + ")"}
 	}
 	return int(n), nil
 }

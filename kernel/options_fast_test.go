@@ -105,7 +105,7 @@ func TestDecodeOptionsFastPathDecodesAsJSONDoes(t *testing.T) {
 		{"by_name": map[string]any{"kept": map[string]any{"code": "Internal"}, "new": map[string]any{"tags": map[string]any{"k": "v"}}}},
 		{"Untagged": "u", "bytes": []any{1, 2, 255}},
 		{"limit": 0, "size": 1024, "count": int64(-1)},
-		{"unsigned": uint64(3), "ratio": int64(1 << 40), "count": 1 << 60},
+		{"unsigned": uint64(3), "ratio": int64(1 << 40), "count": math.MaxInt},
 	}
 	for _, tree := range fast {
 		if err := DecodeOptions(tree, diffDefaults()); err != nil {

@@ -159,7 +159,7 @@ func TestBadOptions(t *testing.T) {
 	}{
 		{"empty weight_key", map[string]any{"weight_key": ""}, "weight_key"},
 		{"negative default_weight", map[string]any{"default_weight": -1}, "default_weight"},
-		{"default_weight over the largest weight", map[string]any{"default_weight": 1 << 31}, "default_weight"},
+		{"default_weight over the largest weight", map[string]any{"default_weight": int64(1 << 31)}, "default_weight"},
 		{"default_weight of the wrong type", map[string]any{"default_weight": "one"}, "default_weight"},
 		{"unknown option", map[string]any{"weights": 1}, "weights"},
 	}

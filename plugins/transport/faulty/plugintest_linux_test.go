@@ -1,6 +1,7 @@
 package faulty_test
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestConformanceWrappingShmRing(t *testing.T) {
 	plugintest.Transport(t, faulty.Factory, plugintest.TransportConfig{
 		Options: map[string]any{
 			"transport":   map[string]any{"name": "shm-ring", "options": map[string]any{"ring_size": "64KiB", "max_frame_size": "1MiB"}},
-			"reset_after": 1 << 40,
+			"reset_after": math.MaxInt,
 		},
 		Address:      func(dir string) string { return filepath.Join(dir, "s.sock") },
 		MaxFrameSize: 1 << 20,

@@ -1,6 +1,7 @@
 package faulty_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kernrpc/kernrpc/plugins/transport/faulty"
@@ -18,6 +19,6 @@ func TestConformance(t *testing.T) {
 // optional interfaces, Close.
 func TestConformanceWrappedWithNoFaultReached(t *testing.T) {
 	plugintest.Transport(t, faulty.Factory, plugintest.TransportConfig{
-		Options: map[string]any{"reset_after": 1 << 40},
+		Options: map[string]any{"reset_after": math.MaxInt},
 	})
 }
