@@ -37,8 +37,9 @@ func poll(budget time.Duration, start time.Time, done func() bool) bool {
 	}
 	polling.Add(1)
 	defer polling.Add(-1)
-	// Read once a wait: it takes the scheduler's lock.
-	procs := int32(runtime.GOMAXPROCS(0))
+	// Read at the first yield, not on entry: it takes the scheduler's
+	// lock, and most waits end sooner.
+	var procs int32
 	for i := 1; ; i++ {
 		if done() {
 			return true
@@ -46,6 +47,9 @@ func poll(budget time.Duration, start time.Time, done func() bool) bool {
 		if i%spinCheck == 0 {
 			if time.Since(start) >= budget {
 				return false
+			}
+			if procs == 0 {
+				procs = int32(runtime.GOMAXPROCS(0))
 			}
 			if polling.Load() == procs {
 				runtime.Gosched()
