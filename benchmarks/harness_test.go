@@ -160,7 +160,7 @@ func TestShortAndManyModes(t *testing.T) {
 	}
 	o := options{
 		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1,
-		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: 2, clientCallers: 2,
+		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: 2, clientCallers: 2, manyPayload: modePayload,
 		systems: sys, progress: io.Discard,
 	}
 	exe, err := os.Executable()
@@ -332,7 +332,7 @@ func TestParseFlags(t *testing.T) {
 		{"defaults are the documented matrix", nil, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{16, 64 << 10}) && slices.Equal(o.callers, []int{1, 4, 64}) &&
 				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests &&
-				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && o.clients == 16 && o.clientCallers == 4 &&
+				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && o.clients == 16 && o.clientCallers == 4 && o.manyPayload == 16 &&
 				o.systems[0].name == "kernrpc" && o.systems[1].name == "kernrpc-tuned" &&
 				slices.Equal(o.streamSizes, []int{16, 64 << 10}) && slices.Equal(o.streams, []int{1, 16}) && o.streamDuration == 500*time.Millisecond
 		}},
@@ -356,6 +356,11 @@ func TestParseFlags(t *testing.T) {
 		{"empty mode rejected", []string{"-mode="}, "-mode: no mode given", nil},
 		{"zero client processes rejected", []string{"-clients=0"}, "-clients must be from 1 to 256", nil},
 		{"zero callers per client process rejected", []string{"-client-callers=0"}, "-client-callers from 1 to 10000", nil},
+		{"the many mode takes a payload size", []string{"-mode=many", "-many-payload=64KiB"}, "", func(o options) bool {
+			cs := o.cells()
+			return len(cs) == 1 && cs[0] == cell{mode: modeMany, payload: 64 << 10, callers: 4, clients: 16}
+		}},
+		{"the many mode's payload is checked", []string{"-many-payload=2MiB"}, "-many-payload: size \"2MiB\" is over 1 MiB", nil},
 		{"short callers checked", []string{"-short-callers=1,x"}, `-short-callers: bad callers count "x"`, nil},
 		{"sizes take units", []string{"-payloads=0, 512B,1MiB"}, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{0, 512, 1 << 20})

@@ -48,7 +48,7 @@ Modes (-mode, comma-separated, or all):
   long   the callers share one client made before the round: -payloads × -callers
   short  every call makes a client, calls once and closes it: -short-callers, 16 B
   many   -clients client processes (this binary again), each one client shared
-         by -client-callers callers, against one server process: 16 B
+         by -client-callers callers, against one server process: -many-payload
   stream server streaming: -streams concurrent streams sharing one client, each
          asking once for messages of one of -stream-sizes, which the server sends
          as fast as flow control allows until the round ends (-stream-duration);
@@ -174,6 +174,7 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	shortCallers := fs.String("short-callers", "1,4", "short mode: concurrent callers, each making a client per call, comma-separated")
 	fs.IntVar(&o.clients, "clients", 16, "many mode: client processes against the one server")
 	fs.IntVar(&o.clientCallers, "client-callers", 4, "many mode: concurrent callers per client process, sharing its one client")
+	manyPayload := fs.String("many-payload", "16", "many mode: payload size; B, KiB and MiB suffixes")
 	streamSizes := fs.String("stream-sizes", "16,64KiB", "stream mode: message sizes, comma-separated; B, KiB and MiB suffixes")
 	streams := fs.String("streams", "1,16", "stream mode: concurrent streams sharing one client, comma-separated")
 	fs.DurationVar(&o.streamDuration, "stream-duration", 500*time.Millisecond, "stream mode: measured time per round, in place of -duration "+
@@ -206,6 +207,9 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	}
 	if o.shortCallers, err = parseList(*shortCallers, parseCallers); err != nil {
 		return o, "", fmt.Errorf("-short-callers: %w", err)
+	}
+	if o.manyPayload, err = parseSize(*manyPayload); err != nil {
+		return o, "", fmt.Errorf("-many-payload: %w", err)
 	}
 	if o.payloads, err = parseList(*payloads, parseSize); err != nil {
 		return o, "", fmt.Errorf("-payloads: %w", err)

@@ -80,7 +80,7 @@ func (o *options) cells() []cell {
 				cs = append(cs, cell{mode: m, payload: modePayload, callers: c})
 			}
 		case modeMany:
-			cs = append(cs, cell{mode: m, payload: modePayload, callers: o.clientCallers, clients: o.clients})
+			cs = append(cs, cell{mode: m, payload: o.manyPayload, callers: o.clientCallers, clients: o.clients})
 		case modeStream:
 			for _, p := range o.streamSizes {
 				for _, n := range o.streams {

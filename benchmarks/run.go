@@ -26,6 +26,7 @@ type options struct {
 	// clients and clientCallers shape the many mode: client processes,
 	// and callers per process.
 	clients, clientCallers int
+	manyPayload            int // bytes
 	// streamSizes and streams shape the stream mode: message sizes, and
 	// concurrent streams; streamDuration replaces duration there, since
 	// a stream's rate settles at once.
