@@ -26,7 +26,8 @@ import (
 // spinCheck is how many polls pass between clock reads while spinning.
 const spinCheck = 64
 
-// polling counts this process's goroutines in poll.
+// polling counts this process's goroutines in poll past their first
+// yield.
 var polling atomic.Int32
 
 // poll calls done until it reports true or budget has passed since start,
@@ -35,11 +36,15 @@ func poll(budget time.Duration, start time.Time, done func() bool) bool {
 	if budget <= 0 {
 		return false
 	}
-	polling.Add(1)
-	defer polling.Add(-1)
-	// Read at the first yield, not on entry: it takes the scheduler's
-	// lock, and most waits end sooner.
+	// A poller counts itself, and reads GOMAXPROCS (which takes the
+	// scheduler's lock), at its first yield: most waits end sooner, and
+	// then touch no cache line other connections' readers write.
 	var procs int32
+	defer func() {
+		if procs != 0 {
+			polling.Add(-1)
+		}
+	}()
 	for i := 1; ; i++ {
 		if done() {
 			return true
@@ -50,6 +55,7 @@ func poll(budget time.Duration, start time.Time, done func() bool) bool {
 			}
 			if procs == 0 {
 				procs = int32(runtime.GOMAXPROCS(0))
+				polling.Add(1)
 			}
 			if polling.Load() == procs {
 				runtime.Gosched()
