@@ -43,7 +43,8 @@ type Config struct {
 	// open, so that the Go collector runs less often: unset means
 	// DefaultGCHeadroom (16MiB), 0 none. It is ignored when GOGC or
 	// GOMEMLIMIT is set, and at most a sixteenth of a container's memory
-	// limit. See gcheadroom.go and docs/performance.md.
+	// limit. docs/performance.md ("GC headroom") has what it gains and
+	// costs.
 	GCHeadroom *kernel.Size `json:"gc_headroom"`
 
 	// Source is the file the config came from, for error messages.
