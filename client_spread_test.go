@@ -71,8 +71,11 @@ func TestLargeCallsSpreadOverASecondConnection(t *testing.T) {
 				receive(t, entered, 5*time.Second, "call "+strconv.Itoa(i+1)+" did not reach the handler")
 				if i == 1 && tc.wantConns == 2 {
 					// The second call found the first connection loaded and
-					// dialled another in the background: wait for it.
-					waitFor(t, func() bool { return obs.readings(t)["server_connections_open"].Value == 2 }, "a second connection")
+					// dialled another in the background: wait until the
+					// client can pick it. The server accepts it before the
+					// client has it in its pool, and a call meanwhile takes
+					// the first connection without waiting for the dial.
+					waitFor(t, func() bool { return cliObs.readings(t)["client_connections_open"].Value == 2 }, "a second connection")
 				}
 			}
 			close(release)
