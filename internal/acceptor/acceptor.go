@@ -8,8 +8,11 @@ package acceptor
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -31,7 +34,8 @@ type Config[C Conn] struct {
 	Close  func() error
 	Closed func() error
 	// Handshake readies an accepted connection. When it fails, the
-	// acceptor closes c and logs the error under Failure.
+	// acceptor closes c and logs the error under Failure: at WARN, or at
+	// DEBUG when the peer hung up (see peerLeft).
 	Handshake func(c C) (kernel.Conn, error)
 	Log       *slog.Logger
 	// Name prefixes the log messages ("tcp-lv"); Addr is the listener's,
@@ -131,7 +135,11 @@ func (a *Acceptor[C]) shake(c C) {
 	if err != nil {
 		c.Close()
 		if !a.stopped() {
-			a.cfg.Log.Warn(a.cfg.Name+": "+a.cfg.Failure, "listener", a.cfg.Addr, "err", err)
+			level := slog.LevelWarn
+			if peerLeft(err) {
+				level = slog.LevelDebug
+			}
+			a.cfg.Log.Log(context.Background(), level, a.cfg.Name+": "+a.cfg.Failure, "listener", a.cfg.Addr, "err", err)
 		}
 		return
 	}
@@ -140,6 +148,16 @@ func (a *Acceptor[C]) shake(c C) {
 	case <-a.closed:
 		conn.Close()
 	}
+}
+
+// peerLeft reports whether a handshake failed because the peer hung up:
+// a client whose dial was cancelled by its caller's deadline, one closed
+// while it dialled, a TCP health check. Those are routine and say nothing
+// about this side, so they are logged at DEBUG; a WARN for each would
+// bury the refusals that matter (a bad hello, a certificate, a stall).
+func peerLeft(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (a *Acceptor[C]) stopped() bool {

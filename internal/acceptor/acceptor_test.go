@@ -3,11 +3,15 @@ package acceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,7 +78,7 @@ func testConfig(l *fakeListener, log io.Writer) Config[*fakeConn] {
 			}
 			return readyConn{from: c}, nil
 		},
-		Log:  slog.New(slog.NewTextHandler(log, nil)),
+		Log:  slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Name: "test", Addr: "here", Failure: "handshake failed",
 	}
 }
@@ -116,29 +120,46 @@ func TestStalledHandshakeHoldsUpNobody(t *testing.T) {
 	}
 }
 
-// A failed handshake closes its connection and is logged; Accept goes on
-// to the next one.
+// A failed handshake closes its connection and is logged, at WARN unless
+// the peer hung up, which is routine (a dial its caller gave up, a health
+// check) and logged at DEBUG; Accept goes on to the next one.
 func TestFailedHandshakeIsClosedAndLogged(t *testing.T) {
-	l := newFakeListener()
-	var log syncbuf.Buffer
-	a := start(t, testConfig(l, &log))
-	bad := handshaken("bad", errors.New("bad certificate"))
-	good := handshaken("good", nil)
-	l.incoming <- bad
-	l.incoming <- good
-	if got := accept(t, a); got != good {
-		t.Fatalf("accepted %s; want good", got.name)
-	}
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "bad certificate") && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if !bad.closed.Load() {
-		t.Errorf("the connection whose handshake failed was not closed")
-	}
-	for _, want := range []string{"test: handshake failed", "listener=here", "bad certificate"} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("log %q; want it to contain %q", log.String(), want)
-		}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		level string
+	}{
+		{"refused", errors.New("bad certificate"), "level=WARN"},
+		{"stalled", fmt.Errorf("reading its hello: %w", os.ErrDeadlineExceeded), "level=WARN"},
+		{"hung up", fmt.Errorf("reading its hello: %w", io.EOF), "level=DEBUG"},
+		{"hung up mid-record", io.ErrUnexpectedEOF, "level=DEBUG"},
+		{"reset", reset, "level=DEBUG"},
+		{"broken pipe", fmt.Errorf("sending welcome: %w", syscall.EPIPE), "level=DEBUG"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeListener()
+			var log syncbuf.Buffer
+			a := start(t, testConfig(l, &log))
+			bad := handshaken("bad", tc.err)
+			good := handshaken("good", nil)
+			l.incoming <- bad
+			l.incoming <- good
+			if got := accept(t, a); got != good {
+				t.Fatalf("accepted %s; want good", got.name)
+			}
+			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "handshake failed") && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			if !bad.closed.Load() {
+				t.Errorf("the connection whose handshake failed was not closed")
+			}
+			for _, want := range []string{tc.level, "test: handshake failed", "listener=here", tc.err.Error()} {
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log %q; want it to contain %q", log.String(), want)
+				}
+			}
+		})
 	}
 }
 

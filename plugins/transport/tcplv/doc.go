@@ -57,7 +57,9 @@
 //
 // A TLS handshake must finish within keepalive_interval + keepalive_timeout;
 // each runs on a goroutine of its own, so a client that stalls in its
-// handshake holds up no other.
+// handshake holds up no other. A failed handshake is logged at WARN, unless
+// the client hung up (a dial its caller gave up, a TCP health check):
+// that is routine, and logged at DEBUG.
 //
 // Writes hand no work to another goroutine when the connection is idle: the
 // caller of WriteFrame writes its frame itself. When a write is in flight the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 	"github.com/kernrpc/kernrpc/internal/testpki"
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -194,7 +196,21 @@ func TestTLS(t *testing.T) {
 	pki := newTestPKI(t)
 	serverOpts := testOptions()
 	serverOpts.TLS = &TLSOptions{CertFile: pki.serverCert, KeyFile: pki.serverKey, ClientCAFile: pki.caFile, RequireClientCert: true}
+	var logs syncbuf.Buffer
+	serverOpts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ln := listen(t, newTransport(t, serverOpts))
+	// logged waits for a handshake failure logged since mark and returns
+	// the log from mark on.
+	logged := func(t *testing.T, mark int) string {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if out := logs.String()[mark:]; strings.Contains(out, "TLS handshake failed") {
+				return out
+			}
+		}
+		t.Fatalf("no handshake failure logged; the log since the subtest began: %q", logs.String()[mark:])
+		return ""
+	}
 
 	// pair dials ln with a client certificate.
 	pair := func(t *testing.T) (client, server *conn) {
@@ -275,6 +291,7 @@ func TestTLS(t *testing.T) {
 	})
 
 	t.Run("a client without a certificate is refused", func(t *testing.T) {
+		mark := len(logs.String())
 		o := testOptions()
 		o.TLS = &TLSOptions{CAFile: pki.caFile}
 		acceptCtx, cancelAccept := context.WithCancel(context.Background())
@@ -303,6 +320,23 @@ func TestTLS(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), "certificate") {
 			t.Fatalf("client without a certificate: %v, want a refusal naming the certificate", err)
+		}
+		if out := logged(t, mark); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "certificate") {
+			t.Errorf("log %q; want the refusal at WARN, naming the certificate", out)
+		}
+	})
+
+	// A client whose dial its caller gave up, or a TCP health check, hangs
+	// up before the handshake ends: routine, so DEBUG, not a WARN each.
+	t.Run("a client that hangs up in its handshake is logged at DEBUG", func(t *testing.T) {
+		mark := len(logs.String())
+		raw, err := net.Dial("tcp", ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.Close()
+		if out := logged(t, mark); strings.Contains(out, "level=WARN") || !strings.Contains(out, "level=DEBUG") || !strings.Contains(out, "EOF") {
+			t.Errorf("log %q; want the hang-up at DEBUG, saying EOF, and no WARN", out)
 		}
 	})
 
