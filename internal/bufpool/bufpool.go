@@ -1,6 +1,8 @@
 // Package bufpool is the free list of byte buffers the transports lend
 // from Buffer and recycle after a write or a released read: power-of-two
-// size classes, each keeping a bounded number of buffers.
+// size classes, each keeping a bounded number of buffers and giving back
+// after a GC cycle those it had no use for over the last second or more
+// (trim.go).
 //
 // It is a free list of []byte rather than a sync.Pool because putting a
 // slice into a sync.Pool boxes its header, one allocation per Put, and the
@@ -62,6 +64,7 @@ func New(l Limits) *Pool {
 	for k := range p.classes {
 		p.classes[k].Limit = min(max(l.ClassBudget>>(k+minClassShift), l.MinPerClass), l.MaxPerClass)
 	}
+	autoTrim(p)
 	return p
 }
 

@@ -11,6 +11,7 @@ type FreeList[T any] struct {
 
 	mu    sync.Mutex
 	items []T
+	low   int // the fewest items held since the last Trim
 }
 
 // Get returns the value put last, or false when there is none.
@@ -19,12 +20,14 @@ func (l *FreeList[T]) Get() (T, bool) {
 	l.mu.Lock()
 	n := len(l.items)
 	if n == 0 {
+		l.low = 0
 		l.mu.Unlock()
 		return zero, false
 	}
 	v := l.items[n-1]
 	l.items[n-1] = zero // let the collector have what v points to once v is dropped
 	l.items = l.items[:n-1]
+	l.low = min(l.low, n-1)
 	l.mu.Unlock()
 	return v, true
 }

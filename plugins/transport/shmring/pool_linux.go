@@ -10,7 +10,8 @@ import (
 // payload for which Buffer found no room, or too large for one record, and
 // the frames assembled from chunks. They are kept in power-of-two classes
 // from 512 B to 8 MiB, a few per class, so that steady traffic of any size
-// allocates nothing.
+// allocates nothing; what a burst left is given back about a second after
+// it (bufpool's trimming).
 var poolLimits = bufpool.Limits{
 	MaxSize:     8 << 20,
 	ClassBudget: 8 << 20,

@@ -110,6 +110,7 @@
 // that all connections of the transport share (about 16MiB a size class,
 // from 64KiB to 1MiB), since a connection moving large messages on many
 // streams or calls has dozens out at once. A list keeps no more buffers
-// than were once out together, so a process keeps what its busiest moment
-// used, within those bounds.
+// than were once out together, within those bounds, and gives back, about
+// once a second after a GC cycle, those it had no use for since the last
+// time: a burst's buffers go back to the collector once it is over.
 package tcplv

@@ -18,8 +18,9 @@ import (
 // were dropped and allocated again, and meanwhile the runtime had handed
 // their pages back to the kernel: 3.5 page faults for each 64 KiB message
 // a stream's server sent. A free list never keeps more buffers than were
-// out at once, so a process keeps what its busiest moment used, up to
-// those bounds; shared, they do not grow with the connections.
+// out at once, up to those bounds, and gives back what it did not need
+// for a second or so (bufpool's trimming); shared, they do not grow with
+// the connections.
 const (
 	maxPooledSize = 1 << 20
 	ownMax        = 32 << 10

@@ -1,0 +1,56 @@
+package kernrpc_test
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// mibInUse is the heap's spans in use after a collection, in MiB.
+func mibInUse() float64 { return float64(heapInUse()) / (1 << 20) }
+
+// A burst of large calls leaves the transports' free lists full of large
+// buffers. Once the burst is over they give them back: a server does not
+// hold its busiest moment's memory through the quiet hours after it
+// (internal/bufpool's trimming, about a second after the burst).
+func TestABurstsBuffersAreGivenBackOnceIdle(t *testing.T) {
+	skipIfGCTuned(t)
+	cfg := testConfig(t)
+	none := kernel.Size(0)
+	cfg.GCHeadroom = &none // the headroom is held on purpose, and would blur the figures
+	startServer(t, cfg, nil)
+	cli := newClient(t, cfg)
+	before := mibInUse()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 2 {
+				req := &echopb.Echo{Payload: bytes.Repeat([]byte{3}, 512<<10)}
+				var resp echopb.Echo
+				if err := cli.Call(context.Background(), "Echo.Echo", req, &resp); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	burst := mibInUse()
+	if burst-before < 16 {
+		t.Fatalf("the burst left %.1f MiB in use over %.1f before it; want 16 or more held by the free lists, or this test shows nothing", burst, before)
+	}
+	idle := burst
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && idle-before > (burst-before)/4; {
+		time.Sleep(100 * time.Millisecond)
+		idle = mibInUse()
+	}
+	if idle-before > (burst-before)/4 {
+		t.Fatalf("%.1f MiB in use 15s after the burst, %.1f at its end, %.1f before it; want the free lists to give back most of what the burst left", idle, burst, before)
+	}
+	t.Logf("in use: %.1f MiB before the burst, %.1f at its end, %.1f once idle", before, burst, idle)
+}
