@@ -11,7 +11,7 @@ type FreeList[T any] struct {
 
 	mu    sync.Mutex
 	items []T
-	low   int // the fewest items held since the last Trim
+	low   int // the fewest items held since the last trim
 }
 
 // Get returns the value put last, or false when there is none.

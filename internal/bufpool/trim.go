@@ -17,9 +17,9 @@ import (
 // them; a burst's buffers go back to the collector a second or so after
 // the burst. A process that does not collect (GOGC=off) never trims.
 //
-// The trimmer is process-wide, as sync.Pool's cleanup is: one cleanup per
-// GC cycle walks every live Pool, which each connection's own pool would
-// otherwise do by itself, once per cycle per connection.
+// The trimmer is process-wide, as sync.Pool's cleanup is: one cleanup a GC
+// cycle walks every live Pool, rather than one cleanup per Pool (per
+// connection) every cycle.
 
 // trimInterval is the least time between two trims; a variable so that
 // tests can make every cycle trim (under trimmer.mu).
@@ -93,14 +93,14 @@ func afterGC() {
 // trim.
 func (p *Pool) trim() {
 	for k := range p.classes {
-		p.classes[k].Trim()
+		p.classes[k].trim()
 	}
 }
 
-// Trim drops the values the list did not need since the last Trim: as
+// trim drops the values the list did not need since the last trim: as
 // many as the fewest it held meanwhile, the oldest first. A list that
 // served steady traffic, dipping to empty now and then, keeps what it has.
-func (l *FreeList[T]) Trim() {
+func (l *FreeList[T]) trim() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if drop := l.low; drop > 0 {

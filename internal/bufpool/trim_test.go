@@ -25,7 +25,7 @@ func held[T any](l *FreeList[T]) int {
 	return len(l.items)
 }
 
-// A list drops at each Trim what it did not need since the one before,
+// A list drops at each trim what it did not need since the one before,
 // oldest first, and keeps what traffic dipped into.
 func TestTrimDropsWhatWasNotNeeded(t *testing.T) {
 	l := FreeList[*int]{Limit: 16}
@@ -34,9 +34,9 @@ func TestTrimDropsWhatWasNotNeeded(t *testing.T) {
 		vals[i] = new(int)
 		l.Put(vals[i])
 	}
-	l.Trim() // the burst's 8 came after the last trim: all were needed
+	l.trim() // the burst's 8 came after the last trim: all were needed
 	if n := held(&l); n != 8 {
-		t.Fatalf("first Trim after 8 Puts left %d; want 8 (they came since the last trim)", n)
+		t.Fatalf("first trim after 8 Puts left %d; want 8 (they came since the last trim)", n)
 	}
 	// Traffic takes 3 out at most, and puts them back.
 	a, _ := l.Get()
@@ -45,27 +45,27 @@ func TestTrimDropsWhatWasNotNeeded(t *testing.T) {
 	l.Put(c)
 	l.Put(b)
 	l.Put(a)
-	l.Trim() // held 5 or more throughout: those 5, the oldest, go
+	l.trim() // held 5 or more throughout: those 5, the oldest, go
 	if n := held(&l); n != 3 {
-		t.Fatalf("Trim after dipping to 5 of 8 left %d; want 3", n)
+		t.Fatalf("trim after dipping to 5 of 8 left %d; want 3", n)
 	}
 	for i, want := range []*int{vals[5], vals[6], vals[7]} {
 		if l.items[i] != want {
 			t.Errorf("item %d is not the one put %d-th; want the newest kept, oldest dropped", i, 5+i)
 		}
 	}
-	l.Trim() // untouched since: all go
+	l.trim() // untouched since: all go
 	if n := held(&l); n != 0 {
-		t.Fatalf("Trim of an idle list left %d; want 0", n)
+		t.Fatalf("trim of an idle list left %d; want 0", n)
 	}
 	// A list emptied by traffic keeps what is put back before the next trim.
 	l.Put(new(int))
 	l.Get()
 	l.Get() // finds none
 	l.Put(new(int))
-	l.Trim()
+	l.trim()
 	if n := held(&l); n != 1 {
-		t.Fatalf("Trim after the list ran dry left %d; want 1", n)
+		t.Fatalf("trim after the list ran dry left %d; want 1", n)
 	}
 }
 
