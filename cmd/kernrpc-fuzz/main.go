@@ -23,16 +23,16 @@ import (
 	"time"
 )
 
-const usage = `Usage: kernrpc-fuzz [-time D] [-run REGEXP] [-list]
+const usage = `Usage: kernrpc-fuzz [-time D] [-minimize D] [-run REGEXP] [-list]
 
 Runs each fuzz target of the kernrpc repository for -time, one at a time,
-with "go test -run '^$' -fuzz '^Target$' -fuzztime D ./pkg" from the
-repository root, prints a progress line per target every 10 s, and a table
-at the end: target, package, time, executions, new corpus entries (new
-interesting inputs, kept in the Go build cache) and the result. An input
-that fails is written by go test to the package's testdata/fuzz/<Target>/;
-commit it with the fix, and it becomes a regression test of the default
-run. Exits 1 if any target failed.
+with "go test -run '^$' -fuzz '^Target$' -fuzztime D -fuzzminimizetime M
+./pkg" from the repository root, prints a progress line per target every
+10 s, and a table at the end: target, package, time, executions, new
+corpus entries (new interesting inputs, kept in the Go build cache) and
+the result. An input that fails is written by go test to the package's
+testdata/fuzz/<Target>/; commit it with the fix, and it becomes a
+regression test of the default run. Exits 1 if any target failed.
 
 Flags:
 `
@@ -44,9 +44,10 @@ func main() {
 }
 
 type config struct {
-	fuzzTime time.Duration
-	pattern  *regexp.Regexp
-	list     bool
+	fuzzTime     time.Duration
+	minimizeTime time.Duration
+	pattern      *regexp.Regexp
+	list         bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -57,6 +58,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fs.PrintDefaults()
 	}
 	d := fs.Duration("time", 30*time.Second, "how long to fuzz each target")
+	m := fs.Duration("minimize", 5*time.Second, "how long go test may shrink each new interesting or failing input (-fuzzminimizetime); "+
+		"go test's own 60s left FuzzParseDescriptorSet, whose inputs are kilobytes, at 10 executions in a 15s run")
 	run := fs.String("run", "", "only the targets whose name or package matches this regexp")
 	list := fs.Bool("list", false, "print the targets and exit")
 	if err := fs.Parse(args); err != nil {
@@ -69,11 +72,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if *d <= 0 {
 		return nil, fmt.Errorf("-time %s: want a positive duration", *d)
 	}
+	if *m <= 0 {
+		return nil, fmt.Errorf("-minimize %s: want a positive duration", *m)
+	}
 	re, err := regexp.Compile(*run)
 	if err != nil {
 		return nil, fmt.Errorf("-run: %w", err)
 	}
-	return &config{fuzzTime: *d, pattern: re, list: *list}, nil
+	return &config{fuzzTime: *d, minimizeTime: *m, pattern: re, list: *list}, nil
 }
 
 // selected returns the targets whose name or package matches re.
@@ -115,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	results := make([]result, 0, len(todo))
 	for i, t := range todo {
 		fmt.Fprintf(stdout, "[%d/%d] %s %s: fuzzing for %s\n", i+1, len(todo), t.Name, t.Pkg, cfg.fuzzTime)
-		r := fuzz(ctx, root, t, cfg.fuzzTime, stdout)
+		r := fuzz(ctx, root, t, cfg, stdout)
 		fmt.Fprintf(stdout, "[%d/%d] %s %s: %s after %d executions, %d new\n", i+1, len(todo), t.Name, t.Pkg, r.verdict(), r.Execs, r.New)
 		results = append(results, r)
 		if ctx.Err() != nil {
@@ -166,12 +172,18 @@ func (r result) verdict() string {
 	return "ok"
 }
 
+// goTestArgs are the arguments of the go command that fuzzes t.
+func goTestArgs(t target, cfg *config) []string {
+	return []string{"test", "-run", "^$", "-fuzz", "^" + t.Name + "$",
+		"-fuzztime", cfg.fuzzTime.String(), "-fuzzminimizetime", cfg.minimizeTime.String(), t.Pkg}
+}
+
 // fuzz runs go test on one target, printing its latest progress every
 // 10 s and, when it fails, go test's own output.
-func fuzz(ctx context.Context, root string, t target, d time.Duration, stdout io.Writer) result {
+func fuzz(ctx context.Context, root string, t target, cfg *config, stdout io.Writer) result {
 	start := time.Now()
 	r := result{target: t}
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+t.Name+"$", "-fuzztime", d.String(), t.Pkg)
+	cmd := exec.CommandContext(ctx, "go", goTestArgs(t, cfg)...)
 	cmd.Dir = root
 	out, err := cmd.StdoutPipe()
 	if err != nil {

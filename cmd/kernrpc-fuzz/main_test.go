@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -101,7 +103,7 @@ func TestFlags(t *testing.T) {
 	if code := run(t.Context(), []string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "Usage: kernrpc-fuzz") {
 		t.Fatalf("-h: exit %d, %q", code, errOut.String())
 	}
-	for _, bad := range [][]string{{"-time", "0s"}, {"-run", "("}, {"-run", "NoSuchTarget"}, {"extra"}} {
+	for _, bad := range [][]string{{"-time", "0s"}, {"-minimize", "-1s"}, {"-run", "("}, {"-run", "NoSuchTarget"}, {"extra"}} {
 		errOut.Reset()
 		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
 			t.Errorf("%q: exit %d, want 2; %s", bad, code, errOut.String())
@@ -113,6 +115,21 @@ func TestFlags(t *testing.T) {
 	}
 	if got, want := out.String(), "FuzzDecodeMetadata\t./kernel\nFuzzUnmarshal\t./plugins/codec/json\n"; got != want {
 		t.Fatalf("-list -run: %q, want %q", got, want)
+	}
+}
+
+// -time and -minimize reach go test as -fuzztime and -fuzzminimizetime.
+func TestGoTestGetsTheDurations(t *testing.T) {
+	cfg, err := parseFlags([]string{"-time", "15s", "-minimize", "2s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(goTestArgs(target{Name: "FuzzX", Pkg: "./pkg"}, cfg), " ")
+	if want := "test -run ^$ -fuzz ^FuzzX$ -fuzztime 15s -fuzzminimizetime 2s ./pkg"; got != want {
+		t.Fatalf("go %s; want go %s", got, want)
+	}
+	if cfg, _ := parseFlags(nil, io.Discard); cfg.minimizeTime != 5*time.Second {
+		t.Fatalf("-minimize defaults to %s; want 5s", cfg.minimizeTime)
 	}
 }
 
