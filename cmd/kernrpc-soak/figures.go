@@ -60,11 +60,25 @@ func (l limits) verdict(before, warm, end, after figures, c *counts) []string {
 	check(end.goroutines <= warm.goroutines+l.goroutines, "goroutines grew from %d after warm-up to %d (margin %d)", warm.goroutines, end.goroutines, l.goroutines)
 	check(end.fds <= warm.fds+l.fds, "open files grew from %d after warm-up to %d (margin %d)", warm.fds, end.fds, l.fds)
 	check(end.heap <= heapMax, "heap grew from %s after warm-up to %s (tolerance %s)", mib(warm.heap), mib(end.heap), mib(heapMax))
-	check(after.goroutines <= before.goroutines+l.afterGoroutines, "%d goroutines after shutdown, %d before the start (margin %d)",
-		after.goroutines, before.goroutines, l.afterGoroutines)
-	check(after.fds <= before.fds+l.afterFDs, "%d open files after shutdown, %d before the start (margin %d)", after.fds, before.fds, l.afterFDs)
+	bad = append(bad, l.afterShutdown(before, after)...)
 	check(c.failed.Load() <= l.allowFailedCalls, "%d calls failed unexpectedly", c.failed.Load())
 	check(c.wrong.Load() <= l.allowWrongAnswers, "%d calls got a wrong answer", c.wrong.Load())
+	return bad
+}
+
+// afterShutdown compares the figures after shutdown with those before the
+// start and returns one line per limit exceeded.
+func (l limits) afterShutdown(before, after figures) []string {
+	var bad []string
+	if after.goroutines > before.goroutines+l.afterGoroutines {
+		bad = append(bad, fmt.Sprintf("%d goroutines after shutdown, %d before the start (margin %d)", after.goroutines, before.goroutines, l.afterGoroutines))
+	}
+	if after.fds > before.fds+l.afterFDs {
+		bad = append(bad, fmt.Sprintf("%d open files after shutdown, %d before the start (margin %d)", after.fds, before.fds, l.afterFDs))
+	}
+	if after.heap > before.heap+l.heapSlack {
+		bad = append(bad, fmt.Sprintf("heap %s after shutdown, %s before the start (slack %s)", mib(after.heap), mib(before.heap), mib(l.heapSlack)))
+	}
 	return bad
 }
 

@@ -36,12 +36,13 @@ in use, open file descriptors (/proc/self/fd) and the calls so far. The
 start is the highest of the first 3 samples after -warmup, the end the
 lowest of the last 3 (the last taken after the traffic stopped), so that
 memory that comes and goes is not taken for a leak. It exits 1 if, from
-start to end, goroutines grew by more than
--goroutine-margin, open files by more than -fd-margin, or the heap by more
-than -heap-tolerance of the start plus -heap-slack; if after shutting
-everything down more goroutines or files are left than before it started
-(same margins); or if any call failed other than by its own deadline or
-cancellation, or got a wrong answer.
+start to end, goroutines grew by more than -goroutine-margin, open files
+by more than -fd-margin, or the heap by more than -heap-tolerance of the
+start plus -heap-slack; if, once everything is shut down and up to
+-settle has passed, more goroutines or files are left than before it
+started (same margins) or more heap than before plus -heap-slack; or if
+any call failed other than by its own deadline or cancellation, or got a
+wrong answer.
 
 Flags:
 `
@@ -54,6 +55,7 @@ func main() {
 
 type options struct {
 	duration, interval, warmup, churn time.Duration
+	settle                            time.Duration
 	callers                           int
 	seed                              uint64
 	limits                            limits
@@ -72,6 +74,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.interval, "interval", 10*time.Second, "how often to print the figures")
 	fs.DurationVar(&o.warmup, "warmup", time.Minute, "figures before this are not the start (at most a third of -duration)")
 	fs.DurationVar(&o.churn, "churn", 200*time.Millisecond, "how often a client is replaced by a new one")
+	fs.DurationVar(&o.settle, "settle", 40*time.Second, "after shutdown, how long to wait for goroutines, open files and the heap to come back "+
+		"(the GC headroom stays 30s after the last client or server closes)")
 	fs.IntVar(&o.callers, "callers", 8, "goroutines making calls")
 	fs.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()), "seed of the random traffic")
 	fs.IntVar(&o.limits.goroutines, "goroutine-margin", 16, "goroutines the end may have beyond the start")
@@ -86,8 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.duration <= 0 || o.interval <= 0 || o.churn <= 0 || o.callers <= 0 {
-		return nil, errors.New("-duration, -interval, -churn and -callers must be positive")
+	if o.duration <= 0 || o.interval <= 0 || o.churn <= 0 || o.callers <= 0 || o.settle <= 0 {
+		return nil, errors.New("-duration, -interval, -churn, -callers and -settle must be positive")
 	}
 	o.warmup = min(o.warmup, o.duration/3)
 	o.limits.heapSlack = uint64(*slack) << 20
@@ -138,7 +142,8 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 	if err := t.stop(); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
-	after, err := settle(before, o.limits, time.Since(start))
+	fmt.Fprintf(stdout, "shut down; waiting up to %s for goroutines, open files and the heap to come back\n", o.settle)
+	after, err := settle(before, o.limits, time.Since(start), o.settle)
 	if err != nil {
 		return err
 	}
@@ -240,16 +245,18 @@ func (t *traffic) quiesced(at time.Duration) (figures, error) {
 	return sample(at)
 }
 
-// settle samples after shutdown, giving connections' goroutines up to 2 s
-// to notice they are closed before calling what remains a leak.
-func settle(before figures, l limits, at time.Duration) (figures, error) {
-	deadline := time.Now().Add(2 * time.Second)
+// settle samples after shutdown until goroutines, open files and the heap
+// are back within their margins of before the start, or for at most d:
+// connections' goroutines take a moment to notice they are closed, the
+// buffer pools give back their buffers a second or two after their last
+// use, and the GC headroom stays 30 s after the last holder closes.
+func settle(before figures, l limits, at, d time.Duration) (figures, error) {
+	deadline := time.Now().Add(d)
 	for {
 		f, err := sample(at)
-		if err != nil || time.Now().After(deadline) ||
-			(f.goroutines <= before.goroutines+l.afterGoroutines && f.fds <= before.fds+l.afterFDs) {
+		if err != nil || time.Now().After(deadline) || len(l.afterShutdown(before, f)) == 0 {
 			return f, err
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 }

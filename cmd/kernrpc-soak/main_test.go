@@ -18,7 +18,8 @@ func TestMain(m *testing.M) {
 func TestShortSoakPassesAndPrintsTheFigures(t *testing.T) {
 	var out, errOut bytes.Buffer
 	profile := filepath.Join(t.TempDir(), "heap.pprof")
-	code := run(t.Context(), []string{"-duration", "3s", "-interval", "1s", "-warmup", "1s", "-callers", "4", "-seed", "7", "-heapprofile", profile}, &out, &errOut)
+	code := run(t.Context(), []string{"-duration", "3s", "-interval", "1s", "-warmup", "1s", "-callers", "4", "-seed", "7", "-heapprofile", profile,
+		"-settle", "2s", "-heap-slack", "64"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
@@ -44,12 +45,12 @@ func TestVerdictNamesEveryFigureThatGrew(t *testing.T) {
 		t.Fatalf("unchanged figures: %q", bad)
 	}
 	end := figures{goroutines: 61, fds: 26, heap: 32 << 20}
-	after := figures{goroutines: 6, fds: 12}
+	after := figures{goroutines: 6, fds: 12, heap: 18 << 20}
 	c.failed.Add(1)
 	c.wrong.Add(2)
 	bad := strings.Join(l.verdict(before, warm, end, after, &c), "\n")
 	for _, want := range []string{"goroutines grew from 50", "open files grew from 20", "heap grew from 20.0 MiB", "6 goroutines after shutdown",
-		"12 open files after shutdown", "1 calls failed", "2 calls got a wrong answer"} {
+		"12 open files after shutdown", "heap 18.0 MiB after shutdown, 1.0 MiB before the start (slack 1.0 MiB)", "1 calls failed", "2 calls got a wrong answer"} {
 		if !strings.Contains(bad, want) {
 			t.Errorf("verdict lacks %q:\n%s", want, bad)
 		}
@@ -61,7 +62,7 @@ func TestFlags(t *testing.T) {
 	if code := run(t.Context(), []string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "Usage: kernrpc-soak") {
 		t.Fatalf("-h: exit %d: %s", code, errOut.String())
 	}
-	for _, bad := range [][]string{{"-duration", "0s"}, {"-callers", "0"}, {"extra"}, {"-nope"}} {
+	for _, bad := range [][]string{{"-duration", "0s"}, {"-callers", "0"}, {"-settle", "0s"}, {"extra"}, {"-nope"}} {
 		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
 		}
