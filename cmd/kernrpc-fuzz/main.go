@@ -58,8 +58,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fs.PrintDefaults()
 	}
 	d := fs.Duration("time", 30*time.Second, "how long to fuzz each target")
-	m := fs.Duration("minimize", 5*time.Second, "how long go test may shrink each new interesting or failing input (-fuzzminimizetime); "+
-		"go test's own 60s left FuzzParseDescriptorSet, whose inputs are kilobytes, at 10 executions in a 15s run")
+	// go test's own 60s left FuzzParseDescriptorSet, whose inputs are
+	// kilobytes, at 10 executions in a 15s run (docs/reliability.md).
+	m := fs.Duration("minimize", 5*time.Second, "how long go test may shrink each new interesting or failing input (-fuzzminimizetime)")
 	run := fs.String("run", "", "only the targets whose name or package matches this regexp")
 	list := fs.Bool("list", false, "print the targets and exit")
 	if err := fs.Parse(args); err != nil {
