@@ -44,16 +44,17 @@ func TestABurstsBuffersAreGivenBackOnceIdle(t *testing.T) {
 	}
 	wg.Wait()
 	burst := mibInUse()
-	if burst-before < 16 {
-		t.Fatalf("the burst left %.1f MiB in use over %.1f before it; want 16 or more held by the free lists, or this test shows nothing", burst, before)
-	}
+	// Without trimming the free lists keep some 25-35 MiB of the burst's
+	// buffers for good. The burst itself is not held to a figure: a slow
+	// one (-race, a loaded machine) may see trims while it runs.
+	const kept = 10.0 // MiB over the heap before the burst
 	idle := burst
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && idle-before > (burst-before)/4; {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && idle-before > kept; {
 		time.Sleep(100 * time.Millisecond)
 		idle = mibInUse()
 	}
-	if idle-before > (burst-before)/4 {
-		t.Fatalf("%.1f MiB in use 15s after the burst, %.1f at its end, %.1f before it; want the free lists to give back most of what the burst left", idle, burst, before)
+	if idle-before > kept {
+		t.Fatalf("%.1f MiB in use 15s after the burst, %.1f at its end, %.1f before it; want no more than %.0f MiB over before: the free lists must give back what the burst left", idle, burst, before, kept)
 	}
 	t.Logf("in use: %.1f MiB before the burst, %.1f at its end, %.1f once idle", before, burst, idle)
 }
