@@ -372,7 +372,10 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 		{
 			name:   "DialWaitsForAcceptPastItsDeadline",
 			faults: transportFaults{dial: transportDialAwaitingAccept},
-			caught: []string{"Transport/Dial/NotAccepted", "Transport/Dial/NotAcceptedCancelled"},
+			caught: []string{"Transport/Dial/NotAccepted", "Transport/Dial/NotAcceptedCancelled", "Transport/Leaks/CancelledDial"},
+			says: [][2]string{
+				{"Transport/Leaks/CancelledDial", "into the dial did not return within"},
+			},
 		},
 		{
 			name:   "DialWaitsForAcceptPastItsCancellation",
@@ -388,7 +391,10 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				}
 				return l.tr.wrap(c), nil
 			}},
-			caught: []string{"Transport/Deadline/Accept"},
+			caught: []string{"Transport/Deadline/Accept", "Transport/Leaks/CancelledAccept"},
+			says: [][2]string{
+				{"Transport/Leaks/CancelledAccept", "Accept with a context cancelled before the wait did not return within"},
+			},
 		},
 		{
 			name: "LeaksAGoroutinePerConnection",
@@ -442,6 +448,7 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 	cases = append(cases, transportBoundaryCases()...)
 	cases = append(cases, transportEndingCases()...)
 	cases = append(cases, transportConcurrencyCases()...)
+	cases = append(cases, transportPhantomCases()...)
 	run := func(c transportCase) *recording {
 		var cleanups transportCleanupList
 		defer cleanups.run()
