@@ -19,6 +19,7 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 		name   string
 		filter kernel.FilterFunc
 		path   string
+		says   string // words the complaint there must hold, if set
 	}{
 		{"cuts metadata values at 4 KiB", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			for k, v := range info.Metadata {
@@ -27,7 +28,7 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 				}
 			}
 			return next(ctx, info, req)
-		}, "Filter/RequestMetadata"},
+		}, "Filter/RequestMetadata", ""},
 		{"lower-cases metadata keys", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			md := make(kernel.Metadata, len(info.Metadata))
 			for k, v := range info.Metadata {
@@ -35,12 +36,12 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 			}
 			info.Metadata = md
 			return next(ctx, info, req)
-		}, "Filter/RequestMetadata"},
+		}, "Filter/RequestMetadata", ""},
 		{"takes the service from the method's first dot", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			service := info.Method[:strings.IndexByte(info.Method, '.')] // panics without a dot
 			info.SetRequestMetadata("x-service", service)
 			return next(ctx, info, req)
-		}, "Filter/RequestMetadata"},
+		}, "Filter/RequestMetadata", ""},
 		{"copies back only printable response metadata", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			own := *info
 			own.ResponseMetadata = nil
@@ -51,7 +52,7 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 				}
 			}
 			return resp, err
-		}, "Filter/ResponseMetadata"},
+		}, "Filter/ResponseMetadata", ""},
 		{"rebuilds statuses with their message cut to 256 bytes", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			resp, err := next(ctx, info, req)
 			var st *kernel.Status
@@ -59,8 +60,25 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 				return nil, &kernel.Status{Code: st.Code, Message: st.Message[:256], Retryable: st.Retryable}
 			}
 			return resp, err
-		}, "Filter/Error"},
-		{"caches responses by the method's first 32 bytes", filterPrefixCache(32), "Filter/Methods"},
+		}, "Filter/Error", ""},
+		{"caches responses by the method's first 32 bytes", filterPrefixCache(32), "Filter/Methods", ""},
+		{"refuses metadata values with control characters", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			for _, v := range info.Metadata {
+				if strings.ContainsAny(v, "\x00\r\n") { // "header injection"
+					return nil, kernel.Errorf(kernel.InvalidArgument, "metadata value with a control character")
+				}
+			}
+			return next(ctx, info, req)
+		}, "Filter/RequestMetadata", "which it let through with plain values"},
+		{"joins a status of its own ahead of next's error", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			resp, err := next(ctx, info, req)
+			if err != nil {
+				// errors.Is still finds next's error; the code the
+				// caller reads is the first status's.
+				return nil, errors.Join(kernel.Errorf(kernel.Unavailable, "upstream call failed"), err)
+			}
+			return resp, nil
+		}, "Filter/Error", "next failed with code NotFound but the caller got code Unavailable"},
 	}
 	recs := make([]*recording, len(cases))
 	var wg sync.WaitGroup
@@ -69,7 +87,12 @@ func TestFilterCatchesBoundaryDefects(t *testing.T) {
 	}
 	wg.Wait()
 	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { expectCaught(t, recs[i], tc.path) })
+		t.Run(tc.name, func(t *testing.T) {
+			expectCaught(t, recs[i], tc.path)
+			if tc.says != "" {
+				expectMessage(t, recs[i], tc.path, tc.says)
+			}
+		})
 	}
 }
 
