@@ -106,6 +106,7 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 	closeLeaves := registryShadowed(t, func(r, shadow *memory.Registry) kernel.Registry { return registryCloseLeaves{r, shadow} })
 
 	cases := append(registryBoundaryCases(), registryEndingCases(t)...)
+	cases = append(cases, registrySetCases()...)
 	registryCatches(t, append(cases, []registryBrokenCase{
 		{name: "ErrorForUnknownService", f: broken(func(r *memory.Registry) kernel.Registry { return registryErrUnknown{r} }),
 			caught: []string{"Registry/Resolve/UnknownService"}},
