@@ -73,6 +73,8 @@ func TestBalancerCatchesBrokenPlugins(t *testing.T) {
 			[]string{"Balancer/Empty/NeverUpdated", "Balancer/Empty/EmptySet", "Balancer/Empty/UpdatedToNil"}},
 		{"PlainErrorWhenEmpty", balancerBroken(func(b *roundrobin.Balancer) kernel.Balancer { return balancerPlainError{b} }), SpreadRoundRobin,
 			[]string{"Balancer/Empty/NeverUpdated", "Balancer/Empty/EmptySet", "Balancer/Empty/UpdatedToNil"}},
+		{"InstanceBesideTheErrorWhenEmpty", balancerBroken(func(b *roundrobin.Balancer) kernel.Balancer { return balancerFallbackWhenEmpty{b} }), SpreadRoundRobin,
+			[]string{"Balancer/Empty/NeverUpdated", "Balancer/Empty/EmptySet", "Balancer/Empty/UpdatedToNil"}},
 		{"KeepsSetOnEmptyUpdate", balancerBroken(func(b *roundrobin.Balancer) kernel.Balancer { return balancerKeepsOnEmpty{b} }), SpreadRoundRobin,
 			[]string{"Balancer/Empty/UpdatedToNil"}},
 		{"StripsPort", balancerBroken(func(b *roundrobin.Balancer) kernel.Balancer { return balancerStripsPort{b} }), SpreadAny,
@@ -155,6 +157,19 @@ func (b *balancerWeightedRef) Done(inst *kernel.Instance, _ error) {
 	if b.inFlight[inst.ID]--; b.inFlight[inst.ID] <= 0 {
 		delete(b.inFlight, inst.ID)
 	}
+}
+
+// balancerFallbackWhenEmpty returns, beside ErrNoInstances, a default
+// instance, as a balancer with a fallback address might: a caller that
+// checks the instance before the error calls it.
+type balancerFallbackWhenEmpty struct{ *roundrobin.Balancer }
+
+func (b balancerFallbackWhenEmpty) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
+	inst, err := b.Balancer.Pick(ctx, info)
+	if errors.Is(err, kernel.ErrNoInstances) {
+		return &kernel.Instance{ID: "fallback", Address: "127.0.0.1:1"}, err
+	}
+	return inst, err
 }
 
 type balancerNilWhenEmpty struct{ *roundrobin.Balancer }

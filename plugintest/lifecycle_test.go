@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
@@ -108,6 +109,19 @@ func TestLifecycleCatchesBrokenPlugins(t *testing.T) {
 			done := make(chan struct{})
 			return &lifecycleCodec{onClose: func(int) error { close(done); return nil }}, nil
 		}), "Plugin/Lifecycle/CloseTwice"},
+		{"closes racing each other both report ErrClosed", lifecycleFactory(func(*lifecycleOptions) (kernel.Codec, error) {
+			// Close tears down first and asks after whether it was the
+			// only one: a second, racing in meanwhile, makes both say no.
+			c := &lifecycleCodec{}
+			c.onClose = func(int) error {
+				time.Sleep(20 * time.Millisecond)
+				if c.closes.Load() > 1 {
+					return fmt.Errorf("lifecycle codec: %w", kernel.ErrClosed)
+				}
+				return nil
+			}
+			return c, nil
+		}), "Plugin/Lifecycle/CloseConcurrently"},
 		{"closing one instance breaks the next", func() kernel.Factory[kernel.Codec] {
 			var shared atomic.Bool // a package-level pool, in a real plugin
 			return lifecycleFactory(func(*lifecycleOptions) (kernel.Codec, error) {
