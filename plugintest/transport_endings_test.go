@@ -193,6 +193,17 @@ func transportEndingCases() []transportCase {
 			says:   [][2]string{{"Transport/Idle/Unused", "has an error at the client end: broken: keepalive probe unanswered"}},
 		},
 		{
+			// A writer that takes a socket silent for 100ms for stale
+			// and writes the next frame into a new one nobody reads.
+			name:   "LosesTheFirstFrameAfterAnIdleSpell",
+			faults: transportAfterIdle(100 * time.Millisecond),
+			caught: []string{"Transport/Idle/Unused", "Transport/Idle/AwaitingAnswer"},
+			says: [][2]string{
+				{"Transport/Idle/Unused", "was it lost?"},
+				{"Transport/Idle/AwaitingAnswer", "did not arrive within"},
+			},
+		},
+		{
 			name: "AcceptTimesOutWithItsOwnError",
 			faults: transportFaults{accept: transportAcceptFailing(func(ctx context.Context, err error) error {
 				if ctx.Err() != nil {
@@ -215,6 +226,29 @@ func transportAtTheEnd(end func() (*kernel.Frame, error)) func(context.Context, 
 			return end()
 		}
 		return f, err
+	}
+}
+
+// transportAfterIdle drops the first frame a connection writes after
+// idle without a frame read or written.
+func transportAfterIdle(idle time.Duration) transportFaults {
+	var last sync.Map // *transportFaultyConn → time.Time of its last frame
+	return transportFaults{
+		read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+			f, err := c.Conn.ReadFrame(ctx)
+			if err == nil {
+				last.Store(c, time.Now())
+			}
+			return f, err
+		},
+		write: func(c *transportFaultyConn, f *kernel.Frame) error {
+			now := time.Now()
+			if prev, ok := last.Swap(c, now); ok && now.Sub(prev.(time.Time)) > idle {
+				c.Conn.Recycle(f.Payload)
+				return nil
+			}
+			return c.Conn.WriteFrame(f)
+		},
 	}
 }
 
