@@ -3,6 +3,7 @@ package plugintest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -335,6 +336,28 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 				return err
 			}}
 		}, "Codec/Fresh"},
+		{"fresh decode panics on a cut encoding", func() kernel.Codec {
+			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
+				err := pb.UnmarshalFresh(data, v)
+				if err != nil {
+					// As a decoder that trusts a length prefix and
+					// reads past the end of what arrived.
+					end := len(data) + 1
+					return fmt.Errorf("field ends at %d, after byte %#x: %w", end, data[end-1], err)
+				}
+				return nil
+			}}
+		}, "Codec/Fresh"},
+		{"sized marshal writes into as many bytes as it is told", func() kernel.Codec {
+			return codecSizedFault{&codecFault{}, func(dst []byte, v any, size int) ([]byte, error) {
+				enc, err := pb.Marshal(nil, v)
+				out := append(dst, make([]byte, size)...)
+				for i, b := range enc {
+					out[len(dst)+i] = b // past the end when told too few
+				}
+				return out, err
+			}}
+		}, "Codec/Sized"},
 		{"fresh decode takes a cut encoding for a message", func() kernel.Codec {
 			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
 				_ = pb.UnmarshalFresh(data, v)
