@@ -366,6 +366,10 @@ func TestFilterStreamCatchesBrokenStreamFilters(t *testing.T) {
 			_ = st.(interface{ Peer() string }) // the engine's stream has one; the suite's does not
 			return next(ctx, info, st)
 		}, FilterConfig{}, "Filter/Stream/CancelledContext/Before", "InvokeStream with a cancelled context panicked"},
+		{"needs a token its FilterConfig does not give", streamNeedsToken, FilterConfig{},
+			"Filter/Stream/Messages", "refused a stream its FilterConfig should let through"},
+		{"refuses every stream of a burst", streamBurstShedder(), FilterConfig{},
+			"Filter/Stream/Concurrent", "refused all 8 streams opened at once"},
 		{"leaves a goroutine behind per stream", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
 			go func() { <-release }() // a flusher nobody stops
 			return next(ctx, info, st)
@@ -382,5 +386,35 @@ func TestFilterStreamCatchesBrokenStreamFilters(t *testing.T) {
 			expectCaught(t, recs[i], tc.path)
 			expectMessage(t, recs[i], tc.path, tc.msg)
 		})
+	}
+}
+
+// streamBurstShedder sheds bursts: it decides at the end of each 50ms
+// window, opened by the first stream to arrive outside one, and refuses
+// every stream of a window that had more than one, the first too.
+func streamBurstShedder() streamFilterFunc {
+	var mu sync.Mutex
+	var ends time.Time
+	var window *int // streams opened in the current window
+	return func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+		mu.Lock()
+		if now := time.Now(); !now.Before(ends) {
+			ends, window = now.Add(50*time.Millisecond), new(int)
+		}
+		w, until := window, ends
+		*w++
+		mu.Unlock()
+		select {
+		case <-time.After(time.Until(until)):
+		case <-ctx.Done():
+			return kernel.StatusOf(ctx.Err())
+		}
+		mu.Lock()
+		n := *w
+		mu.Unlock()
+		if n > 1 {
+			return kernel.Errorf(kernel.ResourceExhausted, "a burst of %d streams", n)
+		}
+		return next(ctx, info, st)
 	}
 }
