@@ -61,8 +61,8 @@ func (l limits) verdict(before, warm, end, after figures, c *counts) []string {
 	check(end.fds <= warm.fds+l.fds, "open files grew from %d after warm-up to %d (margin %d)", warm.fds, end.fds, l.fds)
 	check(end.heap <= heapMax, "heap grew from %s after warm-up to %s (tolerance %s)", mib(warm.heap), mib(end.heap), mib(heapMax))
 	bad = append(bad, l.afterShutdown(before, after)...)
-	check(c.failed.Load() <= l.allowFailedCalls, "%d calls failed unexpectedly", c.failed.Load())
-	check(c.wrong.Load() <= l.allowWrongAnswers, "%d calls got a wrong answer", c.wrong.Load())
+	check(c.failed.Load() <= l.allowFailedCalls, "%d calls or streams failed unexpectedly", c.failed.Load())
+	check(c.wrong.Load() <= l.allowWrongAnswers, "%d calls or streams got a wrong answer", c.wrong.Load())
 	return bad
 }
 
@@ -83,8 +83,8 @@ func (l limits) afterShutdown(before, after figures) []string {
 }
 
 func progress(w io.Writer, f figures, total time.Duration, c *counts) {
-	fmt.Fprintf(w, "[%7s/%s] %s; calls %d ok, %d expired or cancelled, %d failed, %d wrong; %d clients opened\n",
-		f.at.Round(time.Second), total, f, c.ok.Load(), c.expected.Load(), c.failed.Load(), c.wrong.Load(), c.opened.Load())
+	fmt.Fprintf(w, "[%7s/%s] %s; calls and streams %d ok, %d expired or cancelled, %d failed, %d wrong (%d streams); %d clients opened\n",
+		f.at.Round(time.Second), total, f, c.ok.Load(), c.expected.Load(), c.failed.Load(), c.wrong.Load(), c.streams.Load(), c.opened.Load())
 }
 
 func report(w io.Writer, before, warm, end, after figures, bad []string) {

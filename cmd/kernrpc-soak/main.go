@@ -28,11 +28,14 @@ Starts an echo server over tcp-lv and one over shm-ring, then runs -callers
 goroutines calling them through a client per transport and codec
 (protobuf, json, msgpack, flatbuffers) with payloads from 0 to 256 KiB:
 plain and asynchronous calls, calls with deadlines of 1-20 ms the server
-may outlast, and calls cancelled while they run. Every -churn one client is
-closed and a new one opened in its place.
+may outlast, calls cancelled while they run, and one time in five a stream
+(bidirectional or server-streaming, 1-16 messages, one in four given up
+part way). Every -churn one client is closed and a new one opened in its
+place.
 
 Every -interval it pauses the calls, runs a GC and prints goroutines, heap
-in use, open file descriptors (/proc/self/fd) and the calls so far. The
+in use, open file descriptors (/proc/self/fd) and the calls and streams so
+far. The
 start is the highest of the first 3 samples after -warmup, the end the
 lowest of the last 3 (the last taken after the traffic stopped), so that
 memory that comes and goes is not taken for a leak. It exits 1 if, from
@@ -41,8 +44,8 @@ by more than -fd-margin, or the heap by more than -heap-tolerance of the
 start plus -heap-slack; if, once everything is shut down and up to
 -settle has passed, more goroutines or files are left than before it
 started (same margins) or more heap than before plus -heap-slack; or if
-any call failed other than by its own deadline or cancellation, or got a
-wrong answer.
+any call or stream failed other than by its own deadline or cancellation,
+or got a wrong answer.
 
 Flags:
 `

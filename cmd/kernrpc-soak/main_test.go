@@ -50,7 +50,7 @@ func TestVerdictNamesEveryFigureThatGrew(t *testing.T) {
 	c.wrong.Add(2)
 	bad := strings.Join(l.verdict(before, warm, end, after, &c), "\n")
 	for _, want := range []string{"goroutines grew from 50", "open files grew from 20", "heap grew from 20.0 MiB", "6 goroutines after shutdown",
-		"12 open files after shutdown", "heap 18.0 MiB after shutdown, 1.0 MiB before the start (slack 1.0 MiB)", "1 calls failed", "2 calls got a wrong answer"} {
+		"12 open files after shutdown", "heap 18.0 MiB after shutdown, 1.0 MiB before the start (slack 1.0 MiB)", "1 calls or streams failed", "2 calls or streams got a wrong answer"} {
 		if !strings.Contains(bad, want) {
 			t.Errorf("verdict lacks %q:\n%s", want, bad)
 		}

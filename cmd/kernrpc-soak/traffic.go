@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,9 +28,10 @@ const (
 	namespace  = "kernrpc-soak"
 )
 
-// counts are the calls made so far, by outcome.
+// counts are the calls and streams made so far, by outcome, the streams
+// among them, and the clients opened.
 type counts struct {
-	ok, expected, failed, wrong, opened atomic.Int64
+	ok, expected, failed, wrong, streams, opened atomic.Int64
 }
 
 // traffic is the servers, the clients and the callers between them.
@@ -82,6 +82,7 @@ func startTraffic(ctx context.Context, log *slog.Logger, seed uint64) (*traffic,
 			return nil, fmt.Errorf("server over %s: %w", tr, err)
 		}
 		kernrpc.Handle(srv, method, echo)
+		handleStreams(srv)
 		if err := srv.Start(ctx); err != nil {
 			t.stop()
 			return nil, fmt.Errorf("start server over %s: %w", tr, err)
@@ -181,7 +182,11 @@ func (t *traffic) callLoop(ctx context.Context, id int, seed uint64) {
 		t.quiet.RLock()
 		s := t.slots[rng.IntN(len(t.slots))]
 		c := s.acquire()
-		t.oneCall(c.cli, s, rng, fmt.Sprintf("%d/%d", id, n))
+		if name := fmt.Sprintf("%d/%d", id, n); rng.IntN(5) == 0 {
+			t.oneStream(c.cli, s, rng, name)
+		} else {
+			t.oneCall(c.cli, s, rng, name)
+		}
 		c.calls.Done()
 		t.quiet.RUnlock()
 	}
@@ -202,12 +207,17 @@ func payloadSize(rng *rand.Rand) int {
 	return rng.IntN(maxPayload + 1)
 }
 
+// payload is a random slice of the source, of payloadSize.
+func (t *traffic) payload(rng *rand.Rand) []byte {
+	size := payloadSize(rng)
+	off := rng.IntN(len(t.source) - size + 1)
+	return t.source[off : off+size]
+}
+
 // oneCall makes one call of a random kind: plain, asynchronous, with a
 // deadline the server may outlast, or cancelled while it runs.
 func (t *traffic) oneCall(cli *kernrpc.Client, s *slot, rng *rand.Rand, name string) {
-	size := payloadSize(rng)
-	off := rng.IntN(len(t.source) - size + 1)
-	req := &echopb.Echo{Text: name, Payload: t.source[off : off+size]}
+	req := &echopb.Echo{Text: name, Payload: t.payload(rng)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kind := rng.IntN(10)
@@ -232,24 +242,27 @@ func (t *traffic) oneCall(cli *kernrpc.Client, s *slot, rng *rand.Rand, name str
 	if stopCancel != nil {
 		stopCancel()
 	}
-	t.record(s, req, &resp, err, kind >= 6 && kind <= 8)
+	if err == nil {
+		err = sameMessage(0, &resp, req)
+	}
+	t.record(s, name, err, kind >= 6 && kind <= 8)
 }
 
-func (t *traffic) record(s *slot, req, resp *echopb.Echo, err error, mayFail bool) {
+// record counts a call's or a stream's outcome; mayFail says that it was
+// given a deadline or cancelled on purpose.
+func (t *traffic) record(s *slot, name string, err error, mayFail bool) {
 	code := kernel.CodeOf(err)
 	switch {
-	case err == nil && (resp.Text != req.Text || !bytes.Equal(resp.Payload, req.Payload)):
-		t.counts.wrong.Add(1)
-		t.log.Error("soak: wrong answer", "transport", s.transport, "codec", s.codec, "call", req.Text,
-			"sent", len(req.Payload), "got", len(resp.Payload), "text", resp.Text)
 	case err == nil:
 		t.counts.ok.Add(1)
+	case errors.Is(err, errWrong):
+		t.counts.wrong.Add(1)
+		t.log.Error("soak: wrong answer", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
 	case mayFail && (code == kernel.DeadlineExceeded || code == kernel.Canceled || errors.Is(err, context.Canceled)):
 		t.counts.expected.Add(1)
 	default:
 		if t.counts.failed.Add(1) <= 20 { // the first ones say what broke; the count says how often
-			t.log.Error("soak: call failed", "transport", s.transport, "codec", s.codec, "call", req.Text,
-				"payload", len(req.Payload), "err", err)
+			t.log.Error("soak: call failed", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
 		}
 	}
 }
