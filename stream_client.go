@@ -178,8 +178,9 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 		err = cc.conn.WriteFrame(req)
 	}
 	if err != nil {
+		// Nothing was sent: the stream is dropped, its core left as it is,
+		// since Client.openStream may open it again on another connection.
 		cc.removeStream(id)
-		cs.core.end(errStreamClosed)
 		if st := cs.core.writeFailed(err); kernel.StatusOf(st).Code != kernel.Unavailable {
 			return st
 		}
@@ -193,8 +194,6 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 // queueCtl sends a control frame (or a stream's message) through the
 // connection's writer where it has one (queueFrame).
 func (cc *clientConn) queueCtl(f *kernel.Frame) error { return queueFrame(cc.conn, f) }
-
-var errStreamClosed = kernel.Errorf(kernel.Canceled, "the stream was closed")
 
 // cancelFrame tells the server a call or stream was given up, and why: a
 // deadline that passed reads as DeadlineExceeded there too, whichever of
