@@ -83,8 +83,8 @@ func (l limits) afterShutdown(before, after figures) []string {
 }
 
 func progress(w io.Writer, f figures, total time.Duration, c *counts) {
-	fmt.Fprintf(w, "[%7s/%s] %s; calls and streams %d ok, %d expired or cancelled, %d failed, %d wrong (%d streams); %d clients opened\n",
-		f.at.Round(time.Second), total, f, c.ok.Load(), c.expected.Load(), c.failed.Load(), c.wrong.Load(), c.streams.Load(), c.opened.Load())
+	fmt.Fprintf(w, "[%7s/%s] %s; calls and streams %d ok, %d expired or cancelled, %d ended by a fault, %d failed, %d wrong (%d streams); %d clients opened\n",
+		f.at.Round(time.Second), total, f, c.ok.Load(), c.expected.Load(), c.faulted.Load(), c.failed.Load(), c.wrong.Load(), c.streams.Load(), c.opened.Load())
 }
 
 func report(w io.Writer, before, warm, end, after figures, bad []string) {

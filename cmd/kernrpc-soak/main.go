@@ -24,8 +24,10 @@ import (
 
 const usage = `Usage: kernrpc-soak [-duration D] [flags]
 
-Starts an echo server over tcp-lv and one over shm-ring, then runs -callers
-goroutines calling them through a client per transport and codec
+Starts an echo server over tcp-lv, one over shm-ring and one over tcp-lv
+through the faulty transport (both sides lose, duplicate or delay a frame
+now and then, and reset a connection), then runs -callers goroutines
+calling them through a client per transport and codec
 (protobuf, json, msgpack, flatbuffers) with payloads from 0 to 256 KiB:
 plain and asynchronous calls, calls with deadlines of 1-20 ms the server
 may outlast, calls cancelled while they run, and one time in five a stream
@@ -35,17 +37,17 @@ place.
 
 Every -interval it pauses the calls, runs a GC and prints goroutines, heap
 in use, open file descriptors (/proc/self/fd) and the calls and streams so
-far. The
-start is the highest of the first 3 samples after -warmup, the end the
-lowest of the last 3 (the last taken after the traffic stopped), so that
-memory that comes and goes is not taken for a leak. It exits 1 if, from
+far. The start is the highest of the first 3 samples after -warmup, the
+end the lowest of the last 3 (the last taken after the traffic stopped),
+so that memory that comes and goes is not taken for a leak. It exits 1 if, from
 start to end, goroutines grew by more than -goroutine-margin, open files
 by more than -fd-margin, or the heap by more than -heap-tolerance of the
 start plus -heap-slack; if, once everything is shut down and up to
 -settle has passed, more goroutines or files are left than before it
 started (same margins) or more heap than before plus -heap-slack; or if
-any call or stream failed other than by its own deadline or cancellation,
-or got a wrong answer.
+any call or stream failed other than by its own deadline or cancellation
+(or, over the faulty transport, by a fault: its 1 s deadline for calls and
+3 s for streams, or Unavailable), or got a wrong answer.
 
 Flags:
 `
@@ -111,9 +113,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "kernrpc-soak:", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := newFaultLogs(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(logs)
 	slog.SetDefault(log) // the engine's own informational lines would drown the figures
-	if err := soak(ctx, o, stdout, log); err != nil {
+	err = soak(ctx, o, stdout, log)
+	fmt.Fprintf(stdout, "%d lines the engine logged at WARN about the faulty service were counted, not shown\n", logs.hidden.Load())
+	if err != nil {
 		fmt.Fprintln(stderr, "kernrpc-soak:", err)
 		return 1
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,5 +83,30 @@ func TestStartIsTheEarlyPeakAndEndTheLateFloor(t *testing.T) {
 	}
 	if s, e := startAndEnd(steady[:1]); s != steady[0] || e != steady[0] {
 		t.Errorf("one sample: %v, %v", s, e)
+	}
+}
+
+func TestFaultLogsHidesTheFaultyServicesWarnings(t *testing.T) {
+	var out bytes.Buffer
+	logs := newFaultLogs(slog.NewTextHandler(&out, nil))
+	faulty := slog.New(logs).With("component", "kernrpc.server", "service", serviceOf(faultyTCP))
+	clean := slog.New(logs).With("service", serviceOf("tcp-lv"))
+	faulty.Warn("dropping a duplicated request")
+	faulty.WithGroup("conn").Info("connection reset")
+	faulty.Error("handler panicked")
+	clean.Warn("slow consumer")
+	got := out.String()
+	for _, want := range []string{"handler panicked", "slow consumer"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	for _, hidden := range []string{"duplicated", "reset"} {
+		if strings.Contains(got, hidden) {
+			t.Errorf("output shows the faulty service's %q line:\n%s", hidden, got)
+		}
+	}
+	if n := logs.hidden.Load(); n != 2 {
+		t.Errorf("%d lines counted as hidden; want 2", n)
 	}
 }

@@ -69,6 +69,10 @@ var errWrong = errors.New("wrong message")
 func (t *traffic) oneStream(cli *kernrpc.Client, s *slot, rng *rand.Rand, name string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if s.transport == faultyTCP {
+		ctx, cancel = context.WithTimeout(ctx, faultyStreamTimeout)
+		defer cancel()
+	}
 	n := 1 + rng.IntN(maxMessages)
 	quit := streamQuit{at: -1}
 	if rng.IntN(4) == 0 {

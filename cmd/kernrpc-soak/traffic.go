@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	transports = []string{"tcp-lv", "shm-ring"}
+	transports = []string{"tcp-lv", "shm-ring", faultyTCP}
 	codecs     = []string{"protobuf", "json", "msgpack", "flatbuffers"}
 )
 
@@ -29,9 +29,10 @@ const (
 )
 
 // counts are the calls and streams made so far, by outcome, the streams
-// among them, and the clients opened.
+// among them, and the clients opened. faulted counts those that faultyTCP's
+// faults ended.
 type counts struct {
-	ok, expected, failed, wrong, streams, opened atomic.Int64
+	ok, expected, faulted, failed, wrong, streams, opened atomic.Int64
 }
 
 // traffic is the servers, the clients and the callers between them.
@@ -43,6 +44,7 @@ type traffic struct {
 	// exclusively, so that figures are read with no call in flight.
 	quiet  sync.RWMutex
 	source []byte // payloads are slices of it, read-only
+	seed   uint64
 	log    *slog.Logger
 }
 
@@ -61,22 +63,25 @@ type client struct {
 
 func serviceOf(transport string) string { return "soak-" + transport }
 
-func config(transport, codec string) *kernrpc.Config {
+func config(transport, codec string, seed uint64) *kernrpc.Config {
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = serviceOf(transport)
 	cfg.Address = "127.0.0.1:0" // shm-ring: a fresh abstract socket name
-	cfg.Transport = kernrpc.PluginConfig{Name: transport}
+	cfg.Transport = transportConfig(transport, seed)
 	cfg.Codec = kernrpc.PluginConfig{Name: codec}
 	cfg.Registry = kernrpc.PluginConfig{Name: "memory", Options: map[string]any{"namespace": namespace}}
 	cfg.Client.Timeout = kernel.Duration(10 * time.Second)
+	if transport == faultyTCP {
+		cfg.Client.Timeout = kernel.Duration(faultyCallTimeout)
+	}
 	return cfg
 }
 
 func startTraffic(ctx context.Context, log *slog.Logger, seed uint64) (*traffic, error) {
-	t := &traffic{log: log, source: make([]byte, 2*maxPayload)}
+	t := &traffic{log: log, source: make([]byte, 2*maxPayload), seed: seed}
 	fill(t.source, rand.New(rand.NewPCG(seed, 0)))
 	for _, tr := range transports {
-		srv, err := kernrpc.NewServer(config(tr, "protobuf"))
+		srv, err := kernrpc.NewServer(config(tr, "protobuf", seed))
 		if err != nil {
 			t.stop()
 			return nil, fmt.Errorf("server over %s: %w", tr, err)
@@ -129,7 +134,7 @@ func echo(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 // renew replaces s's client with a new one and closes the old one once
 // the calls it carries have returned.
 func (t *traffic) renew(s *slot) error {
-	cli, err := kernrpc.NewClient(config(s.transport, s.codec), serviceOf(s.transport))
+	cli, err := kernrpc.NewClient(config(s.transport, s.codec, t.seed), serviceOf(s.transport))
 	if err != nil {
 		return fmt.Errorf("client over %s in %s: %w", s.transport, s.codec, err)
 	}
@@ -260,6 +265,8 @@ func (t *traffic) record(s *slot, name string, err error, mayFail bool) {
 		t.log.Error("soak: wrong answer", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
 	case mayFail && (code == kernel.DeadlineExceeded || code == kernel.Canceled || errors.Is(err, context.Canceled)):
 		t.counts.expected.Add(1)
+	case s.transport == faultyTCP && faultEnded(err):
+		t.counts.faulted.Add(1)
 	default:
 		if t.counts.failed.Add(1) <= 20 { // the first ones say what broke; the count says how often
 			t.log.Error("soak: call failed", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
