@@ -14,17 +14,18 @@ import (
 // plugin on both sides, twice over. The outer layer loses or duplicates
 // now and then a request, an answer or a cancel; the inner one delays
 // every frame up to 1ms and now and then resets a connection instead of
-// sending a stream's message or credit. Calls and streams on it may fail,
-// by their deadline or with Unavailable, but must never get a wrong
-// answer, and nothing they leave behind may grow.
+// sending a frame, stream messages and credit included. Calls and
+// streams on it may fail, by their deadline or with Unavailable, but must
+// never get a wrong answer, and nothing they leave behind may grow.
 //
 // Stream messages are not lost or duplicated: the engine relies on the
 // transport for that, as the kernel.Conn contract and plugintest require
 // (a lost message is missing from the stream, a duplicate read twice).
 const faultyTCP = "faulty"
 
-// faultOptions are the faults: per frame a 0.2% chance of loss and of a
-// duplicate, 0.05% of a reset, and up to 1ms of delay.
+// faultOptions are the faults: a request, an answer or a cancel is lost,
+// or sent twice, with a chance of 0.2% each; any frame is held back up to
+// 1ms, and resets its connection with a chance of 0.05%.
 func faultOptions(seed uint64) map[string]any {
 	streams := map[string]any{
 		"transport":    map[string]any{"name": "tcp-lv"},

@@ -39,12 +39,13 @@ Every -interval it pauses the calls, runs a GC and prints goroutines, heap
 in use, open file descriptors (/proc/self/fd) and the calls and streams so
 far. The start is the highest of the first 3 samples after -warmup, the
 end the lowest of the last 3 (the last taken after the traffic stopped),
-so that memory that comes and goes is not taken for a leak. It exits 1 if, from
-start to end, goroutines grew by more than -goroutine-margin, open files
-by more than -fd-margin, or the heap by more than -heap-tolerance of the
-start plus -heap-slack; if, once everything is shut down and up to
--settle has passed, more goroutines or files are left than before it
-started (same margins) or more heap than before plus -heap-slack; or if
+so that memory that comes and goes is not taken for a leak. It exits 1
+if, from start to end, goroutines grew by more than -goroutine-margin,
+open files by more than -fd-margin, or the heap by more than
+-heap-tolerance of the start plus -heap-slack; if, once everything is
+shut down and up to -settle has passed, more goroutines or files are left
+than before it started (same margins) or more heap than before plus
+-heap-slack; or if
 any call or stream failed other than by its own deadline or cancellation
 (or, over the faulty transport, by a fault: its 1 s deadline for calls and
 3 s for streams, or Unavailable), or got a wrong answer.

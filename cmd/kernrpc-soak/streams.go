@@ -23,11 +23,11 @@ const (
 
 // handleStreams registers the soak's stream methods on srv.
 func handleStreams(srv *kernrpc.Server) {
-	kernrpc.HandleBidiStream(srv, chatMethod, chat)
-	kernrpc.HandleServerStream(srv, repeatMethod, repeat)
+	kernrpc.HandleBidiStream(srv, chatMethod, serveChat)
+	kernrpc.HandleServerStream(srv, repeatMethod, serveRepeat)
 }
 
-func chat(_ context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+func serveChat(_ context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
 	for {
 		m, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -42,9 +42,9 @@ func chat(_ context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]
 	}
 }
 
-// repeat sends the request's payload back as many times as its text's
+// serveRepeat sends the request's payload back as many times as its text's
 // " n=" asks, each message's text its index.
-func repeat(_ context.Context, req *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+func serveRepeat(_ context.Context, req *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
 	_, count, _ := strings.Cut(req.Text, " n=")
 	n, err := strconv.Atoi(count)
 	if err != nil || n < 0 || n > maxMessages {

@@ -269,7 +269,7 @@ func (t *traffic) record(s *slot, name string, err error, mayFail bool) {
 		t.counts.faulted.Add(1)
 	default:
 		if t.counts.failed.Add(1) <= 20 { // the first ones say what broke; the count says how often
-			t.log.Error("soak: call failed", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
+			t.log.Error("soak: failed", "transport", s.transport, "codec", s.codec, "call", name, "err", err)
 		}
 	}
 }
