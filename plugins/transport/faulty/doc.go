@@ -58,6 +58,11 @@
 //	                               accepted, take every frame and never
 //	                               send or deliver one
 //
+// A stream relies on its transport to deliver each frame once and in
+// order, as kernel.Conn requires: drop or duplicate on stream_data shows
+// the application a message missing from a stream or read twice, which
+// the engine does not detect.
+//
 // Faults act on the frames a connection writes; what it reads passes
 // through (a blackhole excepted), so the peer is the one that sees them.
 // A reset closes the wrapped connection (its peer sees it end) and fails
