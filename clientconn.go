@@ -186,8 +186,8 @@ func (cc *clientConn) fail(err error) {
 	}
 	cc.mu.Unlock()
 	_ = cc.conn.Close()
-	for _, cs := range streams {
-		cs.finish(&kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost while the stream of " + cs.info.Method + " was open: " + err.Error()}, nil)
+	for id, cs := range streams {
+		cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost while the stream of " + cs.info.Method + " was open: " + err.Error()})
 	}
 }
 
@@ -340,7 +340,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 			if t == nil {
 				if cs := cc.streams[f.CallID]; cs != nil {
 					cc.mu.Unlock()
-					cs.final(f)
+					cs.final(cc, f)
 					yieldToWoken(cc.conn)
 					continue
 				}

@@ -161,8 +161,14 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	cc.streams[id] = cs
 	cc.streamsGen.Add(1)
 	c.streamsOpen.Add(1)
+	// Bound under the core's lock: a connection an earlier attempt was
+	// opened on may still be failing, and finish tells by cs.cc and the
+	// core's id that the stream has moved on.
+	cs.core.mu.Lock()
 	cs.cc = cc
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
+	cs.core.opening, cs.core.lost = true, nil
+	cs.core.mu.Unlock()
 	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, cc.queueCtl
 	cs.core.sent = true // the headers went with the request
 	cc.startStreamReaderLocked()
@@ -177,6 +183,10 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	if err == nil {
 		err = cc.conn.WriteFrame(req)
 	}
+	cs.core.mu.Lock()
+	lost := cs.core.lost
+	cs.core.opening = false
+	cs.core.mu.Unlock()
 	if err != nil {
 		// Nothing was sent: the stream is dropped, its core left as it is,
 		// since Client.openStream may open it again on another connection.
@@ -186,6 +196,12 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 		}
 		cc.fail(err)
 		return &kernel.Status{Code: kernel.Unavailable, Message: "open a stream on " + cc.conn.RemoteAddr() + ": " + err.Error(), Retryable: true}
+	}
+	if lost != nil {
+		// Sent, then the connection failed: the server may have the
+		// stream, so it is not opened again.
+		cc.removeStream(id)
+		return lost
 	}
 	cs.stop = context.AfterFunc(ctx, cs.ctxDone)
 	return nil
@@ -236,21 +252,42 @@ func (cs *ClientStream) markOver() {
 	})
 }
 
-// final takes the server's closing Response: the status and trailers.
-func (cs *ClientStream) final(f *kernel.Frame) {
+// final takes the server's closing Response, read on cc: the status and
+// trailers.
+func (cs *ClientStream) final(cc *clientConn, f *kernel.Frame) {
 	var st error = io.EOF
 	if f.Code != kernel.OK {
 		st = &kernel.Status{Code: f.Code, Message: f.Message, Retryable: f.Flags&kernel.FlagRetryable != 0}
 	}
-	cs.finish(st, f.Metadata)
+	cs.finish(cc, f.CallID, st, f.Metadata)
 	f.Release()
 }
 
-// finish ends the stream from the server's side (its status, or the
-// connection's loss): messages already received can still be read.
-func (cs *ClientStream) finish(st error, trailer kernel.Metadata) {
-	cs.cc.removeStream(cs.core.id)
+// lose ends the stream, as opened on cc with id, with the loss of cc. One
+// being opened there is left to its opener, which may open it again
+// elsewhere if its request was never sent.
+func (cs *ClientStream) lose(cc *clientConn, id uint64, st error) {
 	cs.core.mu.Lock()
+	if cs.core.opening && cs.cc == cc && cs.core.id == id {
+		cs.core.lost = st
+		cs.core.mu.Unlock()
+		cc.removeStream(id)
+		return
+	}
+	cs.core.mu.Unlock()
+	cs.finish(cc, id, st, nil)
+}
+
+// finish ends the stream, as opened on cc with id, from the server's side
+// (its status, or the connection's loss): messages already received can
+// still be read. A stream opened again elsewhere since is left alone.
+func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kernel.Metadata) {
+	cc.removeStream(id)
+	cs.core.mu.Lock()
+	if cs.cc != cc || cs.core.id != id {
+		cs.core.mu.Unlock()
+		return
+	}
 	if cs.core.ended != nil || cs.core.final != nil {
 		cs.core.mu.Unlock()
 		return

@@ -38,6 +38,11 @@ type streamCore struct {
 	ended    error // set once the stream is over for this side: what later calls return
 	final    error // client: how the server ended it, io.EOF for OK; later sends return it
 	sendDone bool  // CloseSend was called (client) or the stream ended
+	// opening is set while a client's attempt to open the stream is under
+	// way, and lost to the status its connection failed with meanwhile:
+	// the opener decides, since it may open the stream again elsewhere.
+	opening bool
+	lost    error
 	// sendStopped is set (under mu) once ended, final or sendDone is, so
 	// that a sender finds it may go on without taking mu, which the
 	// connection's reader takes for every message it delivers.

@@ -1,0 +1,113 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+func init() {
+	kernel.RegisterTransport(kernel.NewFactory(lostOpenName, "test: tcp-lv whose first connection dies while sending a stream's opening request, its reader noticing first",
+		func() *struct{} { return &struct{}{} },
+		func(*struct{}) (kernel.Transport, error) {
+			inner, err := kernel.NewTransport("tcp-lv", nil, "test")
+			if err != nil {
+				return nil, err
+			}
+			return &lostOpen{Transport: inner}, nil
+		}))
+}
+
+const lostOpenName = "test-lost-open"
+
+// lostOpen dials through tcp-lv; its first connection is a lostOpenConn.
+type lostOpen struct {
+	kernel.Transport
+	dials atomic.Int32
+}
+
+func (t *lostOpen) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	c, err := t.Transport.Dial(ctx, addr)
+	if err != nil || t.dials.Add(1) > 1 {
+		return c, err
+	}
+	return &lostOpenConn{Conn: c, readFailed: make(chan struct{})}, nil
+}
+
+// lostOpenConn closes itself instead of sending a stream's opening
+// request, and fails that write only once its reader has seen the close
+// and the engine has had time to fail the connection's streams: the
+// stream being opened is among them.
+type lostOpenConn struct {
+	kernel.Conn
+	once       sync.Once
+	readFailed chan struct{}
+}
+
+func (c *lostOpenConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
+	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil && ctx.Err() == nil {
+		c.once.Do(func() { close(c.readFailed) })
+	}
+	return f, err
+}
+
+func (c *lostOpenConn) WriteFrame(f *kernel.Frame) error {
+	if f.Type != kernel.FrameRequest || f.Flags&kernel.FlagStream == 0 {
+		return c.Conn.WriteFrame(f)
+	}
+	if len(f.Payload) > 0 {
+		c.Conn.Recycle(f.Payload)
+	}
+	c.Conn.Close()
+	<-c.readFailed
+	time.Sleep(50 * time.Millisecond)
+	return fmt.Errorf("test: the connection was lost before the request went out: %w", kernel.ErrPeerGone)
+}
+
+// A stream whose opening request was never sent is opened again on a new
+// connection even when the first connection's reader noticed the loss
+// first and failed the connection's streams, this one among them: that
+// attempt's end must not reach the stream opened again.
+func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	ccfg := *cfg
+	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName}
+	cli := newClient(t, &ccfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Echo")
+	if err != nil {
+		t.Fatalf("open, its first connection lost before the request went out: %v; want it opened on another", err)
+	}
+	defer st.Close()
+	if a := st.Info().Attempt; a != 2 {
+		t.Fatalf("the stream opened on attempt %d; want 2, or this test checked nothing", a)
+	}
+	for i := range 3 {
+		text := strconv.Itoa(i)
+		if err := st.Send(&echopb.Echo{Text: text}); err != nil {
+			t.Fatalf("send %d on the stream opened again: %v", i, err)
+		}
+		if m, err := st.Recv(); err != nil || m.Text != text {
+			t.Fatalf("echo %d on the stream opened again: %q, %v; want %q", i, m.GetText(), err, text)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, %v; want io.EOF", m, err)
+	}
+}
