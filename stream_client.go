@@ -265,11 +265,14 @@ func (cs *ClientStream) final(cc *clientConn, f *kernel.Frame) {
 
 // lose ends the stream, as opened on cc with id, with the loss of cc. One
 // being opened there is left to its opener, which may open it again
-// elsewhere if its request was never sent.
+// elsewhere if its request was never sent; unless the server's end came
+// first, which the stream keeps.
 func (cs *ClientStream) lose(cc *clientConn, id uint64, st error) {
 	cs.core.mu.Lock()
 	if cs.core.opening && cs.cc == cc && cs.core.id == id {
-		cs.core.lost = st
+		if cs.core.final == nil {
+			cs.core.lost = st // the opener fails the open, or opens it again
+		}
 		cs.core.mu.Unlock()
 		cc.removeStream(id)
 		return
@@ -280,11 +283,13 @@ func (cs *ClientStream) lose(cc *clientConn, id uint64, st error) {
 
 // finish ends the stream, as opened on cc with id, from the server's side
 // (its status, or the connection's loss): messages already received can
-// still be read. A stream opened again elsewhere since is left alone.
+// still be read.
 func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kernel.Metadata) {
 	cc.removeStream(id)
 	cs.core.mu.Lock()
-	if cs.cc != cc || cs.core.id != id {
+	if cs.cc != cc || cs.core.id != id || cs.core.lost != nil {
+		// Opened again elsewhere since, or lost while being opened: the
+		// opener has the outcome.
 		cs.core.mu.Unlock()
 		return
 	}

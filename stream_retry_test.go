@@ -17,22 +17,30 @@ import (
 )
 
 func init() {
-	kernel.RegisterTransport(kernel.NewFactory(lostOpenName, "test: tcp-lv whose first connection dies while sending a stream's opening request, its reader noticing first",
-		func() *struct{} { return &struct{}{} },
-		func(*struct{}) (kernel.Transport, error) {
+	kernel.RegisterTransport(kernel.NewFactory(lostOpenName, "test: tcp-lv whose first connection dies while writing a stream's opening request, its reader noticing first",
+		func() *lostOpenOptions { return &lostOpenOptions{} },
+		func(o *lostOpenOptions) (kernel.Transport, error) {
 			inner, err := kernel.NewTransport("tcp-lv", nil, "test")
 			if err != nil {
 				return nil, err
 			}
-			return &lostOpen{Transport: inner}, nil
+			return &lostOpen{Transport: inner, mode: o.Mode}, nil
 		}))
 }
 
 const lostOpenName = "test-lost-open"
 
+// lostOpenOptions say when the first connection dies: before the request
+// goes out ("", and the write fails), or once it went out ("sent", and
+// the write succeeds).
+type lostOpenOptions struct {
+	Mode string `json:"mode"`
+}
+
 // lostOpen dials through tcp-lv; its first connection is a lostOpenConn.
 type lostOpen struct {
 	kernel.Transport
+	mode  string
 	dials atomic.Int32
 }
 
@@ -41,23 +49,24 @@ func (t *lostOpen) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
 	if err != nil || t.dials.Add(1) > 1 {
 		return c, err
 	}
-	return &lostOpenConn{Conn: c, readFailed: make(chan struct{})}, nil
+	return &lostOpenConn{Conn: c, mode: t.mode, readFailed: make(chan struct{})}, nil
 }
 
-// lostOpenConn closes itself instead of sending a stream's opening
-// request, and fails that write only once its reader has seen the close
-// and the engine has had time to fail the connection's streams: the
-// stream being opened is among them.
+// lostOpenConn closes itself while it writes a stream's opening request,
+// and returns from the write only once its reader has seen the close and
+// the engine has had time to fail the connection's streams: the stream
+// being opened is among them.
 type lostOpenConn struct {
 	kernel.Conn
-	once       sync.Once
+	mode       string
+	readOnce   sync.Once
 	readFailed chan struct{}
 }
 
 func (c *lostOpenConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	f, err := c.Conn.ReadFrame(ctx)
 	if err != nil && ctx.Err() == nil {
-		c.once.Do(func() { close(c.readFailed) })
+		c.readOnce.Do(func() { close(c.readFailed) })
 	}
 	return f, err
 }
@@ -66,13 +75,20 @@ func (c *lostOpenConn) WriteFrame(f *kernel.Frame) error {
 	if f.Type != kernel.FrameRequest || f.Flags&kernel.FlagStream == 0 {
 		return c.Conn.WriteFrame(f)
 	}
-	if len(f.Payload) > 0 {
-		c.Conn.Recycle(f.Payload)
+	var err error
+	switch c.mode {
+	case "":
+		if len(f.Payload) > 0 {
+			c.Conn.Recycle(f.Payload)
+		}
+		err = fmt.Errorf("test: the connection was lost before the request went out: %w", kernel.ErrPeerGone)
+	case "sent":
+		err = c.Conn.WriteFrame(f)
 	}
 	c.Conn.Close()
 	<-c.readFailed
 	time.Sleep(50 * time.Millisecond)
-	return fmt.Errorf("test: the connection was lost before the request went out: %w", kernel.ErrPeerGone)
+	return err
 }
 
 // A stream whose opening request was never sent is opened again on a new
@@ -109,5 +125,20 @@ func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
 	}
 	if m, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after CloseSend: %v, %v; want io.EOF", m, err)
+	}
+}
+
+// A stream whose opening request went out before its connection was lost
+// is not opened again (the server may have it): the open fails with
+// Unavailable, not retryable.
+func TestStreamOpenFailsWhenItsConnectionWasLostAfterTheRequest(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	ccfg := *cfg
+	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName, Options: map[string]any{"mode": "sent"}}
+	cli := newClient(t, &ccfg)
+	_, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Echo")
+	if kernel.CodeOf(err) != kernel.Unavailable || kernel.IsRetryable(err) {
+		t.Fatalf("open, its connection lost after the request went out: %v; want Unavailable, not retryable", err)
 	}
 }
