@@ -2,9 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,43 +118,4 @@ func TestStreamOpenRefusedByTheTransport(t *testing.T) {
 		t.Fatalf("open with 5 metadata entries: %v; want ResourceExhausted naming max_metadata_entries", err)
 	}
 	recvAll(t, cli, 2) // the connection still serves
-}
-
-// A stream whose opening request its connection failed to send (the
-// connection reset instead) is opened again on a new connection, and
-// works: the attempt that failed leaves nothing of its end behind.
-func TestStreamOpenRetriedWhenItsRequestCouldNotBeSent(t *testing.T) {
-	cfg := testConfig(t)
-	startServer(t, cfg, streamHandlers)
-	ccfg := *cfg
-	// Each connection sends its first request and resets at its second.
-	ccfg.Transport = kernrpc.PluginConfig{Name: "faulty", Options: map[string]any{
-		"transport": map[string]any{"name": cfg.Transport.Name, "options": cfg.Transport.Options},
-		"side":      "dial", "frames": []any{"request"}, "reset_after": 1,
-	}}
-	cli := newClient(t, &ccfg)
-	recvAll(t, cli, 2) // the first connection's one request
-	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Echo")
-	if err != nil {
-		t.Fatalf("open, its first connection reset while sending the request: %v; want it opened on another", err)
-	}
-	defer st.Close()
-	if a := st.Info().Attempt; a != 2 {
-		t.Fatalf("the stream opened on attempt %d; want 2 (the first connection reset), or this test checked nothing", a)
-	}
-	for i := range 3 {
-		text := strconv.Itoa(i)
-		if err := st.Send(&echopb.Echo{Text: text}); err != nil {
-			t.Fatalf("send %d on the stream opened on a retry: %v", i, err)
-		}
-		if m, err := st.Recv(); err != nil || m.Text != text {
-			t.Fatalf("echo %d on the stream opened on a retry: %q, %v; want %q", i, m.GetText(), err, text)
-		}
-	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := st.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after CloseSend: %v, %v; want io.EOF", m, err)
-	}
 }

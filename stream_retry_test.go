@@ -91,6 +91,23 @@ func (c *lostOpenConn) WriteFrame(f *kernel.Frame) error {
 	return err
 }
 
+// A stream whose opening request its connection failed to send (the
+// connection reset instead) is opened again on a new connection, and
+// works: the attempt that failed leaves nothing of its end behind.
+func TestStreamOpenRetriedWhenItsRequestCouldNotBeSent(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	ccfg := *cfg
+	// Each connection sends its first request and resets at its second.
+	ccfg.Transport = kernrpc.PluginConfig{Name: "faulty", Options: map[string]any{
+		"transport": map[string]any{"name": cfg.Transport.Name, "options": cfg.Transport.Options},
+		"side":      "dial", "frames": []any{"request"}, "reset_after": 1,
+	}}
+	cli := newClient(t, &ccfg)
+	recvAll(t, cli, 2) // the first connection's one request
+	expectOpenedAgain(t, cli, "its first connection reset while sending the request")
+}
+
 // A stream whose opening request was never sent is opened again on a new
 // connection even when the first connection's reader noticed the loss
 // first and failed the connection's streams, this one among them: that
@@ -101,15 +118,23 @@ func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
 	ccfg := *cfg
 	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName}
 	cli := newClient(t, &ccfg)
+	expectOpenedAgain(t, cli, "its first connection lost before the request went out")
+}
+
+// expectOpenedAgain opens a Count.Echo stream, which how says the first
+// attempt lost, and expects it opened on a second attempt and working:
+// three echoes, then io.EOF after CloseSend.
+func expectOpenedAgain(t *testing.T, cli *kernrpc.Client, how string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Echo")
 	if err != nil {
-		t.Fatalf("open, its first connection lost before the request went out: %v; want it opened on another", err)
+		t.Fatalf("open, %s: %v; want it opened on another connection", how, err)
 	}
 	defer st.Close()
 	if a := st.Info().Attempt; a != 2 {
-		t.Fatalf("the stream opened on attempt %d; want 2, or this test checked nothing", a)
+		t.Fatalf("open, %s: opened on attempt %d; want 2, or this test checked nothing", how, a)
 	}
 	for i := range 3 {
 		text := strconv.Itoa(i)

@@ -34,11 +34,7 @@ var kinds = []kind{
 
 // TestExactlyOneAnswer runs every fault kind over tcp-lv and shm-ring.
 func TestExactlyOneAnswer(t *testing.T) {
-	transports := []string{"tcp-lv"}
-	if runtime.GOOS == "linux" {
-		transports = append(transports, "shm-ring")
-	}
-	for _, tr := range transports {
+	for _, tr := range harnessTransports() {
 		for _, k := range kinds {
 			t.Run(tr+"/"+k.name, func(t *testing.T) {
 				r := &run{transport: tr, faults: k.faults, calls: k.calls, concurrency: 128,
@@ -50,4 +46,13 @@ func TestExactlyOneAnswer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// harnessTransports are the transports the faults wrap: tcp-lv, and
+// shm-ring where it runs.
+func harnessTransports() []string {
+	if runtime.GOOS == "linux" {
+		return []string{"tcp-lv", "shm-ring"}
+	}
+	return []string{"tcp-lv"}
 }

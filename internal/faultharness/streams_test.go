@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -40,11 +39,7 @@ var streamKinds = []kind{
 // none may read a message that is not the one due, and nothing may
 // outlive the client and the server.
 func TestStreamsThroughFaultsEndCleanly(t *testing.T) {
-	transports := []string{"tcp-lv"}
-	if runtime.GOOS == "linux" {
-		transports = append(transports, "shm-ring")
-	}
-	for _, tr := range transports {
+	for _, tr := range harnessTransports() {
 		for _, k := range streamKinds {
 			t.Run(tr+"/"+k.name, func(t *testing.T) {
 				r := &run{transport: tr, faults: k.faults, calls: 200, concurrency: 32, deadline: time.Second}
