@@ -33,7 +33,7 @@ func registrySetCases() []registryBrokenCase {
 			// A watch that sends the cache it starts with, empty, before
 			// the first answer from the store.
 			name:   "WatchStartsWithAnEmptySet",
-			f:      registryBroken(func(r *memory.Registry) kernel.Registry { return registryWatchEmptyFirst{r} }),
+			f:      registryBroken(func(r *memory.Registry) kernel.Registry { return registryRelay{r, registryEmptyFirst} }),
 			caught: []string{"Registry/Watch/InitialSet"},
 			says:   [][2]string{{"Registry/Watch/InitialSet", "first watched set = []"}},
 		},
@@ -90,29 +90,18 @@ func (r registryWatchCut) Watch(ctx context.Context, service string) (<-chan []k
 	return out, nil
 }
 
-// registryWatchEmptyFirst sends an empty set before the watch's first.
-type registryWatchEmptyFirst struct{ *memory.Registry }
-
-func (r registryWatchEmptyFirst) Watch(ctx context.Context, service string) (<-chan []kernel.Instance, error) {
-	in, err := r.Registry.Watch(ctx, service)
-	if err != nil {
-		return nil, err
+// registryEmptyFirst, a relay, sends an empty set before the watch's own.
+func registryEmptyFirst(ctx context.Context, in <-chan []kernel.Instance, out chan<- []kernel.Instance) {
+	select {
+	case out <- []kernel.Instance{}:
+	case <-ctx.Done():
 	}
-	out := make(chan []kernel.Instance)
-	go func() {
-		defer close(out)
+	for set := range in {
 		select {
-		case out <- []kernel.Instance{}:
+		case out <- set:
 		case <-ctx.Done():
 		}
-		for set := range in {
-			select {
-			case out <- set:
-			case <-ctx.Done():
-			}
-		}
-	}()
-	return out, nil
+	}
 }
 
 // registryNotifyPlaceholder lists a placeholder as the current set of a
