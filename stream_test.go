@@ -10,6 +10,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/faulty"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
@@ -62,20 +63,7 @@ func streamHandlers(srv *kernrpc.Server) {
 		}
 	})
 	// Count.Echo answers every message with itself until the client closes.
-	kernrpc.HandleBidiStream(srv, "Count.Echo", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
-		for {
-			m, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if err := st.Send(m); err != nil {
-				return err
-			}
-		}
-	})
+	kernrpc.HandleBidiStream(srv, "Count.Echo", enginetest.EchoStream[echopb.Echo])
 	// Count.Wait blocks until its context ends, then returns its error.
 	kernrpc.HandleBidiStream(srv, "Count.Wait", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
 		if err := st.Send(&echopb.Echo{Text: "waiting"}); err != nil {

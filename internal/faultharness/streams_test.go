@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -59,7 +60,7 @@ func (r *run) streams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernrpc.HandleBidiStream(srv, chatMethod, echoChat)
+	kernrpc.HandleBidiStream(srv, chatMethod, enginetest.EchoStream[wrapperspb.StringValue])
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -141,19 +142,4 @@ func (r *run) chat(cli *kernrpc.Client, i int) error {
 		return err
 	}
 	return nil
-}
-
-func echoChat(_ context.Context, st kernrpc.ServerStreamOf[wrapperspb.StringValue, wrapperspb.StringValue]) error {
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := st.Send(m); err != nil {
-			return err
-		}
-	}
 }

@@ -33,18 +33,7 @@ func TestStreamsOverTheEngine(t *testing.T) {
 		})
 		kernrpc.HandleBidiStream(srv, "Watch.Echo", func(ctx context.Context, st echoStream) error {
 			handled.Add(1)
-			for {
-				m, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				if err := st.Send(m); err != nil {
-					return err
-				}
-			}
+			return enginetest.EchoStream(ctx, st)
 		})
 		kernrpc.HandleServerStream(srv, "Watch.Count", func(ctx context.Context, req *echopb.Echo, st echoStream) error {
 			handled.Add(1)
