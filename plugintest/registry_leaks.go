@@ -93,12 +93,15 @@ func (g *goroutineTree) descendants() []string {
 }
 
 // await waits up to d for the root's descendants to end and returns those
-// still running.
+// still running. The last look starts after d has passed: a snapshot can
+// take most of a second on a busy machine, and one begun before the end
+// would blame goroutines for ending while it ran.
 func (g *goroutineTree) await(d time.Duration) []string {
 	deadline := time.Now().Add(d)
 	for {
+		last := !time.Now().Before(deadline)
 		left := g.descendants()
-		if len(left) == 0 || time.Now().After(deadline) {
+		if len(left) == 0 || last {
 			return left
 		}
 		time.Sleep(10 * time.Millisecond)
