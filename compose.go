@@ -28,6 +28,8 @@ type BuiltPlugin struct {
 	Name string
 	// Plugin is the value the plugin's factory returned.
 	Plugin any
+
+	options map[string]any // a filter's, from its config entry
 }
 
 // FindPlugin returns the first plugin named name in built (from
@@ -86,9 +88,20 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 			continue
 		}
 		f, err := kernel.NewFilter(fc.Name, fc.Options, cfg.Source)
+		if err == nil {
+			if only, other := otherSide(f, side); other {
+				if fc.Side == side.String() {
+					errs = append(errs, cfg.errorf(fmt.Sprintf("filters[%d].side", i),
+						"is %s, but filter %q works on the %s side only; set side: %s, or leave side out", fc.Side, fc.Name, only, only))
+				}
+				closeFilter(f)
+				continue
+			}
+		}
 		if !keep(kernel.KindFilter, fc.Name, f, err) {
 			continue
 		}
+		p.built[len(p.built)-1].options = fc.Options
 		cf := configuredFilter{filter: f, name: fc.Name, methods: fc.Methods}
 		if side == kernel.ServerSide {
 			p.callFilters = append(p.callFilters, cf)
@@ -110,6 +123,24 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 		return nil, errors.Join(errs...)
 	}
 	return p, nil
+}
+
+// otherSide reports whether f declares (kernel.SidedFilter) that it works
+// on one side only, and that side, only, is not side.
+func otherSide(f kernel.Filter, side kernel.Side) (only kernel.Side, other bool) {
+	sf, ok := f.(kernel.SidedFilter)
+	if !ok {
+		return 0, false
+	}
+	only = sf.Side()
+	return only, only != side
+}
+
+// closeFilter closes a filter built only to learn it belongs elsewhere.
+func closeFilter(f kernel.Filter) {
+	if c, ok := f.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 // filterStage is the stage the config names, else the one the filter

@@ -60,7 +60,10 @@ type PluginConfig struct {
 // FilterConfig places one filter in the chain.
 type FilterConfig struct {
 	Name string `json:"name"`
-	// Side is "client", "server" or "both" (the default).
+	// Side is "client", "server" or "both" (the default). A filter that
+	// works on one side only (kernel.SidedFilter: retry, hedge, breaker)
+	// is left out of the other when Side is empty or "both", and naming
+	// the other side is an error where that side is built.
 	Side string `json:"side"`
 	// Stage is, on the client, "call" (before the pick, once per call) or
 	// "attempt" (after the pick, once per attempt). Empty: the stage the

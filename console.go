@@ -199,14 +199,6 @@ func (cn *console) effectivePlugins() []pluginView {
 		}
 		infos[in.Kind][in.Name] = in
 	}
-	// The built filters are the config's, in order, less those of the
-	// other side.
-	var filterOpts []map[string]any
-	for _, f := range cfg.Filters {
-		if f.Side == "" || f.Side == "both" || f.Side == kernel.ServerSide.String() {
-			filterOpts = append(filterOpts, f.Options)
-		}
-	}
 	var out []pluginView
 	for _, b := range cn.s.plugins.list() {
 		var opts map[string]any
@@ -218,9 +210,7 @@ func (cn *console) effectivePlugins() []pluginView {
 		case kernel.KindRegistry:
 			opts = cfg.Registry.Options
 		case kernel.KindFilter:
-			if len(filterOpts) > 0 {
-				opts, filterOpts = filterOpts[0], filterOpts[1:]
-			}
+			opts = b.options
 		}
 		in := infos[b.Kind][b.Name]
 		v := pluginView{Kind: string(b.Kind), Name: b.Name, Doc: in.Doc, Configured: slices.Sorted(maps.Keys(opts)), Options: json.RawMessage("null")}

@@ -100,8 +100,10 @@ const testTraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 func consoleServer(t testing.TB) (*kernrpc.Server, *kernrpc.Config) {
 	cfg := testConfig(t)
 	cfg.Server.AdminAddress = "127.0.0.1:0"
-	cfg.Filters = []kernrpc.FilterConfig{{Name: "token-bucket", Side: "server", Methods: []string{"Echo.Limited"},
-		Options: map[string]any{"rate": 0.01, "burst": 3}}}
+	// The client-only filter is left out of the server; the token bucket's
+	// view must still show its own options.
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-client-only", Options: map[string]any{"note": "for clients"}},
+		{Name: "token-bucket", Side: "server", Methods: []string{"Echo.Limited"}, Options: map[string]any{"rate": 0.01, "burst": 3}}}
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
 		kernrpc.Handle(s, "Echo.Fail", func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
 			return nil, kernel.Errorf(kernel.NotFound, "no such thing")

@@ -58,6 +58,16 @@ type StagedFilter interface {
 	Stage() Stage
 }
 
+// SidedFilter is an optional Filter interface: a filter with work on one
+// side only (a client's retries, hedges, breaker) says which, ClientSide
+// or ServerSide. The engine leaves it out of the other side when its
+// config entry names no side, and refuses an entry that names the other
+// side, instead of running a filter that would pass every call through
+// there. Without it, a filter runs on whichever sides its entry names.
+type SidedFilter interface {
+	Side() Side
+}
+
 // CallInfo describes one call (or, in the attempt stage, one attempt) to
 // the filters it passes through. It is plain data: a filter may copy it
 // and pass the copy on.

@@ -22,7 +22,9 @@ type FilterConfig struct {
 	BadOptions    map[string]any
 	BadOptionsKey string
 	// Side is the side the filter is configured on; 0 runs every check on
-	// both sides.
+	// both sides, or, for a filter that declares one (kernel.SidedFilter),
+	// on that side, the only one the engine puts it on. A Side other than
+	// the one declared fails the Side check.
 	Side kernel.Side
 	// Metadata is request metadata every call (and stream) the suite makes
 	// carries, so that a filter which lets only some calls through (one
@@ -50,6 +52,10 @@ type FilterConfig struct {
 // call, and an answer of the filter's own skips the check, saying so. It
 // checks:
 //
+//   - Side: a filter that declares one side (kernel.SidedFilter) declares
+//     the client or the server, and FilterConfig.Side, if set, is that one;
+//     the checks below then run on that side only. A failure here ends the
+//     suite.
 //   - Outcome: whatever the filter does, its outcome is one a caller can
 //     take: a response, next's or its own, or an error, a rejection being a
 //     *kernel.Status. Never (nil, nil): the caller would get an empty reply
@@ -158,6 +164,9 @@ func Filter(t *testing.T, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 
 func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	t.Helper()
+	if !t.Run("Side", func(t tb) { cfg = filterSided(t, f, cfg) }) {
+		return // the checks would run on a side the engine never uses
+	}
 	property := func(t tb, name string, check func(t tb, e *filterEnv)) {
 		filterProperty(t, f, cfg, name, check)
 	}
@@ -195,6 +204,31 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 		e := &filterEnv{filter: flt, side: filterSides(cfg)[0], cfg: cfg}
 		filterOutcomeCheck(t, e)
 	})
+}
+
+// filterSided checks the side a kernel.SidedFilter declares against
+// FilterConfig.Side and returns cfg with that side: the engine keeps such
+// a filter to its side, so the suite checks it there only.
+func filterSided(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) FilterConfig {
+	t.Helper()
+	probe := build(t, f, cfg.Options)
+	sf, ok := probe.(kernel.SidedFilter)
+	var only kernel.Side
+	if ok {
+		only = sf.Side()
+	}
+	closePlugin(probe)
+	switch {
+	case !ok:
+	case only != kernel.ClientSide && only != kernel.ServerSide:
+		t.Fatalf("the filter declares (kernel.SidedFilter) side %s, which is neither client nor server", only)
+	case cfg.Side != 0 && cfg.Side != only:
+		t.Fatalf("FilterConfig.Side is %s, but the filter declares (kernel.SidedFilter) that it works on the %s side "+
+			"only, the one the engine keeps it to; set Side to %s or leave it out", cfg.Side, only, only)
+	default:
+		cfg.Side = only
+	}
+	return cfg
 }
 
 // filterSides are the sides the suite checks: both, or the one

@@ -30,6 +30,7 @@ type recording struct {
 	mu       sync.Mutex
 	failures []failure // in the order they happened
 	skips    []failure
+	runs     []string // every subtest's path, in the order they started
 }
 
 type failure struct {
@@ -147,8 +148,18 @@ func (r *recorder) TempDir() string {
 }
 func (r *recorder) Run(name string, f func(t tb)) bool {
 	child := newRecorder(r.name+"/"+name, r, r.root)
+	r.root.mu.Lock()
+	r.root.runs = append(r.root.runs, child.name)
+	r.root.mu.Unlock()
 	child.runBody(f)
 	return !child.Failed()
+}
+
+// paths returns the path of every subtest the suite ran.
+func (rec *recording) paths() []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]string(nil), rec.runs...)
 }
 
 // failedUnder reports whether a subtest at path, or below it, failed.

@@ -131,9 +131,10 @@
 // once, naming the registry, and keeps its state to itself; so does one
 // whose watch fails, until a retry succeeds.
 //
-// On the server side the filter passes every call through (a breaker
-// judges instances, which only a client picks), and logs once that it
-// does.
+// It works on the client side only (a breaker judges instances, which only
+// a client picks) and says so (kernel.SidedFilter): an entry with no side
+// leaves servers without it, and one with side: server is a config error.
+// Called on the server side all the same, it passes every call through.
 package breaker
 
 import (
@@ -141,7 +142,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -190,17 +190,19 @@ type Filter struct {
 	// share links the filter to the state the clients of its
 	// share_namespace share (share: registry); nil otherwise.
 	share *sharing
-
-	warned atomic.Bool // the server-side warning was logged
 }
 
 var (
 	_ kernel.Filter       = (*Filter)(nil)
 	_ kernel.StagedFilter = (*Filter)(nil)
+	_ kernel.SidedFilter  = (*Filter)(nil)
 )
 
 // Stage puts the filter in the attempt stage, after the pick.
 func (*Filter) Stage() kernel.Stage { return kernel.AttemptStage }
+
+// Side keeps the filter to clients.
+func (*Filter) Side() kernel.Side { return kernel.ClientSide }
 
 func (f *Filter) newCircuit(k key) circuit {
 	if f.cfg.sre {
@@ -231,9 +233,6 @@ func (f *Filter) key(method, host string) key {
 // went.
 func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	if info.Side != kernel.ClientSide {
-		if !f.warned.Load() && !f.warned.Swap(true) {
-			f.log.Warn("breaker: configured on the server side, where it passes every call through; configure it with side: client")
-		}
 		return next(ctx, info, req)
 	}
 	host := info.Peer

@@ -36,11 +36,6 @@ func TestConformanceShared(t *testing.T) {
 	})
 }
 
-// The server side passes calls through; it must keep the contract too.
-func TestConformanceServerSide(t *testing.T) {
-	plugintest.Filter(t, breaker.Factory, plugintest.FilterConfig{Side: kernel.ServerSide})
-}
-
 // testConfig gives each test a registry namespace of its own.
 func testConfig(t *testing.T) *kernrpc.Config { return enginetest.Config(t) }
 
@@ -191,5 +186,21 @@ func TestEveryInstanceOpenFailsFast(t *testing.T) {
 	}
 	if after != sent {
 		t.Errorf("%d calls reached an instance whose breaker is open", after-sent)
+	}
+}
+
+// A server entry for the breaker is a config error, worded as
+// docs/plugins.md quotes it.
+func TestServerEntryIsAConfigError(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Source = "kernrpc.yaml"
+	cfg.Filters = []kernrpc.FilterConfig{{Name: breaker.Name, Side: "server"}}
+	srv, err := kernrpc.NewServer(cfg)
+	const want = `kernrpc: kernrpc.yaml: filters[0].side is server, but filter "breaker" works on the client side only; set side: client, or leave side out`
+	if err == nil || err.Error() != want {
+		if srv != nil {
+			_ = srv.Shutdown(context.Background())
+		}
+		t.Fatalf("NewServer: %v; want %s", err, want)
 	}
 }

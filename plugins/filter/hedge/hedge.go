@@ -61,7 +61,10 @@
 // so that filters after this one may add metadata to their attempt. Keep
 // non-idempotent methods out (non_idempotent): two servers may both
 // process a hedged call. The filter declares the call stage, where each
-// call of next is a fresh pick; on the server it passes calls through.
+// call of next is a fresh pick, and the client side (kernel.SidedFilter):
+// an entry with no side leaves servers without it, and one with side:
+// server is a config error. Called on a server all the same, it passes
+// calls through.
 package hedge
 
 import (
@@ -208,6 +211,7 @@ type Filter struct {
 var (
 	_ kernel.Filter             = (*Filter)(nil)
 	_ kernel.StagedFilter       = (*Filter)(nil)
+	_ kernel.SidedFilter        = (*Filter)(nil)
 	_ kernel.AttemptBudgetOwner = (*Filter)(nil)
 	_ kernel.PluginsObserver    = (*Filter)(nil)
 	_ io.Closer                 = (*Filter)(nil)
@@ -224,6 +228,9 @@ func (f *Filter) Close() error {
 
 // Stage is the call stage: each call of next there is a fresh pick.
 func (*Filter) Stage() kernel.Stage { return kernel.CallStage }
+
+// Side keeps the filter to clients, the side that picks instances.
+func (*Filter) Side() kernel.Side { return kernel.ClientSide }
 
 // AttemptBudget is the filter's own budget, which the client's other
 // budget-keeping filters after it in the config share.

@@ -43,8 +43,10 @@
 // then do not). A client with only this filter spends from its own.
 //
 // The filter belongs in the call stage (it declares it): each call of next
-// there is an attempt with a pick of its own. On the server it passes
-// calls through. The engine itself also resends calls the server did not
+// there is an attempt with a pick of its own, and the client side
+// (kernel.SidedFilter): an entry with no side leaves servers without it,
+// and one with side: server is a config error. Called on a server all the
+// same, it passes calls through. The engine itself also resends calls the server did not
 // process, up to client.retries times, inside each attempt; this filter's
 // attempts come on top of those.
 package retry
@@ -187,12 +189,16 @@ type Filter struct {
 var (
 	_ kernel.Filter             = (*Filter)(nil)
 	_ kernel.StagedFilter       = (*Filter)(nil)
+	_ kernel.SidedFilter        = (*Filter)(nil)
 	_ kernel.AttemptBudgetOwner = (*Filter)(nil)
 	_ kernel.PluginsObserver    = (*Filter)(nil)
 )
 
 // Stage is the call stage: each call of next there is a fresh pick.
 func (*Filter) Stage() kernel.Stage { return kernel.CallStage }
+
+// Side keeps the filter to clients, the side that picks instances.
+func (*Filter) Side() kernel.Side { return kernel.ClientSide }
 
 // AttemptBudget is the filter's own budget, which the client's other
 // budget-keeping filters after it in the config share.
