@@ -2,7 +2,6 @@ package kernrpc
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,7 @@ func (cf *configuredFilter) applies(method string) bool {
 		return true
 	}
 	for _, m := range cf.methods {
-		if m == method || (strings.HasSuffix(m, "*") && strings.HasPrefix(method, m[:len(m)-1])) {
+		if kernel.MatchMethod(m, method) {
 			return true
 		}
 	}

@@ -70,7 +70,8 @@ type FilterConfig struct {
 	// filter declares (kernel.StagedFilter), else call.
 	Stage string `json:"stage"`
 	// Methods limits the filter to these methods; a trailing * matches a
-	// prefix ("Echo.*"). Empty means every method.
+	// prefix ("Echo.*"). Empty means every method. A pattern that is empty
+	// or has a * before its end is an error (kernel.CheckMethodPattern).
 	Methods []string       `json:"methods"`
 	Options map[string]any `json:"options"`
 }
@@ -306,6 +307,11 @@ func (c *Config) validateFields() error {
 		case "", "both", "client", "server":
 		default:
 			return c.errorf(fmt.Sprintf("filters[%d].side", i), "is %q; want client, server or both", f.Side)
+		}
+		for j, m := range f.Methods {
+			if err := kernel.CheckMethodPattern(m); err != nil {
+				return c.errorf(fmt.Sprintf("filters[%d].methods[%d]", i, j), "is %q: %v; leave methods out for every method", m, err)
+			}
 		}
 		switch {
 		case f.Stage != "" && f.Stage != "call" && f.Stage != "attempt":

@@ -86,6 +86,10 @@ func TestBadConfigs(t *testing.T) {
 		{"stream window too small", map[string]any{"streams": map[string]any{"window": "512B"}}, []string{"streams.window", "between 1KiB and 2GiB"}},
 		{"connection window below the stream's", map[string]any{"streams": map[string]any{"window": "4MiB", "connection_window": "1MiB"}}, []string{"streams.connection_window", "between streams.window (4MiB)"}},
 		{"bad filter stage", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "stage": "later"}}}, []string{"filters[0].stage", `is "later"; want call or attempt`}},
+		{"filter method pattern with an inner *", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "methods": []any{"Echo.*", "Echo.*.Slow"}}}},
+			[]string{"filters[0].methods[1]", `is "Echo.*.Slow": has a * before its end; a * may only end a pattern, as in "Echo.*"; leave methods out for every method`}},
+		{"empty filter method pattern", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "methods": []any{""}}}},
+			[]string{"filters[0].methods[0]", `is "": names no method`}},
 		{"stage on a server filter", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "side": "server", "stage": "call"}}}, []string{"filters[0].stage", "stages are for client filters"}},
 		{"unterminated env reference", map[string]any{"address": "${KERNRPC_ADDR"}, []string{"unterminated ${"}},
 	}

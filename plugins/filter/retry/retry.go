@@ -57,7 +57,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/kernrpc/kernrpc/internal/retrybudget"
@@ -142,8 +141,8 @@ func New(o *Options) (kernel.Filter, error) {
 		}
 	}
 	for i, m := range o.NonIdempotent {
-		if strings.TrimSpace(m) == "" || strings.Count(m, "*") > 1 || (strings.Contains(m, "*") && !strings.HasSuffix(m, "*")) {
-			return nil, fmt.Errorf(`%s: option "non_idempotent": entry %d (%q) is not a method name or a prefix ending in *`, Name, i, m)
+		if err := kernel.CheckMethodPattern(m); err != nil {
+			return nil, fmt.Errorf(`%s: option "non_idempotent": entry %d (%q) %v`, Name, i, m, err)
 		}
 	}
 	budget, err := retrybudget.New(o.Budget, o.Now)
@@ -275,7 +274,7 @@ func (f *Filter) retryable(err error, idempotent bool) bool {
 // matches reports whether method is listed in non_idempotent.
 func (f *Filter) matches(method string) bool {
 	for _, m := range f.nonIdempotent {
-		if m == method || (strings.HasSuffix(m, "*") && strings.HasPrefix(method, m[:len(m)-1])) {
+		if kernel.MatchMethod(m, method) {
 			return true
 		}
 	}

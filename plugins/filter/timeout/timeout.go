@@ -97,8 +97,11 @@ func New(o *Options) (kernel.Filter, error) {
 		if d < 0 {
 			return nil, fmt.Errorf("option \"methods\": %q: must not be negative, got %s", m, d)
 		}
-		if strings.TrimSpace(m) == "" || m == "*" {
+		if m == "*" {
 			return nil, fmt.Errorf("option \"methods\": %q names no method; set default for every method", m)
+		}
+		if err := kernel.CheckMethodPattern(m); err != nil {
+			return nil, fmt.Errorf("option \"methods\": %q %v", m, err)
 		}
 		if prefix, ok := strings.CutSuffix(m, "*"); ok {
 			f.prefixes = append(f.prefixes, prefixTimeout{prefix, d.D()})

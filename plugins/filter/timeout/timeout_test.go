@@ -106,6 +106,7 @@ func TestBadOptions(t *testing.T) {
 		`option "default"`: {"default": "-1s"},
 		`option "methods": "Echo.Who": must not be negative`: {"methods": map[string]any{"Echo.Who": "-1s"}},
 		`names no method`: {"methods": map[string]any{"*": "1s"}},
+		`option "methods": "Echo.*.Who" has a * before its end`: {"methods": map[string]any{"Echo.*.Who": "1s"}},
 	} {
 		_, err := timeout.Factory.Build(opts, "svc.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) {
