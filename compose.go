@@ -29,7 +29,7 @@ type BuiltPlugin struct {
 	// Plugin is the value the plugin's factory returned.
 	Plugin any
 
-	options map[string]any // a filter's, from its config entry
+	options map[string]any // from its config entry
 }
 
 // FindPlugin returns the first plugin named name in built (from
@@ -45,8 +45,8 @@ func FindPlugin[T any](built []BuiltPlugin, name string) (T, bool) {
 	return zero, false
 }
 
-func (p *plugins) add(kind kernel.Kind, name string, v any) {
-	p.built = append(p.built, BuiltPlugin{Kind: kind, Name: name, Plugin: v})
+func (p *plugins) add(kind kernel.Kind, name string, v any, options map[string]any) {
+	p.built = append(p.built, BuiltPlugin{Kind: kind, Name: name, Plugin: v, options: options})
 }
 
 func (p *plugins) list() []BuiltPlugin { return append([]BuiltPlugin(nil), p.built...) }
@@ -59,24 +59,24 @@ func (p *plugins) list() []BuiltPlugin { return append([]BuiltPlugin(nil), p.bui
 func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 	p := &plugins{}
 	var errs []error
-	keep := func(kind kernel.Kind, name string, v any, err error) bool {
+	keep := func(kind kernel.Kind, name string, v any, options map[string]any, err error) bool {
 		if err != nil {
 			errs = append(errs, err)
 			return false
 		}
-		p.add(kind, name, v)
+		p.add(kind, name, v, options)
 		return true
 	}
 	var err error
 	p.transport, err = kernel.NewTransport(cfg.Transport.Name, cfg.Transport.Options, cfg.Source)
-	keep(kernel.KindTransport, cfg.Transport.Name, p.transport, err)
+	keep(kernel.KindTransport, cfg.Transport.Name, p.transport, cfg.Transport.Options, err)
 	p.codec, err = kernel.NewCodec(cfg.Codec.Name, cfg.Codec.Options, cfg.Source)
-	keep(kernel.KindCodec, cfg.Codec.Name, p.codec, err)
+	keep(kernel.KindCodec, cfg.Codec.Name, p.codec, cfg.Codec.Options, err)
 	p.registry, err = kernel.NewRegistry(cfg.Registry.Name, cfg.Registry.Options, cfg.Source)
-	keep(kernel.KindRegistry, cfg.Registry.Name, p.registry, err)
+	keep(kernel.KindRegistry, cfg.Registry.Name, p.registry, cfg.Registry.Options, err)
 	if side == kernel.ClientSide {
 		p.balancer, err = kernel.NewBalancer(cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source)
-		keep(kernel.KindBalancer, cfg.Balancer.Name, p.balancer, err)
+		keep(kernel.KindBalancer, cfg.Balancer.Name, p.balancer, cfg.Balancer.Options, err)
 	} else if err := kernel.CheckOptions(kernel.KindBalancer, cfg.Balancer.Name, cfg.Balancer.Options, cfg.Source); err != nil {
 		errs = append(errs, err)
 	}
@@ -90,7 +90,11 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 		f, err := kernel.NewFilter(fc.Name, fc.Options, cfg.Source)
 		if err == nil {
 			if only, other := otherSide(f, side); other {
-				if fc.Side == side.String() {
+				switch {
+				case only != kernel.ClientSide && only != kernel.ServerSide:
+					errs = append(errs, cfg.errorf(fmt.Sprintf("filters[%d]", i),
+						"(%s) declares side %s, which is neither client nor server", fc.Name, only))
+				case fc.Side == side.String():
 					errs = append(errs, cfg.errorf(fmt.Sprintf("filters[%d].side", i),
 						"is %s, but filter %q works on the %s side only; set side: %s, or leave side out", fc.Side, fc.Name, only, only))
 				}
@@ -98,10 +102,9 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 				continue
 			}
 		}
-		if !keep(kernel.KindFilter, fc.Name, f, err) {
+		if !keep(kernel.KindFilter, fc.Name, f, fc.Options, err) {
 			continue
 		}
-		p.built[len(p.built)-1].options = fc.Options
 		cf := configuredFilter{filter: f, name: fc.Name, methods: fc.Methods}
 		if side == kernel.ServerSide {
 			p.callFilters = append(p.callFilters, cf)

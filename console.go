@@ -191,7 +191,6 @@ type pluginView struct {
 }
 
 func (cn *console) effectivePlugins() []pluginView {
-	cfg := cn.s.cfg
 	infos := map[kernel.Kind]map[string]kernel.PluginInfo{}
 	for _, in := range kernel.Plugins() {
 		if infos[in.Kind] == nil {
@@ -201,17 +200,7 @@ func (cn *console) effectivePlugins() []pluginView {
 	}
 	var out []pluginView
 	for _, b := range cn.s.plugins.list() {
-		var opts map[string]any
-		switch b.Kind {
-		case kernel.KindTransport:
-			opts = cfg.Transport.Options
-		case kernel.KindCodec:
-			opts = cfg.Codec.Options
-		case kernel.KindRegistry:
-			opts = cfg.Registry.Options
-		case kernel.KindFilter:
-			opts = b.options
-		}
+		opts := b.options
 		in := infos[b.Kind][b.Name]
 		v := pluginView{Kind: string(b.Kind), Name: b.Name, Doc: in.Doc, Configured: slices.Sorted(maps.Keys(opts)), Options: json.RawMessage("null")}
 		if v.Configured == nil {

@@ -32,13 +32,14 @@ type sidedOptions struct {
 	Note string `json:"note"`
 }
 
-var clientOnlyClosed, serverOnlyClosed atomic.Int32
+// How often the client-only filter was closed; othersClosed counts the rest.
+var clientOnlyClosed, othersClosed atomic.Int32
 
 func init() {
-	for name, side := range map[string]kernel.Side{"test-client-only": kernel.ClientSide, "test-server-only": kernel.ServerSide} {
+	for name, side := range map[string]kernel.Side{"test-client-only": kernel.ClientSide, "test-server-only": kernel.ServerSide, "test-no-side": 7} {
 		closed := &clientOnlyClosed
-		if side == kernel.ServerSide {
-			closed = &serverOnlyClosed
+		if side != kernel.ClientSide {
+			closed = &othersClosed
 		}
 		kernel.RegisterFilter(kernel.NewFactory(name, "passes calls on, on one side only",
 			func() *sidedOptions { return &sidedOptions{} },
@@ -104,5 +105,17 @@ func TestOneSidedFilterNamedOnTheOtherSideIsAConfigError(t *testing.T) {
 	cfg = withFilters(testConfig(t), kernrpc.FilterConfig{Name: "test-server-only", Side: "client"})
 	if _, err := kernrpc.NewClient(cfg, "echo"); err == nil || !strings.Contains(err.Error(), `filter "test-server-only" works on the server side only; set side: server`) {
 		t.Fatalf("NewClient: %v; want the server-only filter refused", err)
+	}
+}
+
+// A filter declaring a side that is neither is refused on both, not left
+// out of both in silence.
+func TestFilterDeclaringNeitherSideIsRefused(t *testing.T) {
+	cfg := withFilters(testConfig(t), kernrpc.FilterConfig{Name: "test-no-side"})
+	if _, err := kernrpc.NewServer(cfg); err == nil || !strings.Contains(err.Error(), "filters[0] (test-no-side) declares side Side(7), which is neither client nor server") {
+		t.Errorf("NewServer: %v; want the filter's side refused", err)
+	}
+	if _, err := kernrpc.NewClient(cfg, "echo"); err == nil || !strings.Contains(err.Error(), "neither client nor server") {
+		t.Errorf("NewClient: %v; want the filter's side refused", err)
 	}
 }

@@ -46,9 +46,9 @@
 // there is an attempt with a pick of its own, and the client side
 // (kernel.SidedFilter): an entry with no side leaves servers without it,
 // and one with side: server is a config error. Called on a server all the
-// same, it passes calls through. The engine itself also resends calls the server did not
-// process, up to client.retries times, inside each attempt; this filter's
-// attempts come on top of those.
+// same, it passes calls through. The engine itself also resends calls the
+// server did not process, up to client.retries times, inside each attempt;
+// this filter's attempts come on top of those.
 package retry
 
 import (
