@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,24 @@ func (cf *configuredFilter) applies(method string) bool {
 		}
 	}
 	return false
+}
+
+// unmatchedPattern is a filter's method pattern that matches no method.
+type unmatchedPattern struct{ filter, pattern string }
+
+// unmatched lists the method patterns of filters that match none of
+// methods: a misspelt method name leaves its filter applied to nothing,
+// with no error anywhere, so the server says so at Start.
+func unmatched(filters []configuredFilter, methods []string) []unmatchedPattern {
+	var out []unmatchedPattern
+	for _, cf := range filters {
+		for _, p := range cf.methods {
+			if !slices.ContainsFunc(methods, func(m string) bool { return kernel.MatchMethod(p, m) }) {
+				out = append(out, unmatchedPattern{cf.name, p})
+			}
+		}
+	}
+	return out
 }
 
 // chain builds the invoker that runs filters in order around last.

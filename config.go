@@ -71,7 +71,9 @@ type FilterConfig struct {
 	Stage string `json:"stage"`
 	// Methods limits the filter to these methods; a trailing * matches a
 	// prefix ("Echo.*"). Empty means every method. A pattern that is empty
-	// or has a * before its end is an error (kernel.CheckMethodPattern).
+	// or has a * before its end is an error (kernel.CheckMethodPattern);
+	// one that matches none of a server's methods is logged at WARN when
+	// the server starts.
 	Methods []string       `json:"methods"`
 	Options map[string]any `json:"options"`
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -117,5 +118,24 @@ func TestFilterDeclaringNeitherSideIsRefused(t *testing.T) {
 	}
 	if _, err := kernrpc.NewClient(cfg, "echo"); err == nil || !strings.Contains(err.Error(), "neither client nor server") {
 		t.Errorf("NewClient: %v; want the filter's side refused", err)
+	}
+}
+
+// A server says at Start which of its filters' method patterns match none
+// of its methods (a misspelt name leaves a filter applied to nothing), and
+// says nothing of those that match.
+func TestServerWarnsOfMethodPatternsMatchingNothing(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
+	cfg := withFilters(testConfig(t), kernrpc.FilterConfig{Name: "test-pass", Side: "server", Methods: []string{"Echo.Ech", "Echo.*", "Echo.Echo"}},
+		kernrpc.FilterConfig{Name: "test-pass", Side: "server", Methods: []string{"Billing.*"}})
+	startServer(t, cfg, nil)
+	out := logs.String()
+	for _, want := range []string{`filter=test-pass pattern=Echo.Ech`, `filter=test-pass pattern=Billing.*`, "check its spelling", "Echo.Echo"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "matches none of the methods"); n != 2 {
+		t.Errorf("%d warnings; want 2, for Echo.Ech and Billing.*, none for the patterns that match:\n%s", n, out)
 	}
 }

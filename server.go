@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -213,7 +214,12 @@ func (s *Server) Start(ctx context.Context) error {
 		d.observe = filtersAs[kernel.CallObserver](s.filters, name)
 		d.valuers = filtersAs[kernel.ContextValuer](s.filters, name)
 	}
+	methods := slices.Sorted(maps.Keys(s.methods))
 	s.mu.Unlock()
+	for _, u := range unmatched(s.filters, methods) {
+		s.log.Warn("a filter's method pattern matches none of the methods this server serves; check its spelling",
+			"filter", u.filter, "pattern", u.pattern, "methods", methods)
+	}
 
 	ln, err := s.transport.Listen(ctx, s.cfg.Address)
 	if err != nil {
