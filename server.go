@@ -217,7 +217,7 @@ func (s *Server) Start(ctx context.Context) error {
 	methods := slices.Sorted(maps.Keys(s.methods))
 	s.mu.Unlock()
 	for _, u := range unmatched(s.filters, methods) {
-		s.log.Warn("a filter's method pattern matches none of the methods this server serves; check its spelling",
+		s.log.Warn("a filter's method pattern matches none of the methods this server serves; check its spelling, or give the entry side: client if it names methods this process calls",
 			"filter", u.filter, "pattern", u.pattern, "methods", methods)
 	}
 
