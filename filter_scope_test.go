@@ -12,6 +12,8 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
+// Tests of where a configured filter applies: its side and its methods.
+
 // sidedFilter passes calls on and works on one side only.
 type sidedFilter struct {
 	side   kernel.Side
