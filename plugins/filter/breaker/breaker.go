@@ -151,7 +151,7 @@ import (
 const Name = "breaker"
 
 // Factory builds the filter; it is registered from init.
-var Factory = kernel.NewFactory(Name, "stops calls to instances that keep failing (circuit breaker or SRE adaptive throttling)", DefaultOptions, New)
+var Factory = kernel.NewFactory(Name, "client: stops calls to instances that keep failing (circuit breaker or SRE adaptive throttling)", DefaultOptions, New)
 
 func init() { kernel.RegisterFilter(Factory) }
 
