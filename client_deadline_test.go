@@ -133,11 +133,13 @@ func TestGivenDeadlineEndWakesWithErrSet(t *testing.T) {
 // Done instead, and is ended too.
 func TestGivenDeadlineWakesTheWaitingAttempt(t *testing.T) {
 	cs := &callState{}
+	// Read before the deadline is set: one read after it, on a loaded
+	// machine, once came 1.5ms late and saw the waiters woken "early".
+	start := time.Now()
 	ctx := cs.withDeadline(context.Background(), 40*time.Millisecond, "timeout")
 	first, second := &attempt{wake: make(chan struct{}, 1)}, &attempt{wake: make(chan struct{}, 1)}
 	var w1, w2 sleeper
 	results := make(chan bool, 2)
-	start := time.Now()
 	go func() { results <- w1.sleep(ctx, first) }()
 	go func() {
 		for cs.dl.waiterIs(nil) { // let first register as the waiter
