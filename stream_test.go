@@ -10,7 +10,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
-	"github.com/kernrpc/kernrpc/internal/enginetest"
+	"github.com/kernrpc/kernrpc/internal/echostream"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/faulty"
 	_ "github.com/kernrpc/kernrpc/plugins/transport/shmring"
@@ -63,7 +63,7 @@ func streamHandlers(srv *kernrpc.Server) {
 		}
 	})
 	// Count.Echo answers every message with itself until the client closes.
-	kernrpc.HandleBidiStream(srv, "Count.Echo", enginetest.EchoStream[echopb.Echo])
+	kernrpc.HandleBidiStream(srv, "Count.Echo", echostream.Serve[echopb.Echo])
 	// Count.Wait blocks until its context ends, then returns its error.
 	kernrpc.HandleBidiStream(srv, "Count.Wait", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
 		if err := st.Send(&echopb.Echo{Text: "waiting"}); err != nil {

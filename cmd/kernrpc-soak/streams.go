@@ -12,6 +12,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/echostream"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -23,23 +24,8 @@ const (
 
 // handleStreams registers the soak's stream methods on srv.
 func handleStreams(srv *kernrpc.Server) {
-	kernrpc.HandleBidiStream(srv, chatMethod, serveChat)
+	kernrpc.HandleBidiStream(srv, chatMethod, echostream.Serve[echopb.Echo])
 	kernrpc.HandleServerStream(srv, repeatMethod, serveRepeat)
-}
-
-func serveChat(_ context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := st.Send(m); err != nil {
-			return err
-		}
-	}
 }
 
 // serveRepeat sends the request's payload back as many times as its text's

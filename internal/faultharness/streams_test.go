@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
-	"github.com/kernrpc/kernrpc/internal/enginetest"
+	"github.com/kernrpc/kernrpc/internal/echostream"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -60,7 +60,7 @@ func (r *run) streams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernrpc.HandleBidiStream(srv, chatMethod, enginetest.EchoStream[wrapperspb.StringValue])
+	kernrpc.HandleBidiStream(srv, chatMethod, echostream.Serve[wrapperspb.StringValue])
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

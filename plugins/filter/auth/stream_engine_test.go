@@ -10,6 +10,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/echostream"
 	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/auth"
@@ -33,7 +34,7 @@ func TestStreamsOverTheEngine(t *testing.T) {
 		})
 		kernrpc.HandleBidiStream(srv, "Watch.Echo", func(ctx context.Context, st echoStream) error {
 			handled.Add(1)
-			return enginetest.EchoStream(ctx, st)
+			return echostream.Serve(ctx, st)
 		})
 		kernrpc.HandleServerStream(srv, "Watch.Count", func(ctx context.Context, req *echopb.Echo, st echoStream) error {
 			handled.Add(1)
