@@ -205,6 +205,7 @@ type transportFaultyConn struct {
 	stash       *kernel.Frame
 	interrupted bool
 	shared      []byte
+	stale       []byte       // a recycled buffer, handed out again
 	refused     bool         // a frame over the maximum was refused last
 	active      atomic.Int64 // when a frame last went out or came in, in Unix nanoseconds
 }

@@ -195,10 +195,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 	// The client reads every echo and checks each call's own sequence.
 	next := make(map[uint64]int, calls)
 	for range calls * perCall {
-		r, ok := e.read(ctx, p.client)
-		if !ok {
-			t.Fatalf("client ReadFrame ignored its context: still blocked %s after the deadline", e.patience)
-		}
+		r := e.readWithin(t, ctx, p.client)
 		if r.err != nil {
 			report("client ReadFrame: " + r.err.Error())
 			break

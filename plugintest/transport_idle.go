@@ -121,10 +121,8 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 	if err := p.client.WriteFrame(w); err != nil {
 		t.Fatalf("client WriteFrame of the request: %v", err)
 	}
-	r, ok := e.read(ctx, p.client)
+	r := e.readWithin(t, ctx, p.client)
 	switch {
-	case !ok:
-		t.Fatalf("ReadFrame ignored its context: still blocked %s after the deadline", e.patience)
 	case r.err != nil && errors.Is(r.err, context.DeadlineExceeded):
 		t.Fatalf("the answer, written by the server %s after the request, did not arrive within %s more (ReadFrame: %v)", e.idle, e.patience, r.err)
 	case r.err != nil:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +62,30 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				}
 				return f, err
 			}},
-			caught: []string{"Transport/Frames/1KiB", "Transport/Frames/Max"},
+			caught: []string{"Transport/Frames/1KiB", "Transport/Frames/Max", "Transport/Frames/InOrder", "Transport/Frames/MaxLargeHeader"},
+			says: [][2]string{
+				{"Transport/Frames/InOrder", "written back to back on call 7 arrived changed"},
+				{"Transport/Frames/MaxLargeHeader", "frame of exactly the maximum length"},
+			},
+		},
+		{
+			// The last frame is lost, so only the suite's own bound ends
+			// the read waiting for it.
+			name: "DropsAFrameAndIgnoresContext",
+			faults: transportFaults{
+				write: func(c *transportFaultyConn, f *kernel.Frame) error {
+					if f.CallID == 7 && f.Metadata["seq"] == "99" {
+						c.Conn.Recycle(f.Payload)
+						return nil
+					}
+					return c.Conn.WriteFrame(f)
+				},
+				read: func(_ context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+					return c.Conn.ReadFrame(context.Background())
+				},
+			},
+			caught: []string{"Transport/Frames/InOrder"},
+			says:   [][2]string{{"Transport/Frames/InOrder", "ReadFrame ignored its context: still blocked"}},
 		},
 		{
 			name: "DropsMetadata",
@@ -161,6 +185,24 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				err: func(c *transportFaultyConn) error { return nil },
 			},
 			caught: []string{"Transport/TooLarge/Refused"},
+		},
+		{
+			// It passes the frame off as written and drops the connection,
+			// as a receiver refusing it would, but its Done stays open.
+			name: "OversizedFrameFailsTheReaderButDoneStaysOpen",
+			faults: transportFaults{
+				write: func(c *transportFaultyConn, f *kernel.Frame) error {
+					err := c.Conn.WriteFrame(f)
+					if errors.Is(err, kernel.ErrFrameTooLarge) {
+						c.Conn.Close()
+						return nil
+					}
+					return err
+				},
+				done: func(c *transportFaultyConn) <-chan struct{} { return c.never },
+			},
+			caught: []string{"Transport/TooLarge/Refused"},
+			says:   [][2]string{{"Transport/TooLarge/Refused", "failed on a frame (client→server) over the maximum frame size"}},
 		},
 		{
 			name: "CallTableOf32",
@@ -424,6 +466,37 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 				write:   transportWriteFromOwnBuffer,
 			},
 			caught: []string{"Transport/Memory/HeldBuffer"},
+		},
+		{
+			// It hands a recycled buffer out again, and when a frame is
+			// written from it sends what the buffer held when recycled,
+			// as if it had cached its encoding.
+			name: "SendsARecycledBuffersOldBytes",
+			faults: transportFaults{
+				recycle: func(c *transportFaultyConn, b []byte) {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					c.stale, c.shared = b[:0], slices.Clone(b)
+				},
+				buffer: func(c *transportFaultyConn, n int) []byte {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					if cap(c.stale) >= max(n, 1) {
+						return c.stale
+					}
+					return c.Conn.Buffer(n)
+				},
+				write: func(c *transportFaultyConn, f *kernel.Frame) error {
+					c.mu.Lock()
+					if p := f.Payload; len(p) > 0 && cap(c.stale) > 0 && &p[0] == &c.stale[:1][0] {
+						copy(p, c.shared)
+					}
+					c.mu.Unlock()
+					return transportWriteFromOwnBuffer(c, f)
+				},
+			},
+			caught: []string{"Transport/Memory/Buffer"},
+			says:   [][2]string{{"Transport/Memory/Buffer", "after a Recycle arrived changed"}},
 		},
 		{
 			name: "BufferSmallerThanAsked",
