@@ -394,14 +394,9 @@ func codecConcurrent(t tb, c kernel.Codec, samples []CodecSample) {
 				// Goroutines start on different samples, so that a codec
 				// sharing state between calls mixes up different messages.
 				s := samples[(g+i)%len(samples)]
-				var err error
-				if buf, err = c.Marshal(buf[:0], s.Value); err != nil {
-					t.Errorf("goroutine %d: Marshal(%q): %v", g, s.Name, err)
-					return
-				}
 				got := s.New()
-				if err := c.Unmarshal(buf, got); err != nil {
-					t.Errorf("goroutine %d: Unmarshal(%q): %v", g, s.Name, err)
+				if !codecConcurrentStep(t, g, "Marshal", s, func() (err error) { buf, err = c.Marshal(buf[:0], s.Value); return err }) ||
+					!codecConcurrentStep(t, g, "Unmarshal", s, func() error { return c.Unmarshal(buf, got) }) {
 					return
 				}
 				if !codecEqual(s, s.Value, got) {
@@ -415,6 +410,21 @@ func codecConcurrent(t tb, c kernel.Codec, samples []CodecSample) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// codecConcurrentStep runs one of codecConcurrent's calls, op, on
+// goroutine g, and reports its error or panic: a panic on a goroutine of
+// the suite's own would crash the test binary.
+func codecConcurrentStep(t tb, g int, op string, s CodecSample, call func() error) bool {
+	switch o := codecCatch(call); {
+	case o.panicked:
+		t.Errorf("goroutine %d: %s(%q) panicked: %v", g, op, s.Name, o.value)
+	case o.err != nil:
+		t.Errorf("goroutine %d: %s(%q): %v", g, op, s.Name, o.err)
+	default:
+		return true
+	}
+	return false
 }
 
 func codecSize(t tb, c kernel.Codec, s CodecSample, resized bool, max int, measured *codecMeasurements) {

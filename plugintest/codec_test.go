@@ -376,6 +376,23 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 	}
 }
 
+// A Marshal that panics fails the round trip, saying so, instead of
+// crashing the test binary.
+func TestCodecMarshalPanicIsAFailureNotACrash(t *testing.T) {
+	f := codecFaultFactory(func() kernel.Codec {
+		return &codecFault{marshal: func(dst []byte, v any) ([]byte, error) {
+			if m, ok := v.(*echopb.Echo); ok && m != nil && len(m.Payload) > 0 {
+				var fixed [64]byte
+				_ = fixed[:len(m.Payload)] // a fixed scratch buffer: out of range past 64 bytes
+			}
+			return protobuf.Codec{}.Marshal(dst, v)
+		}}
+	})
+	rec := codecRecord(t, f, CodecConfig{Samples: codecEchoSamples(), Lenient: codecProtobufLenient, maxLength: 1<<16 + 1})
+	expectCaught(t, rec, "Codec/RoundTrip")
+	expectMessage(t, rec, "Codec/RoundTrip", "panicked: runtime error: slice bounds out of range")
+}
+
 // codecCountingNames builds codecs named after how many were built before.
 func codecCountingNames() func() kernel.Codec {
 	var built atomic.Int64
