@@ -41,6 +41,11 @@ type FilterConfig struct {
 	// that every call is rejected with a *kernel.Status without reaching
 	// next.
 	RejectsEveryCall bool
+	// Patience bounds how long the suite waits for Invoke or InvokeStream
+	// to return where it must return promptly; a filter still running
+	// then fails the check. 0 means 10s: generous, since a loaded machine
+	// is slow, yet far below a test's timeout.
+	Patience time.Duration
 }
 
 // Filter certifies the filter f builds. Each check runs as a subtest per
@@ -156,7 +161,7 @@ type FilterConfig struct {
 // Wherever next is called, calling it after Invoke returned, and calling
 // it twice at once with one *kernel.CallInfo, fail the check. A filter that
 // panics fails the subtest it panicked in; one that does not return within
-// a bound fails it too.
+// FilterConfig.Patience fails it too.
 func Filter(t *testing.T, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	t.Helper()
 	filterSuite(wrap(t), f, cfg)
@@ -292,15 +297,22 @@ const (
 	filterMethod = "PluginTest.Call"
 	filterCodec  = "plugintest"
 	filterMDKey  = "plugintest-call"
-	// filterBound is how long a filter may take to return where it must
-	// return promptly: generous, since a loaded machine is slow, yet far
-	// below a test's timeout.
+	// filterBound is FilterConfig.Patience's default, and how long the
+	// suite's stream waits for a context that must end.
 	filterBound = 10 * time.Second
 	// filterCancelGrace is how long a cancellation may take to reach next.
 	// Contexts derived with the context package are cancelled before
 	// cancel returns, so this only allows for a slow machine.
 	filterCancelGrace = 2 * time.Second
 )
+
+// patience is how long e waits for the filter to return (FilterConfig.Patience).
+func (e *filterEnv) patience() time.Duration {
+	if e.cfg.Patience > 0 {
+		return e.cfg.Patience
+	}
+	return filterBound
+}
 
 // info returns a CallInfo as the kernel would build it on e's side.
 func (e *filterEnv) info() *kernel.CallInfo {
@@ -413,7 +425,7 @@ type filterOutcome struct {
 
 // run runs the filter with next on its own goroutine, so that a filter
 // that panics or hangs fails t instead of the test binary; finished is
-// false if it did not return within filterBound.
+// false if it did not return within its patience.
 func (e *filterEnv) run(ctx context.Context, info *kernel.CallInfo, next kernel.Invoker) (o filterOutcome, finished bool) {
 	c := newFilterCall()
 	req := &filterReq{id: info.Metadata[filterMDKey], call: c}
@@ -436,7 +448,7 @@ func (e *filterEnv) run(ctx context.Context, info *kernel.CallInfo, next kernel.
 	select {
 	case o := <-done:
 		return o, true
-	case <-time.After(filterBound):
+	case <-time.After(e.patience()):
 		return filterOutcome{call: c}, false
 	}
 }
@@ -449,7 +461,7 @@ func (e *filterEnv) invoke(t tb, ctx context.Context, info *kernel.CallInfo, nex
 	o, finished := e.run(ctx, info, next)
 	switch {
 	case !finished:
-		t.Errorf("Invoke on the %s side did not return within %s", e.side, filterBound)
+		t.Errorf("Invoke on the %s side did not return within %s", e.side, e.patience())
 		return o, false
 	case o.panicked:
 		t.Errorf("Invoke on the %s side panicked: %v", e.side, o.err)

@@ -50,6 +50,8 @@ func TestFilterPassesFiltersThatAnswerRetryOrHedge(t *testing.T) {
 }
 
 func TestFilterCatchesBrokenAttempts(t *testing.T) {
+	release := make(chan struct{}) // ends the calls the hanging filters hold
+	defer close(release)
 	cases := []struct {
 		name   string
 		filter kernel.FilterFunc
@@ -83,6 +85,19 @@ func TestFilterCatchesBrokenAttempts(t *testing.T) {
 		{"declares RejectsEveryCall but lets calls through", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			return next(ctx, info, req)
 		}, FilterConfig{RejectsEveryCall: true}, "Filter/RejectsEveryCall", "RejectsEveryCall is set"},
+		{"declares RejectsEveryCall but answers calls itself", func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
+			return &filterResp{id: "maintenance page"}, nil
+		}, FilterConfig{RejectsEveryCall: true}, "Filter/RejectsEveryCall", "an answer is no rejection"},
+		{"hangs, ignoring its context", func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
+			<-release
+			return nil, kernel.Errorf(kernel.Unavailable, "released")
+		}, FilterConfig{Side: kernel.ClientSide, Patience: 100 * time.Millisecond}, "Filter/Outcome", "did not return within 100ms"},
+		{"hangs on a call without metadata", func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+			if info.Metadata == nil {
+				<-release
+			}
+			return next(ctx, info, req)
+		}, FilterConfig{Side: kernel.ServerSide, Patience: 100 * time.Millisecond}, "Filter/NilMetadata", "nil request metadata: Invoke on the server side did not return"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

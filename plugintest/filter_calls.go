@@ -328,7 +328,7 @@ func filterNilMetadata(t tb, e *filterEnv) {
 	o, finished := e.run(t.Context(), info, freshNext("nil metadata"))
 	switch {
 	case !finished:
-		t.Fatalf("nil request metadata: Invoke on the %s side did not return within %s", e.side, filterBound)
+		t.Fatalf("nil request metadata: Invoke on the %s side did not return within %s", e.side, e.patience())
 	case o.panicked:
 		t.Fatalf("nil request metadata: with info.Metadata == nil, as a call without metadata arrives, Invoke panicked: %v; "+
 			"use info.SetRequestMetadata to add entries, which allocates the map", o.err)

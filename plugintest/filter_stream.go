@@ -229,7 +229,7 @@ type streamOutcome struct {
 
 // run runs InvokeStream on its own goroutine, so that a filter that
 // panics or hangs fails the check instead of the test binary; finished
-// is false if it did not return within filterBound.
+// is false if it did not return within its patience.
 func (e *streamEnv) run(ctx context.Context, call *streamCall, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) (streamOutcome, bool) {
 	done := make(chan streamOutcome, 1)
 	go func() {
@@ -249,7 +249,7 @@ func (e *streamEnv) run(ctx context.Context, call *streamCall, info *kernel.Call
 				call.mu.Unlock()
 				select {
 				case <-call.ended:
-				case <-time.After(filterBound):
+				case <-time.After(e.patience()):
 				}
 				call.mu.Lock()
 			}
@@ -263,7 +263,7 @@ func (e *streamEnv) run(ctx context.Context, call *streamCall, info *kernel.Call
 	select {
 	case o := <-done:
 		return o, true
-	case <-time.After(filterBound):
+	case <-time.After(e.patience()):
 		return streamOutcome{call: call}, false
 	}
 }
@@ -276,7 +276,7 @@ func (e *streamEnv) invoke(t tb, ctx context.Context, call *streamCall, info *ke
 	o, finished := e.run(ctx, call, info, st, next)
 	switch {
 	case !finished:
-		t.Errorf("InvokeStream on the %s side did not return within %s", e.side, filterBound)
+		t.Errorf("InvokeStream on the %s side did not return within %s", e.side, e.patience())
 		return o, false
 	case o.panicked:
 		t.Errorf("InvokeStream on the %s side panicked: %v", e.side, o.err)

@@ -159,7 +159,7 @@ func streamRefusedCheck(t tb, e *streamEnv) {
 		o, finished := e.run(t.Context(), call, info, newStreamWire(t.Context(), call, "stream", 0, io.EOF), next)
 		switch {
 		case !finished:
-			t.Fatalf("InvokeStream on the %s side did not return within %s", e.side, filterBound)
+			t.Fatalf("InvokeStream on the %s side did not return within %s", e.side, e.patience())
 		case o.panicked && strings.Contains(o.err.Error(), "nil map"):
 			t.Fatalf("InvokeStream panicked on a stream whose request metadata is nil, as a stream without metadata "+
 				"arrives: %v; use info.SetRequestMetadata to add entries, which allocates the map", o.err)
@@ -203,7 +203,7 @@ func streamCancelledBefore(t tb, e *streamEnv) {
 	o, finished := e.run(ctx, call, e.info(), newStreamWire(ctx, call, "stream", 0, nil), next)
 	switch {
 	case !finished:
-		t.Fatalf("InvokeStream with a cancelled context did not return within %s", filterBound)
+		t.Fatalf("InvokeStream with a cancelled context did not return within %s", e.patience())
 	case o.panicked:
 		t.Fatalf("InvokeStream with a cancelled context panicked: %v", o.err)
 	case o.nexts == 0 && errors.Is(o.err, context.Canceled):
@@ -360,6 +360,6 @@ func (e *streamEnv) runHooked(ctx context.Context, call *streamCall, info *kerne
 	}()
 	select {
 	case <-done:
-	case <-time.After(filterBound):
+	case <-time.After(e.patience()):
 	}
 }

@@ -374,6 +374,22 @@ func TestFilterStreamCatchesBrokenStreamFilters(t *testing.T) {
 			go func() { <-release }() // a flusher nobody stops
 			return next(ctx, info, st)
 		}, FilterConfig{Side: kernel.ServerSide}, "Filter/Stream/Leaks", "still run"},
+		{"hangs, ignoring its context", func(context.Context, *kernel.CallInfo, kernel.Stream, kernel.StreamInvoker) error {
+			<-release
+			return kernel.Errorf(kernel.Unavailable, "released")
+		}, FilterConfig{Side: kernel.ClientSide, Patience: 100 * time.Millisecond}, "Filter/Stream/Messages", "InvokeStream on the client side did not return within 100ms"},
+		{"hangs on a stream without metadata", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			if info.Metadata == nil {
+				<-release
+			}
+			return next(ctx, info, st)
+		}, FilterConfig{Side: kernel.ServerSide, Patience: 100 * time.Millisecond}, "Filter/Stream/Refused", "InvokeStream on the server side did not return within 100ms"},
+		{"hangs on a cancelled stream", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			if ctx.Err() != nil {
+				<-release
+			}
+			return next(ctx, info, st)
+		}, FilterConfig{Side: kernel.ServerSide, Patience: 100 * time.Millisecond}, "Filter/Stream/CancelledContext/Before", "InvokeStream with a cancelled context did not return within 100ms"},
 	}
 	recs := make([]*recording, len(cases))
 	var wg sync.WaitGroup
