@@ -176,6 +176,7 @@ func TestDescribeAgainstServe(t *testing.T) {
 		{"Echo.Echo", "served by name only"},
 		{"kernrpc.echo.EchoService.Nope", "service kernrpc.echo.EchoService has Echo"},
 		{"kernrpc.nope.Thing", "services: Echo, kernrpc.Health, kernrpc.echo.EchoService"},
+		{"Nope", `"Nope": not found on the server; services: Echo, kernrpc.Health`},
 	} {
 		runCmd("", "describe", addr, tc.name).check(t, "describe "+tc.name, 1, tc.want)
 	}

@@ -151,8 +151,12 @@ func notFound(ctx context.Context, src generic.Source, name string, err error) e
 			return fmt.Errorf("service %q is %w; it serves %s", name, generic.ErrNotDescribed, strings.Join(methods, ", "))
 		}
 	}
-	if _, merr := generic.FindMethod(ctx, src, name); merr != nil && !errors.Is(merr, generic.ErrUnknownService) {
-		return merr
+	// Only a dotted name can be a method; FindMethod's complaint about
+	// any other (want SERVICE.METHOD) would not fit what describe takes.
+	if strings.Contains(name, ".") {
+		if _, merr := generic.FindMethod(ctx, src, name); merr != nil && !errors.Is(merr, generic.ErrUnknownService) {
+			return merr
+		}
 	}
 	return fmt.Errorf("%w; services: %s", err, serviceNames(svcs))
 }
