@@ -44,10 +44,13 @@ func TestContextsFiltersDeriveMayOutliveTheCall(t *testing.T) {
 		switch {
 		case err == nil:
 			answered++
-		case kernel.CodeOf(err) == kernel.DeadlineExceeded:
+		case kernel.CodeOf(err) == kernel.DeadlineExceeded, kernel.CodeOf(err) == kernel.Canceled:
 			// The filter's own 20 ms passed: a loaded machine (the whole
 			// suite under -race) can take that long for a call, and the
 			// timer then fires during the call, which is as it should be.
+			// Past 100 ms its cancel fires too, and runs on a goroutine of
+			// its own as the timeout's does: a starved machine may run
+			// the cancel first (seen beside a fuzzing run).
 		default:
 			t.Fatalf("call %d: %v", n, err)
 		}
