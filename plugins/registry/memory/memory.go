@@ -16,10 +16,11 @@
 //
 // Static instances never expire and have ID = Address = the address given;
 // Resolve and Watch list them first, in config order, then the registered
-// instances sorted by ID. Registered instances live under a lease: the
-// registry that registered one refreshes it every ttl/3 until Deregister or
-// Close; one left without its registry disappears (and watchers hear of it)
-// within ttl.
+// instances sorted by ID. Registered instances live under a lease that
+// the registry which registered them keeps until Deregister or Close, in
+// one process however busy the machine. After AbandonLeases
+// (kernel.LeaseAbandoner, a test's stand-in for a process that died) they
+// disappear, and watchers hear of it, ttl later.
 //
 // The registry is a kernel.Notifier (notify.go): Notify hands a function
 // each change, on a goroutine that exists only while changes are being
@@ -82,8 +83,7 @@ var (
 )
 
 // Registry is one handle on a namespace's store. It owns the instances it
-// registers (and the goroutine that keeps their leases alive) and the
-// watches started through it; Close ends both.
+// registers and the watches started through it; Close ends both.
 type Registry struct {
 	store      *store
 	static     map[string][]kernel.Instance
@@ -93,14 +93,13 @@ type Registry struct {
 	mu      sync.Mutex
 	closed  bool
 	owned   map[instanceKey]time.Duration // what this registry registered, with its ttl
-	keeper  *timedLoop                    // nil until the first Register
 	watches map[*watcher]func() bool      // each watch with the stop of its context.AfterFunc (nil for Notify's)
 	// sharedWatches are the WatchShared calls made through this registry
 	// whose goroutine still runs (shared.go).
 	sharedWatches map[*sharedWatch]struct{}
-	// keeperStopped is set by AbandonLeases (tests): leases are no longer
-	// renewed, so this registry's instances expire as if its process died.
-	keeperStopped bool
+	// abandoned is set by AbandonLeases (tests): this registry keeps no
+	// lease any more, so its instances expire as if its process died.
+	abandoned bool
 }
 
 // New opens a registry on the store of opts.Namespace.
@@ -150,8 +149,8 @@ func staticInstances(static map[string][]string) (map[string][]kernel.Instance, 
 // HonoursTTL reports that registered instances expire when not kept alive.
 func (r *Registry) HonoursTTL() bool { return true }
 
-// Register announces inst for ttl (the default_ttl option when 0) and keeps
-// the lease alive until Deregister or Close. Registering the same Service
+// Register announces inst under a lease of ttl (the default_ttl option when
+// 0), kept until Deregister or Close. Registering the same Service
 // and ID again replaces the instance, and the lease moves to this registry.
 func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
@@ -178,13 +177,11 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 	}
 	key := instanceKey{inst.Service, inst.ID}
 	r.owned[key] = ttl
-	r.store.put(inst, r, time.Now().Add(ttl))
-	if !r.keeperStopped {
-		if r.keeper == nil {
-			r.keeper = startLeaseKeeper(r)
-		}
-		r.keeper.wake()
+	var expires time.Time // none while this registry keeps the lease
+	if r.abandoned {
+		expires = time.Now().Add(ttl)
 	}
+	r.store.put(inst, r, expires)
 	return nil
 }
 
@@ -271,8 +268,8 @@ func (r *Registry) endWatch(w *watcher) {
 }
 
 // Close deregisters every instance this registry registered and still
-// holds, removes the shared entries it put last, ends its watches (shared
-// ones too) and stops its goroutines. It is idempotent.
+// holds, removes the shared entries it put last and ends its watches
+// (shared ones too). It is idempotent.
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -285,7 +282,6 @@ func (r *Registry) Close() error {
 	}
 	clear(r.owned)
 	r.store.dropSharedOf(r)
-	keeper := r.keeper
 	watches := r.watches
 	r.watches = nil
 	shared := maps.Clone(r.sharedWatches)
@@ -293,9 +289,6 @@ func (r *Registry) Close() error {
 
 	r.endSharedWatches(shared)
 
-	if keeper != nil {
-		keeper.stop()
-	}
 	for w, stop := range watches {
 		if stop != nil {
 			stop()
@@ -306,44 +299,21 @@ func (r *Registry) Close() error {
 	return nil
 }
 
-// AbandonLeases stops renewing this registry's leases without deregistering
-// anything, as if its process had died: its instances expire within their
-// ttl. It is for tests (kernel.LeaseAbandoner).
+// AbandonLeases stops keeping this registry's leases without deregistering
+// anything, as if its process had died: its instances expire ttl later,
+// and any it registers from now on ttl after their Register. It is for
+// tests (kernel.LeaseAbandoner).
 func (r *Registry) AbandonLeases() {
 	r.mu.Lock()
-	r.keeperStopped = true
-	keeper := r.keeper
-	r.keeper = nil
-	r.mu.Unlock()
-	if keeper != nil {
-		keeper.stop()
-	}
-}
-
-// renewLeases extends every lease this registry still holds and returns the
-// shortest ttl among them (0 when it holds none). Leases another registry
-// took over, or that are gone, are forgotten.
-func (r *Registry) renewLeases(now time.Time) time.Duration {
-	r.mu.Lock()
 	defer r.mu.Unlock()
-	var shortest time.Duration
+	if r.abandoned {
+		return
+	}
+	r.abandoned = true
+	now := time.Now()
 	for key, ttl := range r.owned {
-		if !r.store.renew(key, r, now.Add(ttl)) {
-			delete(r.owned, key)
-			continue
-		}
-		if shortest == 0 || ttl < shortest {
-			shortest = ttl
+		if !r.store.setExpiry(key, r, now.Add(ttl)) {
+			delete(r.owned, key) // another registry took it over, or it is gone
 		}
 	}
-	return shortest
-}
-
-// startLeaseKeeper starts the goroutine that renews r's leases every ttl/3
-// (of the shortest ttl it holds).
-func startLeaseKeeper(r *Registry) *timedLoop {
-	return startTimedLoop(func(now time.Time) (time.Duration, bool) {
-		ttl := r.renewLeases(now)
-		return max(ttl/3, time.Millisecond), ttl > 0
-	})
 }

@@ -232,7 +232,7 @@ func TestMetadataRoundTripsAndIsCopied(t *testing.T) {
 	}
 }
 
-func TestInstanceExpiresWhenItsKeeperStops(t *testing.T) {
+func TestInstanceExpiresWhenItsLeaseIsAbandoned(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	const tolerance = 400 * time.Millisecond
 	a := open(t, map[string]any{"namespace": "ns-" + t.Name()})
@@ -259,10 +259,10 @@ func TestInstanceExpiresWhenItsKeeperStops(t *testing.T) {
 	if took := time.Since(start); took < ttl/2 {
 		t.Errorf("orphan expired after %s, before its ttl %s", took, ttl)
 	}
-	// a keeps its own leases alive well past the ttl.
+	// a keeps its own leases well past the ttl.
 	time.Sleep(3 * ttl)
 	if got := resolveIDs(t, b, "echo"); !slices.Equal(got, []string{"dying", "kept"}) {
-		t.Errorf("after 3 ttl with a's keeper running: %v, want [dying kept]", got)
+		t.Errorf("after 3 ttl with a open: %v, want [dying kept]", got)
 	}
 	if err := a.Deregister(context.Background(), inst("echo", "dying")); err != nil {
 		t.Fatal(err)
@@ -412,9 +412,27 @@ func TestNoGoroutineOutlivesItsRegistries(t *testing.T) {
 	}
 }
 
-// A client's registry only resolves and watches: it starts no goroutine,
-// so a short-lived client starts and stops none. The store's expiry
-// reaper starts with the first lease.
+// A lease its registry keeps does not lapse however late the registry's
+// own work runs. It once did: the registry renewed it every ttl/3 on a
+// goroutine of its own, and beside a fuzzing run that renewal ran after
+// the store's expiry reaper, so a live registry's instance vanished.
+func TestAKeptLeaseOutlastsAStalledRegistry(t *testing.T) {
+	const ttl = 50 * time.Millisecond
+	ns := map[string]any{"namespace": "ns-" + t.Name()}
+	a, b := open(t, ns), open(t, ns)
+	mustRegister(t, a, inst("echo", "busy"), ttl)
+	a.mu.Lock() // whatever a would do waits, as on a starved machine
+	time.Sleep(4 * ttl)
+	a.mu.Unlock()
+	if got := resolveIDs(t, b, "echo"); !slices.Equal(got, []string{"busy"}) {
+		t.Errorf("after a stalled for 4 ttl: %v, want [busy]", got)
+	}
+}
+
+// A client's registry only resolves and watches, and a server's keeps the
+// lease of what it registered: neither starts a goroutine, so a
+// short-lived client starts and stops none. The store's expiry reaper
+// starts with the first lease left to expire.
 func TestWatchingAloneStartsNoGoroutine(t *testing.T) {
 	r := open(t, map[string]any{"namespace": "ns-" + t.Name(), "static": map[string]any{"echo": []any{"127.0.0.1:1"}}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -424,15 +442,21 @@ func TestWatchingAloneStartsNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	receive(t, ch, time.Second)
-	if r.store.reaper != nil || r.keeper != nil {
-		t.Fatalf("a registry that only watched started a goroutine (reaper %v, lease keeper %v)", r.store.reaper != nil, r.keeper != nil)
+	reaperStarted := func() bool {
+		r.store.mu.Lock()
+		defer r.store.mu.Unlock()
+		return r.store.reaper != nil
+	}
+	if reaperStarted() {
+		t.Fatal("a registry that only watched started the store's expiry reaper")
 	}
 	mustRegister(t, r, inst("echo", "a"), time.Minute)
-	r.store.mu.Lock()
-	started := r.store.reaper != nil
-	r.store.mu.Unlock()
-	if !started {
-		t.Error("the first lease did not start the store's expiry reaper")
+	if reaperStarted() {
+		t.Fatal("a lease its registry keeps started the store's expiry reaper")
+	}
+	r.AbandonLeases()
+	if !reaperStarted() {
+		t.Error("the first lease left to expire did not start the store's expiry reaper")
 	}
 }
 

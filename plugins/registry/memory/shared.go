@@ -148,9 +148,8 @@ func (s *store) putShared(key string, value []byte, owner *Registry, expires tim
 	s.mu.Lock()
 	s.shared[key] = &sharedEntry{value: value, owner: owner, expires: expires}
 	s.notifySharedLocked(key, value)
-	reaper := s.reaperLocked()
+	s.wakeReaperLocked(expires)
 	s.mu.Unlock()
-	reaper.wake()
 }
 
 // removeShared deletes key if owner put it last, or whoever did when owner

@@ -53,8 +53,8 @@ type instanceKey struct{ service, id string }
 // entry is one registered instance under its lease.
 type entry struct {
 	inst    kernel.Instance // Metadata is the store's own copy, never changed in place
-	owner   *Registry       // the registry that keeps the lease alive
-	expires time.Time
+	owner   *Registry       // the registry that keeps the lease
+	expires time.Time       // zero while the owner keeps the lease
 }
 
 // serviceState is what the store knows of one service name.
@@ -98,19 +98,28 @@ func (s *store) dropIfUnusedLocked(name string, svc *serviceState) {
 	}
 }
 
+// put stores inst for owner; expires is zero while owner keeps the lease.
 func (s *store) put(inst kernel.Instance, owner *Registry, expires time.Time) {
 	s.mu.Lock()
 	svc := s.serviceLocked(inst.Service)
 	svc.entries[inst.ID] = &entry{inst: inst, owner: owner, expires: expires}
 	s.notifyLocked(inst.Service, svc)
-	reaper := s.reaperLocked()
+	s.wakeReaperLocked(expires)
 	s.mu.Unlock()
-	reaper.wake()
+}
+
+// wakeReaperLocked has the store's expiry reaper look again, if expires
+// is set. s.mu is held.
+func (s *store) wakeReaperLocked(expires time.Time) {
+	if !expires.IsZero() {
+		s.reaperLocked().wake()
+	}
 }
 
 // reaperLocked returns the store's expiry reaper, starting it with the
-// first lease: a store that is only watched (a client's) needs none, so a
-// short-lived client starts and stops no goroutine for it. s.mu is held.
+// first lease left to expire: a store whose leases are all kept (a
+// server's) or that is only watched (a client's) needs none, so neither
+// starts a goroutine for it. s.mu is held.
 func (s *store) reaperLocked() *timedLoop {
 	if s.reaper == nil {
 		s.reaper = startExpiryReaper(s)
@@ -141,8 +150,8 @@ func (s *store) lookupLocked(key instanceKey) (*serviceState, *entry) {
 	return svc, svc.entries[key.id]
 }
 
-// renew moves key's expiry to expires if owner still holds its lease.
-func (s *store) renew(key instanceKey, owner *Registry, expires time.Time) bool {
+// setExpiry has key expire at expires if owner still holds its lease.
+func (s *store) setExpiry(key instanceKey, owner *Registry, expires time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, e := s.lookupLocked(key)
@@ -150,6 +159,7 @@ func (s *store) renew(key instanceKey, owner *Registry, expires time.Time) bool 
 		return false
 	}
 	e.expires = expires
+	s.wakeReaperLocked(expires)
 	return true
 }
 
@@ -175,6 +185,9 @@ func (s *store) expire(now time.Time) time.Time {
 	for name, svc := range s.services {
 		changed := false
 		for id, e := range svc.entries {
+			if e.expires.IsZero() {
+				continue // its lease is kept
+			}
 			if !e.expires.After(now) {
 				delete(svc.entries, id)
 				changed = true

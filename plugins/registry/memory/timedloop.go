@@ -3,8 +3,8 @@ package memory
 import "time"
 
 // timedLoop is a goroutine that runs a step, then sleeps until the step
-// asks to run again, or until woken, or until stopped. The lease keeper
-// of each Registry and the expiry reaper of each store are one each.
+// asks to run again, or until woken, or until stopped: the expiry reaper
+// of each store.
 type timedLoop struct {
 	poke chan struct{} // run the step again now
 	quit chan struct{}
