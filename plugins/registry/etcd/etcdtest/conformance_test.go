@@ -13,11 +13,11 @@ func TestConformance(t *testing.T) {
 	srv := Start(t)
 	t.Logf("embedded etcd %s at %s", Version(), srv.Endpoint())
 	plugintest.Registry(t, etcd.Factory, plugintest.RegistryConfig{
+		// dial_timeout is the default: beside a fuzzing run, the
+		// embedded etcd once took over 2s to grant a lease.
 		Options: map[string]any{
 			"endpoints":    []any{srv.Endpoint()},
 			"prefix":       testPrefix(t),
-			// The default: beside a fuzzing run, the embedded etcd once
-			// took over 2s to grant a lease.
 			"dial_timeout": "5s",
 			"ttl":          "1s",
 		},
