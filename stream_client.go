@@ -121,8 +121,11 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 		var p *connPool
 		var cc *clientConn
 		// Before the stream is open: its end, on the connection's reader,
-		// may come at once and tells the balancer about inst.
+		// may come at once and tells the balancer about inst. Under the
+		// core's lock, as an earlier attempt's connection may be failing.
+		cs.core.mu.Lock()
 		cs.inst = inst
+		cs.core.mu.Unlock()
 		if p, err = c.pool(inst.Address); err == nil {
 			if cc, err = p.get(ctx, nil); err == nil {
 				err = cc.openStream(ctx, cs, info)
@@ -185,11 +188,15 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	}
 	cs.core.mu.Lock()
 	lost := cs.core.lost
-	cs.core.opening = false
+	if err == nil {
+		cs.core.opening = false
+	}
 	cs.core.mu.Unlock()
 	if err != nil {
 		// Nothing was sent: the stream is dropped, its core left as it is,
 		// since Client.openStream may open it again on another connection.
+		// It stays opening: the connection's failure, which may have this
+		// stream in hand on its reader, must leave the outcome to us.
 		cc.removeStream(id)
 		if st := cs.core.writeFailed(err); kernel.StatusOf(st).Code != kernel.Unavailable {
 			return st
@@ -300,6 +307,7 @@ func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kern
 	cs.trailer = trailer
 	cs.core.final, cs.core.peerDone = st, true
 	cs.core.sendStopped.Store(true)
+	inst := cs.inst
 	cs.core.mu.Unlock()
 	cs.gotHeader(nil)
 	cs.core.sendWin.wakeAll() // a sender waiting for credit sees the end
@@ -308,7 +316,7 @@ func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kern
 	if st != io.EOF {
 		err = st
 	}
-	cs.client.pickDone(cs.inst, err)
+	cs.client.pickDone(inst, err)
 }
 
 // gotHeader records the server's headers, once: from its first message,

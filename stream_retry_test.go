@@ -31,8 +31,11 @@ func init() {
 const lostOpenName = "test-lost-open"
 
 // lostOpenOptions say when the first connection dies: before the request
-// goes out ("", and the write fails), or once it went out ("sent", and
-// the write succeeds).
+// goes out ("", and the write fails once the reader has failed the
+// connection's streams), once it went out ("sent", and the write
+// succeeds), or before the request goes out with the write failing first
+// ("raced": the reader fails the connection's streams only once the
+// opener has taken the write's failure in).
 type lostOpenOptions struct {
 	Mode string `json:"mode"`
 }
@@ -49,7 +52,7 @@ func (t *lostOpen) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
 	if err != nil || t.dials.Add(1) > 1 {
 		return c, err
 	}
-	return &lostOpenConn{Conn: c, mode: t.mode, readFailed: make(chan struct{})}, nil
+	return &lostOpenConn{Conn: c, mode: t.mode, readFailed: make(chan struct{}), closeCalled: make(chan struct{}), failSeen: make(chan struct{})}, nil
 }
 
 // lostOpenConn closes itself while it writes a stream's opening request,
@@ -61,6 +64,36 @@ type lostOpenConn struct {
 	mode       string
 	readOnce   sync.Once
 	readFailed chan struct{}
+	// "raced": the engine's Close, called as the reader fails the
+	// connection (its streams in hand), lets the write fail, and lets the
+	// engine fail those streams only once the opener asks the connection
+	// for its Err after the write (writeFailed does): the opener has then
+	// taken the failure in.
+	closeOnce   sync.Once
+	closeCalled chan struct{}
+	wrote       atomic.Bool
+	failOnce    sync.Once
+	failSeen    chan struct{}
+}
+
+func (c *lostOpenConn) Close() error {
+	if c.mode == "raced" {
+		c.closeOnce.Do(func() {
+			close(c.closeCalled)
+			select {
+			case <-c.failSeen:
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	return c.Conn.Close()
+}
+
+func (c *lostOpenConn) Err() error {
+	if c.wrote.Load() {
+		c.failOnce.Do(func() { close(c.failSeen) })
+	}
+	return c.Conn.Err()
 }
 
 func (c *lostOpenConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
@@ -84,6 +117,12 @@ func (c *lostOpenConn) WriteFrame(f *kernel.Frame) error {
 		err = fmt.Errorf("test: the connection was lost before the request went out: %w", kernel.ErrPeerGone)
 	case "sent":
 		err = c.Conn.WriteFrame(f)
+	case "raced":
+		c.Conn.Recycle(f.Payload)
+		c.Conn.Close()
+		<-c.closeCalled
+		c.wrote.Store(true)
+		return &kernel.Status{Code: kernel.Unavailable, Message: "test: the connection was lost before the request went out"}
 	}
 	c.Conn.Close()
 	<-c.readFailed
@@ -119,6 +158,20 @@ func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
 	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName}
 	cli := newClient(t, &ccfg)
 	expectOpenedAgain(t, cli, "its first connection lost before the request went out")
+}
+
+// The same when the write's failure reaches the opener first, and the
+// reader's failure of the connection's streams reaches this one only
+// after: that old end must not reach the stream opened again either. It
+// once did, ending it with the first connection's loss (seen beside a
+// fuzzing run, as a data race on the stream's instance).
+func TestStreamOpenRetriedWhenItsWriteFailedBeforeItsConnectionFailedIt(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	ccfg := *cfg
+	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName, Options: map[string]any{"mode": "raced"}}
+	cli := newClient(t, &ccfg)
+	expectOpenedAgain(t, cli, "its write failed first, and its connection's failure came after")
 }
 
 // expectOpenedAgain opens a Count.Echo stream, which how says the first
