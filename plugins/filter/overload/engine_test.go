@@ -173,14 +173,15 @@ func TestOverloadAtThreeTimesCapacity(t *testing.T) {
 				t.Fatalf("unloaded: calls failed: %v", other)
 			}
 			p99Unloaded := pct(base, 0.99)
+			_, baseAtServer := clock.take(0)
+			p99UnloadedAtServer := pct(baseAtServer, 0.99)
 
 			ran0, held0 := s.ran.Load(), s.held.Load()
-			clock.take(0)
 			start := time.Now()
 			rs := offer(cli, 3*capacity, loadTime)
 			wall := time.Since(start)
 			ok, rejected, other := split(rs)
-			atServer := clock.take(len(rejected))
+			atServer, servedAtServer := clock.take(len(rejected))
 			ran, held := s.ran.Load()-ran0, s.held.Load()-held0
 			// The capacity the handler really had: a sleep of 20ms takes a
 			// little longer on a busy machine.
@@ -194,6 +195,9 @@ func TestOverloadAtThreeTimesCapacity(t *testing.T) {
 			t.Logf("goodput %.0f/s over %v = %.0f%% of nominal capacity %.0f/s, %.0f%% of the effective %.0f/s (mean hold %v)",
 				goodput, wall.Round(time.Millisecond), 100*goodput/capacity, capacity, 100*goodput/effective, effective, time.Duration(held/max(ran, 1)))
 			t.Logf("admitted: p50 %v, p99 %v = %.2f× unloaded p99", pct(ok, 0.5), p99, float64(p99)/float64(p99Unloaded))
+			p99AtServer := pct(servedAtServer, 0.99)
+			t.Logf("admitted, at the server (admission to answer written): p50 %v, p99 %v = %.2f× its unloaded p99 %v",
+				pct(servedAtServer, 0.5), p99AtServer, float64(p99AtServer)/float64(p99UnloadedAtServer), p99UnloadedAtServer)
 			t.Logf("rejections answered (client-observed): p50 %v, p90 %v, p99 %v, max %v",
 				pct(rejected, 0.5), pct(rejected, 0.9), pct(rejected, 0.99), pct(rejected, 1))
 			t.Logf("rejections answered (at the server, admission to answer written, %d): p50 %v, p90 %v, p99 %v, max %v",
@@ -206,32 +210,33 @@ func TestOverloadAtThreeTimesCapacity(t *testing.T) {
 			}
 			// Mode codel admits calls that wait for a slot, up to about the
 			// target and, while the delay has not stood for an interval,
-			// longer: its admitted latency is reported, not held to 4×.
-			// Gradient's is 1.6–2.4× on a quiet machine, 3.2× with both
-			// cores busy under -race. Without the filter the queue grows
-			// with the overload: calls sent in its first 100ms take 117ms
-			// at the median (governance.md), those at its end 2s.
-			if mode == "gradient" && p99 > 4*p99Unloaded {
-				t.Errorf("admitted p99 %v, over 4× the unloaded p99 %v", p99, p99Unloaded)
+			// longer: its admitted latency is reported, not held to 3×.
+			// Gradient's is held to 3× at the server, where a queue would
+			// show: without the filter calls sent 100ms into the overload
+			// take 117ms at the median (governance.md), those at its end
+			// 2s. What the client sees is logged: 1.6–2.4× quiet, but up
+			// to 6.6× beside a fuzzing run, its own goroutines' scheduling.
+			if mode == "gradient" && p99AtServer > 3*p99UnloadedAtServer {
+				t.Errorf("admitted p99 at the server %v, over 3× its unloaded p99 %v", p99AtServer, p99UnloadedAtServer)
 			}
 			if len(rejected) < len(rs)/3 {
 				t.Errorf("only %d of %d calls rejected at 3× capacity", len(rejected), len(rs))
 			}
-			// Answered at once: the median as the client sees it is held
-			// to a quarter of the service time, well below a rejection that
-			// waited for a worker. Quiet runs: 90–160µs; with both cores
-			// busy under -race, 1.5ms. The client's tail is its own
-			// goroutine scheduling on a shared 2-core machine running 2400
-			// client goroutines a second (p90 0.2–1.1ms, p99 3–12ms here);
-			// the server's own part is logged above (quiet runs: p99
-			// 0.1–0.2ms; Admit's rejection itself costs under 1µs,
-			// BenchmarkReject), and every rejection must have reached
-			// CallEnded.
+			// Answered at once: the server's median, from admission to the
+			// answer written, is held to 1ms (quiet runs: 6µs; beside a
+			// fuzzing run under -race, 31µs); a rejection that waited for
+			// a worker would take the 20ms service. Admit's rejection
+			// itself costs under 1µs (BenchmarkReject). What the client
+			// sees is logged: 90–160µs median quiet, 0.2–1.1ms p90 and
+			// 3–12ms p99, its own goroutine scheduling on a shared 2-core
+			// machine running 2400 client goroutines a second, and up to
+			// 5.6ms median beside a fuzzing run. Every rejection must have
+			// reached CallEnded.
 			if len(atServer) != len(rejected) {
 				t.Errorf("the server's CallEnded saw %d rejections, the client %d", len(atServer), len(rejected))
 			}
-			if p50 := pct(rejected, 0.5); p50 > service/4 {
-				t.Errorf("median rejection answered in %v, over a quarter of the %v service time", p50, service)
+			if p50 := pct(atServer, 0.5); p50 > time.Millisecond {
+				t.Errorf("median rejection answered at the server in %v, over 1ms", p50)
 			}
 		})
 	}
