@@ -152,12 +152,7 @@ func TestStreamOpenRetriedWhenItsRequestCouldNotBeSent(t *testing.T) {
 // first and failed the connection's streams, this one among them: that
 // attempt's end must not reach the stream opened again.
 func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
-	cfg := testConfig(t)
-	startServer(t, cfg, streamHandlers)
-	ccfg := *cfg
-	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName}
-	cli := newClient(t, &ccfg)
-	expectOpenedAgain(t, cli, "its first connection lost before the request went out")
+	expectOpenedAgain(t, lostOpenClient(t, ""), "its first connection lost before the request went out")
 }
 
 // The same when the write's failure reaches the opener first, and the
@@ -166,12 +161,18 @@ func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
 // once did, ending it with the first connection's loss (seen beside a
 // fuzzing run, as a data race on the stream's instance).
 func TestStreamOpenRetriedWhenItsWriteFailedBeforeItsConnectionFailedIt(t *testing.T) {
+	expectOpenedAgain(t, lostOpenClient(t, "raced"), "its write failed first, and its connection's failure came after")
+}
+
+// lostOpenClient starts a server with the stream handlers and returns a
+// client of it over a lostOpen transport in mode (lostOpenOptions).
+func lostOpenClient(t *testing.T, mode string) *kernrpc.Client {
+	t.Helper()
 	cfg := testConfig(t)
 	startServer(t, cfg, streamHandlers)
 	ccfg := *cfg
-	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName, Options: map[string]any{"mode": "raced"}}
-	cli := newClient(t, &ccfg)
-	expectOpenedAgain(t, cli, "its write failed first, and its connection's failure came after")
+	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName, Options: map[string]any{"mode": mode}}
+	return newClient(t, &ccfg)
 }
 
 // expectOpenedAgain opens a Count.Echo stream, which how says the first
@@ -210,12 +211,7 @@ func expectOpenedAgain(t *testing.T, cli *kernrpc.Client, how string) {
 // is not opened again (the server may have it): the open fails with
 // Unavailable, not retryable.
 func TestStreamOpenFailsWhenItsConnectionWasLostAfterTheRequest(t *testing.T) {
-	cfg := testConfig(t)
-	startServer(t, cfg, streamHandlers)
-	ccfg := *cfg
-	ccfg.Transport = kernrpc.PluginConfig{Name: lostOpenName, Options: map[string]any{"mode": "sent"}}
-	cli := newClient(t, &ccfg)
-	_, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Echo")
+	_, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), lostOpenClient(t, "sent"), "Count.Echo")
 	if kernel.CodeOf(err) != kernel.Unavailable || kernel.IsRetryable(err) {
 		t.Fatalf("open, its connection lost after the request went out: %v; want Unavailable, not retryable", err)
 	}
