@@ -120,15 +120,9 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 		}
 		var p *connPool
 		var cc *clientConn
-		// Before the stream is open: its end, on the connection's reader,
-		// may come at once and tells the balancer about inst. Under the
-		// core's lock, as an earlier attempt's connection may be failing.
-		cs.core.mu.Lock()
-		cs.inst = inst
-		cs.core.mu.Unlock()
 		if p, err = c.pool(inst.Address); err == nil {
 			if cc, err = p.get(ctx, nil); err == nil {
-				err = cc.openStream(ctx, cs, info)
+				err = cc.openStream(ctx, cs, inst, info)
 			}
 		}
 		if err == nil {
@@ -142,8 +136,9 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 	}
 }
 
-// openStream registers cs on cc and sends the request that opens it.
-func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *kernel.CallInfo) error {
+// openStream registers cs on cc, an instance of inst, and sends the
+// request that opens it.
+func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *kernel.Instance, info *kernel.CallInfo) error {
 	c := cs.client
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 		return c.ctxStatus(ctx, nil, "before the stream of "+info.Method+" was opened")
@@ -166,9 +161,11 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, info *ke
 	c.streamsOpen.Add(1)
 	// Bound under the core's lock: a connection an earlier attempt was
 	// opened on may still be failing, and finish tells by cs.cc and the
-	// core's id that the stream has moved on.
+	// core's id that the stream has moved on. inst too, before the request
+	// goes out: the stream's end may come at once, and tells the balancer
+	// about inst.
 	cs.core.mu.Lock()
-	cs.cc = cc
+	cs.cc, cs.inst = cc, inst
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
 	cs.core.opening, cs.core.lost = true, nil
 	cs.core.mu.Unlock()
