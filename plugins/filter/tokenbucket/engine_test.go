@@ -104,13 +104,27 @@ func TestClientBackoffSpacesCallsOut(t *testing.T) {
 	if took < 190*time.Millisecond {
 		t.Errorf("%d calls took %v; at 50/s the 10 after the first need 200ms", calls, took)
 	}
-	// A deadline shorter than the wait: rejected at once, not at the deadline.
-	_ = cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{}) // empties the bucket
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+}
+
+// A client in mode backoff rejects at once a call whose deadline comes
+// before its token, rather than at the deadline. The token is a second
+// away and the deadline 200ms: "at once" is held to half the deadline,
+// which a busy machine's scheduling does not reach (a 5ms deadline held
+// to 4ms once stood here).
+func TestClientBackoffRejectsACallItsDeadlineWouldCut(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg)
+	cli := newClient(t, cfg, kernrpc.FilterConfig{Name: tokenbucket.Name, Side: "client",
+		Options: map[string]any{"rate": 1, "burst": 1, "mode": "backoff", "max_wait": "2s"}})
+	if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatalf("the call that takes the burst's token: %v", err)
+	}
+	const deadline = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	start = time.Now()
+	start := time.Now()
 	err := cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &echopb.Echo{})
-	if kernel.CodeOf(err) != kernel.ResourceExhausted || time.Since(start) > 4*time.Millisecond {
-		t.Errorf("a token ~20ms away, a deadline in 5ms: %v after %v; want ResourceExhausted at once", err, time.Since(start))
+	if took := time.Since(start); kernel.CodeOf(err) != kernel.ResourceExhausted || took > deadline/2 {
+		t.Errorf("a token ~1s away, a deadline in %v: %v after %v; want ResourceExhausted at once", deadline, err, took)
 	}
 }
