@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -184,5 +185,108 @@ func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
 	}
 	if n := oneDial.dials.Load(); n != 2 {
 		t.Errorf("%d dials; want the first and one failed spreading dial", n)
+	}
+}
+
+// A spare connection the client dialled and then left silent is closed by
+// the server after tcp-lv's first_frame_timeout; the client learns it only
+// when it next reads there. A call it wrote there meanwhile was never
+// served, and the server says so (a GoAway naming no call served): the
+// call is sent again, not failed as lost. A stream opened there is
+// opened again (its opening write mostly fails at once, on the server's
+// reset; TestStreamOpenRetriedWhenTheServersGoAwaySaysItWasNotServed
+// orders the GoAway first).
+func TestWorkOnASpareTheServerClosedForSilenceIsSentAgain(t *testing.T) {
+	for _, last := range []string{"call", "stream"} {
+		t.Run(last, func(t *testing.T) { testWorkOnAClosedSpare(t, last) })
+	}
+}
+
+func testWorkOnAClosedSpare(t *testing.T, last string) {
+	cfg := testConfig(t)
+	cfg.Transport.Options["first_frame_timeout"] = "200ms"
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "server"}}
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{}, 8)
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		streamHandlers(s)
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			entered <- struct{}{}
+			<-release
+			return req, nil
+		})
+	})
+	obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}
+	cli := newClient(t, cfg)
+	cliObs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
+
+	payload := bytes.Repeat([]byte{7}, 64<<10)
+	errs := make(chan error, 4)
+	hold := func(what string) {
+		go func() {
+			var resp echopb.Echo
+			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &resp)
+		}()
+		select {
+		case <-entered:
+		case err := <-errs:
+			t.Fatalf("%s failed: %v", what, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not reach the handler within 5s", what)
+		}
+	}
+	answer := func(n int) {
+		for range n {
+			release <- struct{}{}
+		}
+		for range n {
+			if err := receive(t, errs, 5*time.Second, "a held call did not return"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The second of two held calls finds the first connection loaded and
+	// dials a spare, which then carries nothing.
+	hold("the first call")
+	hold("the second call")
+	waitFor(t, func() bool { return cliObs.readings(t)["client_connections_spare"].Value == 1 }, "spare connection")
+	answer(2)
+	waitFor(t, func() bool { return obs.readings(t)["server_connections_open"].Value == 1 }, "spare closed by the server")
+
+	// The client has not read the spare since: it still counts it open,
+	// and work that finds the first connection loaded is written there.
+	hold("a call on the first connection")
+	if last == "call" {
+		hold("a call sent to the closed spare, then again")
+		answer(2)
+		return
+	}
+	upOnAClosedSpare(t, cli)
+	answer(1)
+}
+
+// upOnAClosedSpare opens Count.Up, which the client writes on a spare the
+// server has closed, and reads it through: it must have been opened again
+// or end retryable.
+func upOnAClosedSpare(t *testing.T, cli *kernrpc.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "3"})
+	n := 0
+	for err == nil {
+		if _, err = st.Recv(); err == nil {
+			n++
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		if n != 3 {
+			t.Errorf("the stream brought %d messages, want 3", n)
+		}
+	case !kernel.IsRetryable(err):
+		t.Errorf("the stream on the closed spare ended %v, not retryable; the server never opened it", err)
+	default:
+		t.Logf("the stream ended retryable: %v", err)
 	}
 }

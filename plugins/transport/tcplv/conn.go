@@ -69,7 +69,7 @@ type conn struct {
 	// does not finish it, or, accepted, sends none at all.
 	frameTimer    *time.Timer
 	clockOn       bool         // the reader started the clock (reader only)
-	clockFirst    atomic.Bool  // the clock runs for the first frame
+	clockFirst    atomic.Int32 // firstAwaited while the clock runs for the first frame
 	clockDeadline atomic.Int64 // when it runs out, in Unix nanoseconds; 0 while it is stopped
 	clockArmed    atomic.Bool  // frameTimer is running
 	lastPing      time.Time    // when the peer's last Ping came (reader only)
@@ -149,7 +149,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	if accepted {
 		c.clockOn = true
 		c.clockArmed.Store(true)
-		c.clockFirst.Store(true)
+		c.clockFirst.Store(firstAwaited)
 		c.clockDeadline.Store(time.Now().Add(t.firstFrameTimeout).UnixNano())
 	} else {
 		c.frameTimer.Stop()
@@ -290,10 +290,11 @@ func (c *conn) flushAndClose(err error) bool {
 }
 
 // goAwayAndFail ends a connection whose peer broke a rule, telling it why
-// first. The GoAway names no last call (the transport does not know which
-// were served), so the peer resends none of its calls.
-func (c *conn) goAwayAndFail(reason string, err error) error {
-	_ = c.enqueue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: reason}, nil)
+// first, and naming the last call served: kernel.GoAwayUnknownLast when
+// the transport cannot know (the peer then resends none of its calls), 0
+// when it served none.
+func (c *conn) goAwayAndFail(last uint64, reason string, err error) error {
+	_ = c.enqueue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason}, nil)
 	if c.flushAndClose(err) {
 		c.t.log.Warn("tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	}

@@ -33,7 +33,10 @@
 //	                           once its first byte has; a peer that stops
 //	                           half way, or trickles, is cut off
 //	first_frame_timeout 10s    how long an accepted connection may stay
-//	                           silent before its first frame
+//	                           silent before its first frame; then it gets
+//	                           a GoAway ("first_frame_timeout", last call
+//	                           0: the client sends its calls there again)
+//	                           and is closed
 //	max_write_queue     32MiB  bytes queued for a peer that is not reading
 //	                           before it is cut off (at least twice
 //	                           max_frame_size); only that peer suffers

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,11 +154,14 @@ func TestFramesWithinFrameTimeoutKeepTheConnection(t *testing.T) {
 func TestSilentAcceptedConnectionIsCutOffAfterFirstFrameTimeout(t *testing.T) {
 	o := testOptions()
 	o.FirstFrameTimeout = kernel.Duration(300 * time.Millisecond)
-	_, server := rawPair(t, o)
+	raw, server := rawPair(t, o)
 	wantDeath(t, readUntilDead(t, server, 5*time.Second), kernel.ErrClosed, "first_frame_timeout")
+	// It served no call, and says so: a client's call on its way is
+	// sent again elsewhere.
+	wantGoAway(t, raw, "first_frame_timeout", 0)
 
 	// A connection whose first frame came in time is not held to it.
-	raw, server := rawPair(t, o)
+	raw, server = rawPair(t, o)
 	raw.Write(encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: 1}))
 	f, err := server.ReadFrame(timeout(t, 5*time.Second))
 	if err != nil {
@@ -241,6 +245,13 @@ func TestTooManyPingsGetAGoAwayAndTheConnectionClosed(t *testing.T) {
 	for range maxPingStrikes + 2 {
 		raw.Write(ping)
 	}
+	wantGoAway(t, raw, "too_many_pings", kernel.GoAwayUnknownLast)
+}
+
+// wantGoAway reads raw's frames, Pongs aside, until a GoAway giving reason
+// and naming last as the last call served, which must be followed by EOF.
+func wantGoAway(t *testing.T, raw net.Conn, reason string, last uint64) {
+	t.Helper()
 	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(raw)
 	for {
@@ -251,14 +262,57 @@ func TestTooManyPingsGetAGoAwayAndTheConnectionClosed(t *testing.T) {
 		if f.Type == kernel.FramePong {
 			continue
 		}
-		if f.Type != kernel.FrameGoAway || f.Message != "too_many_pings" || f.CallID != kernel.GoAwayUnknownLast {
-			t.Fatalf("got %v %q (call id %d); want a GoAway saying too_many_pings that names no last call", f.Type, f.Message, f.CallID)
+		if f.Type != kernel.FrameGoAway || f.Message != reason || f.CallID != last {
+			t.Fatalf("got %v %q (call id %d); want a GoAway saying %s with last call %d", f.Type, f.Message, f.CallID, reason, last)
 		}
 		break
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after the GoAway: %v; want EOF", err)
 	}
+}
+
+// The reader and first_frame_timeout's clock each claim an accepted
+// connection's first frame. A frame that arrives whole once the clock has
+// claimed it is never returned: the clock's GoAway tells the peer that no
+// call was served, and the peer sends its calls again.
+func TestAFirstFrameTheClockClaimedIsNotServed(t *testing.T) {
+	o := testOptions()
+	o.FirstFrameTimeout = kernel.Duration(time.Hour)
+	raw, server := rawPair(t, o)
+	// Where frameExpired stands once it has claimed the frame and not yet
+	// said GoAway.
+	if !server.clockFirst.CompareAndSwap(firstAwaited, firstLate) {
+		t.Fatal("an accepted connection does not await its first frame")
+	}
+	type read struct {
+		f   *kernel.Frame
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		f, err := server.ReadFrame(timeout(t, 5*time.Second))
+		got <- read{f, err}
+	}()
+	raw.Write(encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Echo"}))
+	select {
+	case r := <-got:
+		t.Fatalf("ReadFrame returned (%v, %v) before the clock said GoAway; want it to wait, then fail", r.f, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	server.goAwayAndFail(0, "first_frame_timeout", errors.New("test: first_frame_timeout ran out"))
+	select {
+	case r := <-got:
+		if r.err == nil {
+			t.Fatalf("ReadFrame returned the %v the clock claimed; it would run, and run again when resent", r.f.Type)
+		}
+		if !strings.Contains(r.err.Error(), "first_frame_timeout") {
+			t.Errorf("ReadFrame failed with %v; want the clock's reason", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFrame did not return after the connection failed")
+	}
+	wantGoAway(t, raw, "first_frame_timeout", 0)
 }
 
 // Pings at the interval a peer's own keepalive uses are never held

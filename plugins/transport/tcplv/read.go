@@ -109,8 +109,14 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 			}
 			continue
 		}
-		if c.clockOn {
-			c.stopFrameClock()
+		if c.clockOn && !c.stopFrameClock() {
+			// The first frame came as first_frame_timeout ran out, and the
+			// clock has told the peer that no call was served: one served
+			// now would be served twice once the peer sends it again.
+			c.pool.putFrame(pf)
+			<-c.done
+			c.releaseReader()
+			return nil, c.Err()
 		}
 		switch pf.f.Type {
 		case kernel.FramePing:
@@ -312,7 +318,7 @@ func (c *conn) answerPing(pf *pooledFrame) error {
 	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.t.minPingInterval {
 		if c.pingStrike++; c.pingStrike > maxPingStrikes {
 			c.pool.putFrame(pf)
-			return c.goAwayAndFail("too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
+			return c.goAwayAndFail(kernel.GoAwayUnknownLast, "too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
 				c.remote, kernel.ErrClosed, c.t.minPingInterval, c.pingStrike))
 		}
 	}
@@ -352,20 +358,36 @@ func (c *conn) startFrameClock(d time.Duration) {
 
 // stopFrameClock ends the clock when a frame has arrived whole (reader
 // only). The timer runs on; finding no deadline, it disarms itself, and
-// a clock started before it fires finds it armed for an earlier time.
-func (c *conn) stopFrameClock() {
+// a clock started before it fires finds it armed for an earlier time. It
+// reports false for an accepted connection's first frame when the clock
+// ran out first: that frame must be dropped (see frameExpired).
+func (c *conn) stopFrameClock() bool {
 	c.clockOn = false
+	// Cleared before the first frame is claimed: a timer that loses the
+	// claim looks again and must find no deadline.
 	c.clockDeadline.Store(0)
-	if c.clockFirst.Load() {
+	if c.clockFirst.Load() != firstClaimed {
+		if !c.clockFirst.CompareAndSwap(firstAwaited, firstClaimed) {
+			return false
+		}
 		// The timer was set for first_frame_timeout, which may be later
 		// than the next frame's deadline: stop it, so the next clock sets
 		// it afresh. (A callback already under way disarms it itself.)
-		c.clockFirst.Store(false)
 		if c.frameTimer.Stop() {
 			c.clockArmed.Store(false)
 		}
 	}
+	return true
 }
+
+// The states of an accepted connection's first frame (conn.clockFirst),
+// which the reader and the frame clock's timer each claim: whichever does
+// first decides whether the connection serves at all.
+const (
+	firstClaimed int32 = iota // it arrived (or the connection was dialled)
+	firstAwaited
+	firstLate // first_frame_timeout ran out: the peer was told none is served
+)
 
 // frameExpired runs on the frame clock's timer: it sleeps again until the
 // deadline when one is set and not yet passed, disarms when none is set,
@@ -385,9 +407,16 @@ func (c *conn) frameExpired() {
 		case now < dl:
 			c.frameTimer.Reset(time.Duration(dl - now))
 			return
-		case c.clockFirst.Load():
-			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
-			return
+		case c.clockFirst.Load() == firstAwaited:
+			// A peer that is silent may be a client's spare connection,
+			// with a call on its way: the GoAway, naming no call served,
+			// lets the client send that call again. A frame arriving now
+			// is dropped by the reader, which lost the claim.
+			if c.clockFirst.CompareAndSwap(firstAwaited, firstLate) {
+				c.goAwayAndFail(0, "first_frame_timeout", fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s; told it to send its calls again elsewhere", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
+				return
+			}
+			// The reader claimed the frame meanwhile: look again.
 		case !c.reading.Load():
 			// Nobody reads: the rest may be sitting unread in the socket.
 			// The swap loses to a reader that stopped the clock meanwhile.
