@@ -175,6 +175,7 @@ func (cc *clientConn) fail(err error) {
 		at.signal()
 	}
 	cc.reader = nil
+	goAway, goAwayLast := cc.goAway, cc.goAwayLast
 	streams := cc.streams
 	cc.streams = nil
 	cc.streamsGen.Add(1)
@@ -187,6 +188,12 @@ func (cc *clientConn) fail(err error) {
 	cc.mu.Unlock()
 	_ = cc.conn.Close()
 	for id, cs := range streams {
+		if goAway && id > goAwayLast {
+			// The server said it would not open it: the stream can be
+			// opened again, as a call is sent again.
+			cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without opening the stream of " + cs.info.Method, Retryable: true})
+			continue
+		}
 		cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost while the stream of " + cs.info.Method + " was open: " + err.Error()})
 	}
 }

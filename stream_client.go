@@ -203,7 +203,8 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	}
 	if lost != nil {
 		// Sent, then the connection failed: the server may have the
-		// stream, so it is not opened again.
+		// stream, so it is not opened again, unless its GoAway said it
+		// never was (lost is then retryable: see clientConn.fail).
 		cc.removeStream(id)
 		return lost
 	}

@@ -35,7 +35,10 @@ const lostOpenName = "test-lost-open"
 // connection's streams), once it went out ("sent", and the write
 // succeeds), or before the request goes out with the write failing first
 // ("raced": the reader fails the connection's streams only once the
-// opener has taken the write's failure in).
+// opener has taken the write's failure in), or with the write seeming to
+// succeed while the server, closing the connection, says in a GoAway that
+// it served no call there ("goaway", as tcp-lv does to a connection silent
+// for first_frame_timeout).
 type lostOpenOptions struct {
 	Mode string `json:"mode"`
 }
@@ -74,6 +77,9 @@ type lostOpenConn struct {
 	wrote       atomic.Bool
 	failOnce    sync.Once
 	failSeen    chan struct{}
+	// "goaway": the reader returns the server's GoAway before the
+	// connection's failure (reader only).
+	goAwaySaid bool
 }
 
 func (c *lostOpenConn) Close() error {
@@ -98,6 +104,10 @@ func (c *lostOpenConn) Err() error {
 
 func (c *lostOpenConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	f, err := c.Conn.ReadFrame(ctx)
+	if err != nil && c.mode == "goaway" && !c.goAwaySaid {
+		c.goAwaySaid = true
+		return &kernel.Frame{Type: kernel.FrameGoAway, CallID: 0, Message: "first_frame_timeout"}, nil
+	}
 	if err != nil && ctx.Err() == nil {
 		c.readOnce.Do(func() { close(c.readFailed) })
 	}
@@ -117,6 +127,8 @@ func (c *lostOpenConn) WriteFrame(f *kernel.Frame) error {
 		err = fmt.Errorf("test: the connection was lost before the request went out: %w", kernel.ErrPeerGone)
 	case "sent":
 		err = c.Conn.WriteFrame(f)
+	case "goaway":
+		c.Conn.Recycle(f.Payload) // the server will say it never read it
 	case "raced":
 		c.Conn.Recycle(f.Payload)
 		c.Conn.Close()
@@ -162,6 +174,13 @@ func TestStreamOpenRetriedAfterItsConnectionFailedItFirst(t *testing.T) {
 // fuzzing run, as a data race on the stream's instance).
 func TestStreamOpenRetriedWhenItsWriteFailedBeforeItsConnectionFailedIt(t *testing.T) {
 	expectOpenedAgain(t, lostOpenClient(t, "raced"), "its write failed first, and its connection's failure came after")
+}
+
+// A stream whose opening request went out on a connection the server then
+// closed, saying in its GoAway that it served no call there, is opened
+// again: the server never opened it.
+func TestStreamOpenRetriedWhenTheServersGoAwaySaysItWasNotServed(t *testing.T) {
+	expectOpenedAgain(t, lostOpenClient(t, "goaway"), "its request went out and the server's GoAway said it served none")
 }
 
 // lostOpenClient starts a server with the stream handlers and returns a
