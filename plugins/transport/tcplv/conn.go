@@ -292,11 +292,11 @@ func (c *conn) flushAndClose(err error) bool {
 // goAwayAndFail ends a connection whose peer broke a rule, telling it why
 // first, and naming the last call served: kernel.GoAwayUnknownLast when
 // the transport cannot know (the peer then resends none of its calls), 0
-// when it served none.
-func (c *conn) goAwayAndFail(last uint64, reason string, err error) error {
+// when it served none. It logs the close at level.
+func (c *conn) goAwayAndFail(level slog.Level, last uint64, reason string, err error) error {
 	_ = c.enqueue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason}, nil)
 	if c.flushAndClose(err) {
-		c.t.log.Warn("tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
+		c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
 	}
 	return c.Err()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -300,7 +301,7 @@ func TestAFirstFrameTheClockClaimedIsNotServed(t *testing.T) {
 		t.Fatalf("ReadFrame returned (%v, %v) before the clock said GoAway; want it to wait, then fail", r.f, r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	server.goAwayAndFail(0, "first_frame_timeout", errors.New("test: first_frame_timeout ran out"))
+	server.goAwayAndFail(slog.LevelInfo, 0, "first_frame_timeout", errors.New("test: first_frame_timeout ran out"))
 	select {
 	case r := <-got:
 		if r.err == nil {

@@ -318,7 +318,7 @@ func (c *conn) answerPing(pf *pooledFrame) error {
 	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.t.minPingInterval {
 		if c.pingStrike++; c.pingStrike > maxPingStrikes {
 			c.pool.putFrame(pf)
-			return c.goAwayAndFail(kernel.GoAwayUnknownLast, "too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
+			return c.goAwayAndFail(slog.LevelWarn, kernel.GoAwayUnknownLast, "too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
 				c.remote, kernel.ErrClosed, c.t.minPingInterval, c.pingStrike))
 		}
 	}
@@ -411,9 +411,11 @@ func (c *conn) frameExpired() {
 			// A peer that is silent may be a client's spare connection,
 			// with a call on its way: the GoAway, naming no call served,
 			// lets the client send that call again. A frame arriving now
-			// is dropped by the reader, which lost the claim.
+			// is dropped by the reader, which lost the claim. Logged at
+			// INFO: a kernrpc client leaves a spare silent whenever the
+			// load that dialled it passes.
 			if c.clockFirst.CompareAndSwap(firstAwaited, firstLate) {
-				c.goAwayAndFail(0, "first_frame_timeout", fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s; told it to send its calls again elsewhere", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
+				c.goAwayAndFail(slog.LevelInfo, 0, "first_frame_timeout", fmt.Errorf("tcp-lv: connection %s: %w: it sent no frame within first_frame_timeout %s; told it to send its calls again elsewhere", c.remote, kernel.ErrClosed, c.t.firstFrameTimeout))
 				return
 			}
 			// The reader claimed the frame meanwhile: look again.
