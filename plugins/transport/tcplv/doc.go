@@ -58,6 +58,9 @@
 //	                             (default: the host of the dialed address)
 //	  insecure_skip_verify false do not verify the server's certificate
 //
+// Every timeout and interval above must be at least 1ms: below that, each
+// connection would fail at its first wait.
+//
 // A TLS handshake must finish within keepalive_interval + keepalive_timeout;
 // each runs on a goroutine of its own, so a client that stalls in its
 // handshake holds up no other. A failed handshake is logged at WARN, unless

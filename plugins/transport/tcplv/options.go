@@ -117,6 +117,10 @@ func (o *Options) minPingInterval() time.Duration {
 	return min(time.Second, o.KeepaliveInterval.D()/2)
 }
 
+// minTimeout is the least any of the transport's timeouts and intervals
+// may be.
+const minTimeout = time.Millisecond
+
 // maxLengthField is the largest value the 32-bit length prefix can hold.
 const maxLengthField = 1<<32 - 1
 
@@ -141,6 +145,11 @@ func (o *Options) validate() error {
 	} {
 		if d.v <= 0 {
 			return optionError(d.key, "must be positive, got %s", d.v)
+		}
+		// Below a millisecond, every connection would fail at its first
+		// wait, at run time: refuse it here, where the file is named.
+		if d.v.D() < minTimeout {
+			return optionError(d.key, "must be at least %s, got %s (a unit left off? write 10s, 100ms)", minTimeout, d.v)
 		}
 	}
 	if o.MinPingInterval < 0 {

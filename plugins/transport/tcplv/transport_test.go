@@ -33,6 +33,8 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		{"keepalive_interval zero", func(o *Options) { o.KeepaliveInterval = 0 }, []string{`"keepalive_interval"`, "must be positive"}},
 		{"keepalive_timeout negative", func(o *Options) { o.KeepaliveTimeout = -1 }, []string{`"keepalive_timeout"`, "must be positive"}},
 		{"write_timeout zero", func(o *Options) { o.WriteTimeout = 0 }, []string{`"write_timeout"`, "must be positive"}},
+		{"write_timeout 1ns", func(o *Options) { o.WriteTimeout = 1 }, []string{`"write_timeout"`, "must be at least 1ms, got 1ns"}},
+		{"keepalive_interval under 1ms", func(o *Options) { o.KeepaliveInterval = kernel.Duration(999 * time.Microsecond) }, []string{`"keepalive_interval"`, "at least 1ms, got 999µs"}},
 		{"read_buffer_size tiny", func(o *Options) { o.ReadBufferSize = 4 }, []string{`"read_buffer_size"`}},
 		{"key without certificate", func(o *Options) { o.TLS = &TLSOptions{KeyFile: missing} }, []string{`"tls.cert_file"`}},
 		{"certificate without key", func(o *Options) { o.TLS = &TLSOptions{CertFile: missing} }, []string{`"tls.key_file"`}},
