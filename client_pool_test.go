@@ -4,21 +4,35 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // A GoAway steers calls away from its instance for a while, unless it
-// came on a spare connection, one dialled to spread load: the server
+// came on a spare connection, one dialled to spread load (the server
 // closes those when they idle, while the connections the calls keep to
-// it serve on.
+// it serve on), or gave a reason that ends its connection only.
 func TestGoAwayOnASpareConnectionKeepsTheInstance(t *testing.T) {
-	p := &connPool{addr: "127.0.0.1:1", fixed: 1}
-	(&clientConn{pool: p, spare: true}).serverGoingAway(7, true)
-	if p.avoided() {
-		t.Fatal("a GoAway on a spare connection passed its instance over")
-	}
-	(&clientConn{pool: p}).serverGoingAway(7, true)
-	if !p.avoided() {
-		t.Fatal("a GoAway on the pool's own connection did not pass its instance over")
+	for _, tc := range []struct {
+		name    string
+		spare   bool
+		goAway  *kernel.Frame
+		avoided bool
+	}{
+		{"shutting down, on a spare", true, &kernel.Frame{Type: kernel.FrameGoAway, CallID: 7}, false},
+		{"shutting down", false, &kernel.Frame{Type: kernel.FrameGoAway, CallID: 7}, true},
+		{"an answer saying it drains", false, nil, true},
+		{"idle_timeout", false, &kernel.Frame{Type: kernel.FrameGoAway, CallID: 7, Message: idleTimeoutReason}, false},
+		{"first_frame_timeout", false, &kernel.Frame{Type: kernel.FrameGoAway, Message: "first_frame_timeout"}, false},
+		{"too_many_pings", false, &kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: "too_many_pings"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &connPool{addr: "127.0.0.1:1", fixed: 1}
+			(&clientConn{pool: p, spare: tc.spare}).serverGoingAway(tc.goAway)
+			if p.avoided() != tc.avoided {
+				t.Fatalf("the instance passed over: %v, want %v", p.avoided(), tc.avoided)
+			}
+		})
 	}
 }
 

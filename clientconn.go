@@ -392,7 +392,7 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 			cc.windowUpdate(f)
 			yieldToWoken(cc.conn)
 		case kernel.FrameGoAway:
-			cc.serverGoingAway(f.CallID, true)
+			cc.serverGoingAway(f)
 			cc.log.get().Debug("server is going away; new calls go elsewhere", "peer", cc.conn.RemoteAddr())
 			f.Release()
 		default:
@@ -402,17 +402,21 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 	}
 }
 
-// serverGoingAway stops new calls on cc and steers picks away from its
-// instance for a while. With the GoAway itself, it also learns the last
-// call the server will serve.
-func (cc *clientConn) serverGoingAway(last uint64, fromGoAway bool) {
+// serverGoingAway stops new calls on cc, learning from goAway, the server's
+// GoAway (nil when an answer said the server drains), the last call the
+// server will serve. A server shutting down is passed over for a while; a
+// GoAway that gives a reason (idle_timeout, tcp-lv's first_frame_timeout
+// or too_many_pings) ends this connection only, and so does any on a
+// spare connection, which speaks for no instance.
+func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	cc.mu.Lock()
 	cc.draining = true
-	if fromGoAway {
-		cc.goAway, cc.goAwayLast = true, last
+	if goAway != nil {
+		cc.goAway, cc.goAwayLast = true, goAway.CallID
 	}
 	cc.mu.Unlock()
-	if cc.pool != nil && !cc.spare {
+	shutdown := goAway == nil || goAway.Message == ""
+	if cc.pool != nil && !cc.spare && shutdown {
 		cc.pool.markDown(goAwayAvoidance)
 	}
 }
@@ -429,7 +433,7 @@ func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, at
 			// The server is draining; its GoAway may still be on the way.
 			// (A retryable ResourceExhausted is a server shedding load: it
 			// still serves this connection.)
-			cc.serverGoingAway(0, false)
+			cc.serverGoingAway(nil)
 		}
 		if dl, ok := ctx.Deadline(); ok && err.Code == kernel.DeadlineExceeded && !time.Now().Before(dl) {
 			// The server's copy of our deadline won the race with ours: say

@@ -443,7 +443,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	_ = ln.Close()
 	<-s.acceptDone
 	for _, sc := range conns {
-		sc.goAway()
+		sc.goAway("")
 	}
 	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
 	if err := s.waitInFlight(ctx); err != nil {

@@ -104,13 +104,19 @@ type serverConn struct {
 }
 
 // goAway tells the client to send new calls elsewhere, naming the last call
-// this connection will serve.
-func (sc *serverConn) goAway() {
+// this connection will serve. reason is empty when the server is shutting
+// down; one given (idleTimeoutReason) ends this connection only, and the
+// client goes on picking this server.
+func (sc *serverConn) goAway(reason string) {
 	sc.mu.Lock()
 	last := sc.lastAccepted
 	sc.mu.Unlock()
-	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last})
+	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason})
 }
+
+// idleTimeoutReason is the GoAway's reason when a connection idled for
+// server.idle_timeout.
+const idleTimeoutReason = "idle_timeout"
 
 // readLoop reads frames until the connection dies. A request is served by
 // the goroutine that read it, which is already running, so it costs no

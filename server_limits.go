@@ -94,7 +94,7 @@ func (sc *serverConn) idleTick() {
 		return
 	}
 	sc.srv.log.Debug("closing an idle connection", "peer", sc.conn.RemoteAddr(), "idle_timeout", sc.srv.cfg.Server.IdleTimeout)
-	sc.goAway()
+	sc.goAway(idleTimeoutReason)
 	sc.srv.closeConn(sc.srv.baseCtx, sc, time.Now().Add(closeGrace))
 }
 

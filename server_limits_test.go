@@ -209,8 +209,8 @@ func TestIdleConnectionGetsAGoAwayAndIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no GoAway before the close: %v", err)
 	}
-	if f.Type != kernel.FrameGoAway || f.CallID != 1 {
-		t.Fatalf("got %v (call id %d); want a GoAway naming call 1", f.Type, f.CallID)
+	if f.Type != kernel.FrameGoAway || f.CallID != 1 || f.Message != "idle_timeout" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming call 1, saying idle_timeout (this connection only)", f.Type, f.CallID, f.Message)
 	}
 	f.Release()
 	if _, err := readFrame(t, busy, 5*time.Second); err == nil {
