@@ -137,6 +137,9 @@ func TestHelperServerProcess(t *testing.T) {
 	}
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "echo"
+	if addr := os.Getenv("KERNRPC_HELPER_ADDR"); addr != "" {
+		cfg.Address = addr
+	}
 	if tr := os.Getenv("KERNRPC_HELPER_TRANSPORT"); tr != "" {
 		cfg.Transport.Name = tr
 	}
@@ -242,6 +245,30 @@ func TestDeadServerFailsPendingCallsWithUnavailable(t *testing.T) {
 			}
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 		})
+	}
+}
+
+// A server killed while its client's connection idled, and started again
+// at the same address: the client's next call is served by the new one.
+// The connection's end waited unread in the client's socket (nobody reads
+// a connection with no call on it); the call must not be written there,
+// where it would be lost with the connection, but sent on a new one.
+func TestACallAfterTheServerRestartedIsServed(t *testing.T) {
+	first, addr := startServerProcess(t)
+	cfg := testConfig(t)
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cli := newClient(t, cfg)
+	var resp echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "first"}, &resp); err != nil {
+		t.Fatalf("call to the first server: %v", err)
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	startServerProcessTB(t, "KERNRPC_HELPER_ADDR="+addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "second"}, &resp); err != nil || resp.Text != "second" {
+		t.Fatalf("call after the restart: %q, %v; want it served by the new server", resp.Text, err)
 	}
 }
 

@@ -78,6 +78,10 @@ type conn struct {
 	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
 	reading    atomic.Bool   // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
 	unanswered atomic.Int64  // requests written minus responses read
+	// idleWrite is when a request was last written with none unanswered
+	// and nobody reading, since clockBase (see quiet); at first, when the
+	// connection was made.
+	idleWrite atomic.Int64
 
 	// Write side. wmu is held by whoever writes to the socket.
 	wmu       sync.Mutex
@@ -141,6 +145,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+	c.idleWrite.Store(int64(time.Since(clockBase)))
 	c.pool.init(t.buffers)
 	c.sock.init(nc)
 	c.br = getReader(socketReader{c}, t.readBufferSize)

@@ -61,6 +61,13 @@
 // Every timeout and interval above must be at least 1ms: below that, each
 // connection would fail at its first wait.
 //
+// Nobody reads a client's connection while no call waits on it, so a
+// server that dies meanwhile leaves its close unread. A request written
+// after the connection idled 10ms or more therefore peeks at the socket
+// first (Linux and macOS): finding the peer's FIN or reset, it is not
+// sent, and the write fails with ErrPeerGone, which the engine takes as
+// a call never sent and sends again on a new connection.
+//
 // A TLS handshake must finish within keepalive_interval + keepalive_timeout;
 // each runs on a goroutine of its own, so a client that stalls in its
 // handshake holds up no other. A failed handshake is logged at WARN, unless

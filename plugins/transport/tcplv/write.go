@@ -63,6 +63,10 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		}
 	}
 	if f.Type == kernel.FrameRequest {
+		if c.quiet() && hungUp(c.raw) {
+			c.pool.Put(f.Payload)
+			return c.fail(slog.LevelDebug, fmt.Errorf("tcp-lv: connection %s: %w: it closed the connection while it was idle; the request was not sent", c.remote, kernel.ErrPeerGone))
+		}
 		c.unanswered.Add(1)
 		if c.kaTimer.Load() == nil {
 			c.startKeepalive()
@@ -99,6 +103,27 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 	c.wmu.Unlock()
 	return err
 }
+
+// quiet reports whether the peer may have closed the connection unseen:
+// no request waits for an answer, nobody reads, and the last request
+// written so was quietAfter ago or more. A server that died while its
+// client idled has left its FIN unread: a request written after it would
+// be lost with the connection, though it never reached a server (the
+// client could not tell), so writeFrame looks first. A caller calling
+// back to back does not pay for the look: looking on every call made a
+// lone caller's 16 B calls to a server process 15% slower (50-56 µs
+// against 44).
+func (c *conn) quiet() bool {
+	if c.unanswered.Load() != 0 || c.reading.Load() {
+		return false
+	}
+	now := int64(time.Since(clockBase))
+	return now-c.idleWrite.Swap(now) >= int64(quietAfter)
+}
+
+// quietAfter is how long a connection's reading may have stopped before a
+// request written there looks for the peer's close first.
+const quietAfter = 10 * time.Millisecond
 
 // CloseWrite sends the frames already queued, then a FIN (after a TLS
 // close_notify): the peer reads them and then EOF, while its frames can
