@@ -77,6 +77,20 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(int(p*float64(len(s))), len(s)-1)]
 }
 
+// slowTime is how long the slow instance takes over a tenth of its calls.
+const slowTime = 50 * time.Millisecond
+
+// atLeast counts the durations of d or more.
+func atLeast(ds []time.Duration, d time.Duration) int {
+	n := 0
+	for _, x := range ds {
+		if x >= d {
+			n++
+		}
+	}
+	return n
+}
+
 // serviceTime is how long an instance works on a call: exponentially
 // distributed with a mean of 1ms, the textbook model of a server's
 // latency (a median of 0.7ms, a p99 of 4.6ms, plus the runtime's timer
@@ -85,13 +99,16 @@ func serviceTime() time.Duration {
 	return time.Duration(rand.ExpFloat64() * float64(time.Millisecond))
 }
 
-// One instance of three answers a tenth of its calls after 50ms; every
-// instance otherwise serves in serviceTime. Without hedge, the slow
+// One instance of three answers a tenth of its calls after slowTime;
+// every instance otherwise serves in serviceTime. Without hedge, the slow
 // tenth sets the client's p99; with it, those calls are answered by a
-// fast instance after the method's observed p95, so that the client's
-// p99 falls to well under half the unhedged one (within about twice that
-// of the calls the fast instances answer, logged), for a few percent more
-// load. The plain and the hedged client call in turns
+// fast instance after the method's observed p95, so that hardly a hedged
+// call takes slowTime (at most a quarter as many as unhedged: 1 to 4 of
+// 2400 against 80 to 100, quiet or under -race beside busy loops), for a
+// few percent more load. The p99s are logged, not held: the hedged one is
+// well under half the unhedged one on a quiet machine, but came to 31ms
+// against 54ms in the whole -race suite beside busy loops, the hedge's
+// delay stretched to 16ms by the scheduler. The plain and the hedged client call in turns
 // from the same goroutines, so that a loaded machine slows both alike.
 //
 // The instances do work on purpose: with handlers that answer at once
@@ -106,7 +123,7 @@ func TestHedgeCutsTheTailOfASlowInstance(t *testing.T) {
 		// At random: a count would fall in step with the clients' turns.
 		startServer(t, cfg, "slow", func(int64) time.Duration {
 			if rand.IntN(10) == 0 {
-				return 50 * time.Millisecond
+				return slowTime
 			}
 			return serviceTime()
 		}),
@@ -195,12 +212,12 @@ func TestHedgeCutsTheTailOfASlowInstance(t *testing.T) {
 	t.Logf("with hedge:    p50 %v, p99 %v (%.2f× the fast instances' p99), p99.9 %v; %d hedges (%d refused by the budget), servers saw %d attempts for %d calls: %.1f%% extra load",
 		percentile(hedgedAll, 0.5), hedgedP99, float64(hedgedP99)/float64(fastP99), percentile(hedgedAll, 0.999),
 		f.Hedges()-hedgesBefore, f.Unpaid()-unpaidBefore, served["hedged"], calls, 100*extra)
-	// Against the tail the hedge removes, not the fast instances' own p99:
-	// on a loaded machine (CI's, every package testing at once) both
-	// tails stretch, and the hedged one came to 2.11× the fast one with
-	// the slow tenth cut all the same (17ms against 52ms unhedged).
-	if hedgedP99 > plainP99/2 {
-		t.Errorf("with hedge the client's p99 is %v, more than half the p99 without it (%v): the slow instance's tail was not cut", hedgedP99, plainP99)
+	// Against the tail the hedge removes, counted, not against a p99: on a
+	// loaded machine every tail stretches, and the hedge's delay with it.
+	plainSlow, hedgedSlow := atLeast(plainAll, slowTime), atLeast(hedgedAll, slowTime)
+	t.Logf("calls that took %v or more: %d without hedge, %d with", slowTime, plainSlow, hedgedSlow)
+	if hedgedSlow*4 > plainSlow {
+		t.Errorf("with hedge %d calls took %v or more, against %d without: the slow instance's tail was not cut", hedgedSlow, slowTime, plainSlow)
 	}
 	if extra >= 0.15 {
 		t.Errorf("hedging added %.1f%% load, want under 15%%", 100*extra)
