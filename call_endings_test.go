@@ -254,21 +254,29 @@ func TestDeadServerFailsPendingCallsWithUnavailable(t *testing.T) {
 // a connection with no call on it); the call must not be written there,
 // where it would be lost with the connection, but sent on a new one.
 func TestACallAfterTheServerRestartedIsServed(t *testing.T) {
-	first, addr := startServerProcess(t)
-	cfg := testConfig(t)
-	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
-	cli := newClient(t, cfg)
-	var resp echopb.Echo
-	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "first"}, &resp); err != nil {
-		t.Fatalf("call to the first server: %v", err)
-	}
-	_ = first.Process.Signal(syscall.SIGKILL)
-	_ = first.Wait()
-	startServerProcessTB(t, "KERNRPC_HELPER_ADDR="+addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "second"}, &resp); err != nil || resp.Text != "second" {
-		t.Fatalf("call after the restart: %q, %v; want it served by the new server", resp.Text, err)
+	for _, tr := range streamTransports {
+		t.Run(tr, func(t *testing.T) {
+			env := "KERNRPC_HELPER_TRANSPORT=" + tr
+			first, addr := startServerProcessTB(t, env)
+			cfg := testConfig(t)
+			if tr != "tcp-lv" {
+				cfg.Transport.Name, cfg.Transport.Options = tr, nil
+			}
+			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+			cli := newClient(t, cfg)
+			var resp echopb.Echo
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "first"}, &resp); err != nil {
+				t.Fatalf("call to the first server: %v", err)
+			}
+			_ = first.Process.Signal(syscall.SIGKILL)
+			_ = first.Wait()
+			startServerProcessTB(t, env, "KERNRPC_HELPER_ADDR="+addr)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "second"}, &resp); err != nil || resp.Text != "second" {
+				t.Fatalf("call after the restart: %q, %v; want it served by the new server", resp.Text, err)
+			}
+		})
 	}
 }
 
