@@ -93,8 +93,53 @@ func TestObserveReadsGoTestsFuzzOutput(t *testing.T) {
 	} {
 		s.observe(line)
 	}
-	if !s.Failed || s.Crasher != "testdata/fuzz/FuzzDecodeFrame/582528ddfad69eb5" || s.Execs != 52381 {
+	if !s.Failed || s.Crasher != "testdata/fuzz/FuzzDecodeFrame/582528ddfad69eb5" || s.Execs != 52381 || s.DeadlineRace {
 		t.Fatalf("after a failing run: %+v", s)
+	}
+}
+
+// Go before 1.27 can fail a target as its -fuzztime ends with only the
+// coordinator's own "context deadline exceeded" (golang/go#75804, as seen
+// here): no input failed, and the run is reported ok, saying so. A target
+// whose own failure says the same words writes an input, and fails.
+func TestGoTestsOwnDeadlineRaceIsNotAFinding(t *testing.T) {
+	race := []string{
+		"fuzz: elapsed: 21s, execs: 346581 (0/sec), new interesting: 14 (total: 300)",
+		"--- FAIL: FuzzDecodeOptions (20.44s)",
+		"    context deadline exceeded",
+		"FAIL",
+		"exit status 1",
+		"FAIL\tgithub.com/kernrpc/kernrpc/kernel\t20.465s",
+	}
+	var s status
+	for _, line := range race {
+		s.observe(line)
+	}
+	r := result{status: s}
+	if !s.DeadlineRace || !r.passed() || r.verdict() != okRace {
+		t.Fatalf("the deadline race: %+v, verdict %q", s, r.verdict())
+	}
+
+	s = status{}
+	for _, line := range []string{
+		"--- FAIL: FuzzDecodeOptions (0.31s)",
+		"    --- FAIL: FuzzDecodeOptions (0.00s)",
+		"        context deadline exceeded",
+		"    Failing input written to testdata/fuzz/FuzzDecodeOptions/0123abcd",
+		"FAIL",
+	} {
+		s.observe(line)
+	}
+	if r := (result{status: s}); r.passed() {
+		t.Fatalf("a target that failed with an input written passed: %+v, verdict %q", s, r.verdict())
+	}
+
+	s = status{}
+	for _, line := range []string{"--- FAIL: FuzzX (1.00s)", "    x_test.go:12: decoded 3, want 4", "FAIL"} {
+		s.observe(line)
+	}
+	if r := (result{status: s}); r.passed() || s.DeadlineRace {
+		t.Fatalf("a failure of another kind passed: %+v, verdict %q", s, r.verdict())
 	}
 }
 

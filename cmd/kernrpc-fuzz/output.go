@@ -14,6 +14,12 @@ type status struct {
 	Failed   bool   // go test printed a failure
 	Crasher  string // where go test wrote the failing input, if it did
 	Progress bool   // at least one progress line was seen
+	// DeadlineRace: go test's one complaint was "context deadline
+	// exceeded" under the failing target, no input written: Go's fuzzing
+	// coordinator losing a race with its own -fuzztime (golang/go#75804,
+	// fixed in Go 1.27), not a finding.
+	DeadlineRace bool
+	failLine     bool // the last line was "--- FAIL: ..."
 }
 
 // progressLine matches go test's periodic fuzzing line:
@@ -38,7 +44,11 @@ func (s *status) observe(line string) bool {
 		s.Crasher = m[1]
 		s.Failed = true
 	}
-	if strings.HasPrefix(line, "--- FAIL") || line == "FAIL" || strings.HasPrefix(line, "FAIL\t") {
+	if s.failLine && line == "context deadline exceeded" {
+		s.DeadlineRace = true
+	}
+	s.failLine = strings.HasPrefix(line, "--- FAIL")
+	if s.failLine || line == "FAIL" || strings.HasPrefix(line, "FAIL\t") {
 		s.Failed = true
 	}
 	return false
