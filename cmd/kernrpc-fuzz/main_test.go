@@ -201,10 +201,16 @@ func TestRunFuzzesATargetAndReports(t *testing.T) {
 	if code := run(t.Context(), []string{"-run", "^FuzzReadFrameLength$", "-time", "1s"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
+	// A 1s run on a busy machine can end in go test's own fuzztime race
+	// (it did in CI): ok either way, saying which.
+	verdict := " ok"
+	if strings.Contains(out.String(), okRace) {
+		verdict = " " + okRace
+	}
 	for _, want := range []string{
 		"[1/1] FuzzReadFrameLength ./kernel: fuzzing for 1s\n",
-		"[1/1] FuzzReadFrameLength ./kernel: ok after ",
-		"TARGET", "FuzzReadFrameLength  ./kernel", " ok\n",
+		"[1/1] FuzzReadFrameLength ./kernel:" + verdict + " after ",
+		"TARGET", "FuzzReadFrameLength  ./kernel", verdict + "\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
