@@ -61,7 +61,8 @@ type Conn interface {
 	// An error that is a *Status (e.g. ResourceExhausted from a full ring)
 	// means this frame alone was refused and nothing of it was sent: the
 	// connection stays usable, and the engine fails only that call. Any
-	// other error means the connection is dead.
+	// other error means the connection is dead and f did not reach the
+	// peer whole: the engine sends the call again elsewhere.
 	WriteFrame(f *Frame) error
 	// ReadFrame returns the next frame from the peer. Its payload is lent
 	// until the frame's Release. When ctx is done first, ReadFrame returns
