@@ -63,10 +63,13 @@
 //
 // Nobody reads a client's connection while no call waits on it, so a
 // server that dies meanwhile leaves its close unread. A request written
-// after the connection idled 10ms or more therefore peeks at the socket
-// first (Linux and macOS): finding the peer's FIN or reset, it is not
-// sent, and the write fails with ErrPeerGone, which the engine takes as
-// a call never sent and sends again on a new connection.
+// after the connection idled 10ms or more therefore looks first, with one
+// system call: on Linux at the socket's TCP state (any close or half-close
+// from the peer, even behind bytes still unread: a draining server serves
+// no request after its FIN), on macOS with a peek (a close with nothing
+// unread before it). Finding one, the request is not sent, and the write
+// fails with ErrPeerGone, which the engine takes as a call never sent and
+// sends again on a new connection.
 //
 // A TLS handshake must finish within keepalive_interval + keepalive_timeout;
 // each runs on a goroutine of its own, so a client that stalls in its

@@ -4,6 +4,7 @@ package tcplv
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,37 @@ func TestARequestIsNotWrittenWhereThePeerHungUpWhileIdle(t *testing.T) {
 			t.Fatalf("the server read %v, %v; want the request", f, err)
 		}
 		f.Release()
+	})
+	t.Run("half-closed", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("only Linux reads the TCP state")
+		}
+		// A draining server's end: it reads on, but serves no request
+		// that comes after its FIN.
+		client, server := connPair(t, testOptions())
+		if err := server.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		idle()
+		if err := client.WriteFrame(request()); !errors.Is(err, kernel.ErrPeerGone) {
+			t.Fatalf("WriteFrame after the peer's half-close: %v; want ErrPeerGone", err)
+		}
+	})
+	t.Run("closed behind a frame", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("only Linux reads the TCP state; elsewhere a peek sees the frame")
+		}
+		// A late answer or a GoAway, then the close: the server takes no
+		// more requests, whatever waits unread before its FIN.
+		client, server := connPair(t, testOptions())
+		if err := server.WriteFrame(&kernel.Frame{Type: kernel.FrameGoAway, Message: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		server.Close()
+		idle()
+		if err := client.WriteFrame(request()); !errors.Is(err, kernel.ErrPeerGone) {
+			t.Fatalf("WriteFrame behind the peer's frame and close: %v; want ErrPeerGone", err)
+		}
 	})
 	t.Run("a frame waiting", func(t *testing.T) {
 		client, server := connPair(t, testOptions())

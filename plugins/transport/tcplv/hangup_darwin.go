@@ -1,5 +1,3 @@
-//go:build linux || darwin
-
 package tcplv
 
 import (
@@ -9,7 +7,8 @@ import (
 
 // hungUp reports whether the peer's FIN or reset waits unread on nc's
 // socket, peeking without waiting or consuming: a byte waiting, or none,
-// says the connection may still be used.
+// says the connection may still be used. (Linux reads the TCP state
+// instead, which sees a close behind bytes still unread.)
 func hungUp(nc net.Conn) bool {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
