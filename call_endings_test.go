@@ -252,31 +252,52 @@ func TestDeadServerFailsPendingCallsWithUnavailable(t *testing.T) {
 // at the same address: the client's next call is served by the new one.
 // The connection's end waited unread in the client's socket (nobody reads
 // a connection with no call on it); the call must not be written there,
-// where it would be lost with the connection, but sent on a new one.
+// where it would be lost with the connection, but sent on a new one. So
+// too when the end waits behind an answer nobody read: the late answer of
+// a call that gave up at its deadline.
 func TestACallAfterTheServerRestartedIsServed(t *testing.T) {
 	for _, tr := range streamTransports {
-		t.Run(tr, func(t *testing.T) {
-			env := "KERNRPC_HELPER_TRANSPORT=" + tr
-			first, addr := startServerProcessTB(t, env)
-			cfg := testConfig(t)
-			if tr != "tcp-lv" {
-				cfg.Transport.Name, cfg.Transport.Options = tr, nil
+		for _, late := range []bool{false, true} {
+			name := tr
+			if late {
+				name += "/behind a late answer"
 			}
-			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
-			cli := newClient(t, cfg)
-			var resp echopb.Echo
-			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "first"}, &resp); err != nil {
-				t.Fatalf("call to the first server: %v", err)
-			}
-			_ = first.Process.Signal(syscall.SIGKILL)
-			_ = first.Wait()
-			startServerProcessTB(t, env, "KERNRPC_HELPER_ADDR="+addr)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "second"}, &resp); err != nil || resp.Text != "second" {
-				t.Fatalf("call after the restart: %q, %v; want it served by the new server", resp.Text, err)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testRestartedServer(t, tr, late) })
+		}
+	}
+}
+
+func testRestartedServer(t *testing.T, tr string, late bool) {
+	env := "KERNRPC_HELPER_TRANSPORT=" + tr
+	first, addr := startServerProcessTB(t, env)
+	cfg := testConfig(t)
+	if tr != "tcp-lv" {
+		cfg.Transport.Name, cfg.Transport.Options = tr, nil
+	}
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cli := newClient(t, cfg)
+	var resp echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "first"}, &resp); err != nil {
+		t.Fatalf("call to the first server: %v", err)
+	}
+	if late {
+		// Echo.Hang answers when the call's context ends: after the
+		// client gave up, so nobody reads the answer.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := cli.Call(ctx, "Echo.Hang", &echopb.Echo{}, &resp)
+		cancel()
+		if kernel.CodeOf(err) != kernel.DeadlineExceeded {
+			t.Fatalf("Echo.Hang with a 50ms deadline: %v, want DeadlineExceeded", err)
+		}
+		time.Sleep(100 * time.Millisecond) // for the late answer to arrive
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	startServerProcessTB(t, env, "KERNRPC_HELPER_ADDR="+addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "second"}, &resp); err != nil || resp.Text != "second" {
+		t.Fatalf("call after the restart: %q, %v; want it served by the new server", resp.Text, err)
 	}
 }
 

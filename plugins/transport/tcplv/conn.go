@@ -78,9 +78,8 @@ type conn struct {
 	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
 	reading    atomic.Bool   // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
 	unanswered atomic.Int64  // requests written minus responses read
-	// idleWrite is when a request was last written with none unanswered
-	// and nobody reading, since clockBase (see quiet); at first, when the
-	// connection was made.
+	// idleWrite is when a request was last written with nobody reading,
+	// since clockBase (see quiet); at first, when the connection was made.
 	idleWrite atomic.Int64
 
 	// Write side. wmu is held by whoever writes to the socket.

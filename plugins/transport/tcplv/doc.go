@@ -62,8 +62,9 @@
 // connection would fail at its first wait.
 //
 // Nobody reads a client's connection while no call waits on it, so a
-// server that dies meanwhile leaves its close unread. A request written
-// after the connection idled 10ms or more therefore looks first, with one
+// server that dies meanwhile leaves its close unread (behind the late
+// answer of a call that gave up, perhaps). A request written 10ms or more
+// after the last, with nobody reading, therefore looks first, with one
 // system call: on Linux at the socket's TCP state (any close or half-close
 // from the peer, even behind bytes still unread: a draining server serves
 // no request after its FIN), on macOS with a peek (a close with nothing
