@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,7 +406,7 @@ func TestParseFlags(t *testing.T) {
 // call (clock, histogram, phase check) and the snapshots themselves
 // allocate nothing, so every allocation counted is the framework's.
 func TestMeasuringAllocatesNothing(t *testing.T) {
-	var phase atomic.Int32
+	phase := newRoundPhase()
 	h := new(histogram)
 	calls := 0
 	call := func(context.Context) (int, error) {
@@ -419,7 +418,7 @@ func TestMeasuringAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	perRun := testing.AllocsPerRun(10, func() {
 		phase.Store(phaseMeasure)
-		if err := callLoop(ctx, call, 16, &phase, h); err != nil {
+		if err := callLoop(ctx, call, 16, phase, h); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -438,7 +437,7 @@ func TestMeasuringAllocatesNothing(t *testing.T) {
 // gapStride, and allocates nothing.
 func TestStreamLoopCountsEveryMessageAndTimesSome(t *testing.T) {
 	const messages = 16000
-	var phase atomic.Int32
+	phase := newRoundPhase()
 	h := new(histogram)
 	sent := 0
 	call := func(context.Context) (int, error) {
@@ -450,7 +449,7 @@ func TestStreamLoopCountsEveryMessageAndTimesSome(t *testing.T) {
 	allocs := testing.AllocsPerRun(1, func() { // run twice: the last one is kept
 		sent, *h = 0, histogram{}
 		phase.Store(phaseMeasure)
-		if err := streamLoop(context.Background(), call, 16, &phase, h); err != nil {
+		if err := streamLoop(context.Background(), call, 16, phase, h); err != nil {
 			t.Fatal(err)
 		}
 	})

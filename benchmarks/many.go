@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -80,7 +79,7 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 	}
 	defer cli.Close()
 
-	var phase atomic.Int32
+	phase := new(roundPhase) // the harness, not this process, reads the window
 	hists := make([]*histogram, callers)
 	errs := make(chan error, callers)
 	var wg sync.WaitGroup
@@ -92,7 +91,7 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 		}
 		call, h := cli.newCaller(payload), hists[i]
 		wg.Go(func() {
-			if err := callLoop(ctx, call, len(payload), &phase, h); err != nil {
+			if err := callLoop(ctx, call, len(payload), phase, h); err != nil {
 				errs <- err
 			}
 		})

@@ -48,6 +48,10 @@ func (b *benchmark) markdown(command string) string {
 	}
 	fmt.Fprintf(&w, "- Other processes: %.0f%% of the CPUs during the measured windows (worst cell and system %.0f%%); %s\n",
 		100*share, 100*worstShare, verdict)
+	if st := b.stretchedCells(); st != "" {
+		fmt.Fprintf(&w, "- Stretched windows: no call completed within the window of %s; each stayed open until one did, "+
+			"and its figures divide by the longer time\n", st)
+	}
 	window := o.duration.String()
 	switch {
 	case slices.Equal(o.modes, []string{modeStream}):
@@ -452,4 +456,18 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// stretchedCells names the cells and systems with a round whose window
+// stayed open past its length for a first call, or is "" if none did.
+func (b *benchmark) stretchedCells() string {
+	var names []string
+	for _, c := range b.cells {
+		for i, r := range b.results[c] {
+			if r != nil && r.stretched > 0 {
+				names = append(names, fmt.Sprintf("%s, %s (%d of %d rounds)", b.opts.systems[i].label, c, r.stretched, len(r.roundQPS)))
+			}
+		}
+	}
+	return strings.Join(names, "; ")
 }

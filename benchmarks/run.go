@@ -55,13 +55,14 @@ type cell struct {
 // over totals (calls over measured time), not averages of per-round rates,
 // and latencies come from the merged histogram of every round.
 type result struct {
-	calls    uint64
-	elapsed  time.Duration
-	hist     histogram
-	client   procStats     // the harness process over the measured windows
-	server   procStats     // the server process over the same windows
-	others   time.Duration // CPU time other processes took meanwhile
-	roundQPS []float64
+	calls     uint64
+	elapsed   time.Duration
+	hist      histogram
+	client    procStats     // the harness process over the measured windows
+	server    procStats     // the server process over the same windows
+	others    time.Duration // CPU time other processes took meanwhile
+	roundQPS  []float64
+	stretched int // rounds whose window stayed open past its length for a first call
 }
 
 func (r *result) qps() float64 { return float64(r.calls) / r.elapsed.Seconds() }
@@ -158,6 +159,9 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
 				}
+				if rr.stretched {
+					noisy += fmt.Sprintf("  no call completed in the %s window: it stayed open %s longer, until one did", o.windowOf(c), (rr.elapsed - o.windowOf(c)).Round(time.Millisecond))
+				}
 				rate := fmt.Sprintf("%8s calls/s  p99 %6s µs  (cell so far %s calls/s)", fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()))
 				if c.mode == modeStream {
 					rate = fmt.Sprintf("%8s msgs/s %7s MiB/s  (cell so far %s msgs/s)",
@@ -181,6 +185,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 // roundResult is one measured window of one system.
 type roundResult struct {
 	elapsed        time.Duration
+	stretched      bool // the window stayed open past its length for a first call
 	hist           histogram
 	client, server procStats
 	others         time.Duration // CPU time of every other process; 0 without /proc
@@ -199,6 +204,9 @@ func (r *result) add(rr *roundResult) {
 	r.server.logs += rr.server.logs
 	r.others += rr.others
 	r.roundQPS = append(r.roundQPS, rr.qps())
+	if rr.stretched {
+		r.stretched++
+	}
 }
 
 // Caller phases: calls during warm-up and after the window are not counted.
@@ -207,6 +215,30 @@ const (
 	phaseMeasure
 	phaseStop
 )
+
+// roundPhase is the phase a round's callers are in, and whether the window
+// has counted a call yet: a round whose window ends before any call
+// completes (a slow system on a loaded machine) stays open until one does,
+// rather than losing the run.
+type roundPhase struct {
+	atomic.Int32
+	first   atomic.Bool
+	counted chan struct{} // closed by the first call the window counts
+}
+
+func newRoundPhase() *roundPhase { return &roundPhase{counted: make(chan struct{})} }
+
+// countedOne is called by a caller whose first call in the window
+// completed; only the first such call closes counted.
+func (p *roundPhase) countedOne() {
+	if p.counted != nil && p.first.CompareAndSwap(false, true) {
+		close(p.counted)
+	}
+}
+
+// stretchLimit bounds how long a window stays open past its length for a
+// first call: a call that takes longer hangs, and the round fails.
+const stretchLimit = childWait
 
 // runRound makes a fresh client, runs c.callers callers through a warm-up
 // and a measured window, and returns what the window saw. In the short
@@ -234,7 +266,7 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 		return nil, errNoStream
 	}
 
-	var phase atomic.Int32
+	phase := newRoundPhase()
 	hists := make([]*histogram, c.callers)
 	errs := make(chan error, c.callers)
 	var wg sync.WaitGroup
@@ -260,7 +292,7 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 			loop = streamLoop
 		}
 		wg.Go(func() {
-			err := loop(ctx, call, len(payload), &phase, h)
+			err := loop(ctx, call, len(payload), phase, h)
 			if done != nil {
 				if derr := done(); err == nil && derr != nil {
 					err = fmt.Errorf("close the stream: %w", derr)
@@ -294,6 +326,13 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 	t0 := time.Now()
 	timer.Reset(o.windowOf(c))
 	err = sleep(ctx, timer, errs)
+	stretched := false
+	if err == nil {
+		stretched, err = awaitCounted(ctx, phase, errs)
+		if err != nil {
+			err = fmt.Errorf("%w; %s", err, dumpHang(ctx, sys, srv))
+		}
+	}
 	phase.Store(phaseStop)
 	elapsed := time.Since(t0)
 	cliEnd := readProcStats()
@@ -312,17 +351,37 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 		return nil, err
 	}
 
-	rr := &roundResult{elapsed: elapsed, client: cliEnd.sub(cliStart), server: srvEnd.sub(srvStart)}
+	rr := &roundResult{elapsed: elapsed, stretched: stretched, client: cliEnd.sub(cliStart), server: srvEnd.sub(srvStart)}
 	if haveBusy {
 		rr.others = max(0, busyEnd-busyStart-rr.client.cpu-rr.server.cpu)
 	}
 	for _, h := range hists {
 		rr.hist.merge(h)
 	}
-	if rr.hist.n == 0 {
-		return nil, fmt.Errorf("no call completed in %s; lengthen -duration (-stream-duration in the stream mode)", o.windowOf(c))
-	}
 	return rr, nil
+}
+
+// awaitCounted waits, once the window's time is up, until the window has
+// counted a call, reporting whether it had to wait; a caller's error, the
+// run's end or stretchLimit without a call ends the wait with an error.
+func awaitCounted(ctx context.Context, phase *roundPhase, errs <-chan error) (bool, error) {
+	select {
+	case <-phase.counted:
+		return false, nil
+	default:
+	}
+	limit := time.NewTimer(stretchLimit)
+	defer limit.Stop()
+	select {
+	case <-phase.counted:
+		return true, nil
+	case err := <-errs:
+		return true, err
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-limit.C:
+		return true, fmt.Errorf("no call completed in the window nor in the %s after it: a call hangs", stretchLimit)
+	}
 }
 
 // windowOf is the measured time of a round of c.
@@ -336,7 +395,7 @@ func (o *options) windowOf(c cell) time.Duration {
 // callLoop calls until the phase says stop, recording each call's latency
 // while the window is open. One clock read per call: a call's end is the
 // next one's start.
-func callLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32, h *histogram) error {
+func callLoop(ctx context.Context, call callFunc, want int, phase *roundPhase, h *histogram) error {
 	// Since a base reads the monotonic clock alone, half of what a
 	// time.Now costs.
 	base := time.Now()
@@ -350,6 +409,9 @@ func callLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32,
 		switch phase.Load() {
 		case phaseMeasure:
 			h.record(end - start)
+			if h.n == 1 {
+				phase.countedOne()
+			}
 		case phaseStop:
 			return nil
 		}
@@ -363,7 +425,7 @@ func callLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32,
 // fastest. So it counts every message and times the gap before about one
 // in gapStride, taken at a stride drawn from [gapStride/2, 3·gapStride/2)
 // so that the samples cannot fall in step with a batching pattern.
-func streamLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int32, h *histogram) error {
+func streamLoop(ctx context.Context, call callFunc, want int, phase *roundPhase, h *histogram) error {
 	base := time.Now()
 	rng := uint32(base.UnixNano()) | 1 // xorshift needs a seed other than 0
 	var start time.Duration
@@ -384,6 +446,9 @@ func streamLoop(ctx context.Context, call callFunc, want int, phase *atomic.Int3
 				h.record(end - start)
 			} else {
 				h.tally()
+			}
+			if h.n == 1 {
+				phase.countedOne()
 			}
 		case phaseStop:
 			return nil
