@@ -408,14 +408,29 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 // GoAway that gives a reason (idle_timeout, tcp-lv's first_frame_timeout
 // or too_many_pings) ends this connection only, and so does any on a
 // spare connection, which speaks for no instance.
+//
+// A shutdown's first GoAway names no last call (kernel.GoAwayUnknownLast):
+// the server serves whatever was sent before it was read, and asks how
+// much that is; the answer is a GoAway counting the requests numbered here
+// (server_drain.go). A second GoAway can only lower the last call served.
 func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	cc.mu.Lock()
 	cc.draining = true
 	if goAway != nil {
-		cc.goAway, cc.goAwayLast = true, goAway.CallID
+		last := goAway.CallID
+		if cc.goAway {
+			last = min(last, cc.goAwayLast)
+		}
+		cc.goAway, cc.goAwayLast = true, last
 	}
+	sent := cc.nextID
 	cc.mu.Unlock()
 	shutdown := goAway == nil || goAway.Message == ""
+	if goAway != nil && shutdown && goAway.CallID == kernel.GoAwayUnknownLast {
+		// A request numbered before draining was set may still be on its
+		// way: the server counts requests, so it waits for that one too.
+		_ = cc.queueCtl(&kernel.Frame{Type: kernel.FrameGoAway, CallID: sent})
+	}
 	if cc.pool != nil && !cc.spare && shutdown {
 		cc.pool.markDown(goAwayAvoidance)
 	}

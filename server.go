@@ -397,8 +397,10 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 // Shutdown stops the server gracefully: its health turns NOT_SERVING and
 // it deregisters the instance, serves on for server.drain_period (while
 // clients learn it left), then stops accepting, sends every connected
-// client a GoAway (new calls go elsewhere; calls that still arrive are
-// refused as retryable), waits for in-flight calls until ctx is done, then
+// client a GoAway (new calls go elsewhere; what a client sent before it
+// read the GoAway is still served, and what comes after its answer, or a
+// second without one, is refused as retryable: server_drain.go), waits
+// for in-flight calls until ctx is done, then
 // closes the connections (cancelling what still runs) and the plugins. It
 // is safe to call more than once; later calls wait for the first.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -442,11 +444,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	_ = ln.Close()
 	<-s.acceptDone
-	for _, sc := range conns {
-		sc.goAway("")
-	}
-	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
-	if err := s.waitInFlight(ctx); err != nil {
+	if err := s.drainConns(ctx, conns); err != nil {
 		if n := s.abortStreams("its shutdown timeout passed first"); n > 0 {
 			s.log.Warn("shutting down: ended the streams still open with Unavailable", "streams", n)
 		}

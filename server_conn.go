@@ -101,12 +101,21 @@ type serverConn struct {
 	// server drains, no higher id is served, and the GoAway says so: the
 	// client may then safely resend any higher-numbered call.
 	lastAccepted uint64
+	// A shutdown's two steps (server_drain.go): drain says which step;
+	// received counts the distinct requests read; clientCount is how many
+	// the client's GoAway says it sent; drained closes once they are in.
+	drain         int
+	received      uint64
+	clientDone    bool
+	clientCount   uint64
+	drained       chan struct{}
+	drainedClosed bool
 }
 
 // goAway tells the client to send new calls elsewhere, naming the last call
-// this connection will serve. reason is empty when the server is shutting
-// down; one given (idleTimeoutReason) ends this connection only, and the
-// client goes on picking this server.
+// this connection will serve, and why: reason (idleTimeoutReason) says
+// this connection alone ends, and the client goes on picking this server.
+// A shutdown drains in two steps instead (server_drain.go).
 func (sc *serverConn) goAway(reason string) {
 	sc.mu.Lock()
 	last := sc.lastAccepted
@@ -172,7 +181,9 @@ func (sc *serverConn) readLoop() {
 			sc.windowUpdate(f)
 			yieldToWoken(sc.conn)
 		case kernel.FrameGoAway:
-			// The client is leaving; its calls still get answers.
+			// The client sends nothing more here; its calls still get
+			// answers.
+			sc.clientGoingAway(f.CallID)
 		default:
 			sc.srv.log.Debug("ignoring unexpected frame", "type", f.Type, "call_id", f.CallID, "peer", sc.conn.RemoteAddr())
 		}
@@ -303,15 +314,17 @@ func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
 		sc.noteReplay(f.CallID)
 		return nil
 	}
+	sc.received++
+	sc.checkDrainedLocked()
 	if len(sc.calls) >= sc.srv.cfg.Server.MaxConcurrentCalls {
 		sc.mu.Unlock()
 		sc.refuseOverLimit(f.CallID)
 		return nil
 	}
 	sc.calls[f.CallID] = c
-	// Checked under sc.mu, which goAway also takes after draining is set:
-	// a call is either counted in the GoAway or refused, never both.
-	if sc.srv.draining.Load() || sc.goingAway {
+	// Checked under sc.mu, which goAway and refuseNew also take: a call
+	// is either counted in the GoAway or refused, never both.
+	if sc.refusesLocked() {
 		c.refused = true
 	} else {
 		sc.lastAccepted = max(sc.lastAccepted, f.CallID)
@@ -344,6 +357,7 @@ func (sc *serverConn) queue(f *kernel.Frame) {
 func (sc *serverConn) close(err error) {
 	sc.mu.Lock()
 	sc.closed = true
+	sc.checkDrainedLocked()
 	calls := make([]*callCtx, 0, len(sc.calls))
 	for _, c := range sc.calls {
 		calls = append(calls, c)

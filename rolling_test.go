@@ -1,0 +1,137 @@
+package kernrpc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+)
+
+// A rolling restart under load: two servers, and eight times a new one
+// starts and the oldest shuts down, while 16 callers make calls of 16 B,
+// 300 B and 64 KiB and open server streams. No call or stream may fail:
+// what a server shutting down did not serve goes elsewhere. (Streams
+// opened as a shutdown began failed before its two-step drain.)
+func TestRollingRestartLosesNoCallOrStream(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+		start := func() *kernrpc.Server {
+			srv, err := kernrpc.NewServer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kernrpc.Handle(srv, "Echo.Echo", echo)
+			streamHandlers(srv)
+			if err := srv.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return srv
+		}
+		live := []*kernrpc.Server{start(), start()}
+		t.Cleanup(func() {
+			for _, s := range live {
+				_ = s.Shutdown(context.Background())
+			}
+		})
+		cli := newClient(t, cfg)
+
+		var calls, streams, failed atomic.Int64
+		var mu sync.Mutex
+		var errs []error
+		fail := func(err error) {
+			failed.Add(1)
+			mu.Lock()
+			if len(errs) < 5 {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 16 {
+			payload := make([]byte, []int{16, 64 << 10, 300}[i%3])
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if i%4 == 3 {
+						if err := countUp(cli, payload, 5); err != nil {
+							fail(err)
+						} else {
+							streams.Add(1)
+						}
+						continue
+					}
+					var resp echopb.Echo
+					if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: payload}, &resp); err != nil {
+						fail(err)
+					} else if len(resp.Payload) != len(payload) {
+						fail(errors.New("echo of " + strconv.Itoa(len(payload)) + " bytes came back with " + strconv.Itoa(len(resp.Payload))))
+					} else {
+						calls.Add(1)
+					}
+				}
+			})
+		}
+		for range 8 {
+			time.Sleep(100 * time.Millisecond)
+			live = append(live, start())
+			time.Sleep(50 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := live[0].Shutdown(ctx); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			cancel()
+			live = live[1:]
+		}
+		close(stop)
+		wg.Wait()
+		t.Logf("%d calls and %d streams through 8 restarts", calls.Load(), streams.Load())
+		if failed.Load() > 0 {
+			t.Errorf("%d calls or streams failed; the first: %v", failed.Load(), errs)
+		}
+		if calls.Load() < 100 || streams.Load() < 20 {
+			t.Errorf("only %d calls and %d streams completed; the load did not run", calls.Load(), streams.Load())
+		}
+	})
+}
+
+// countUp opens Count.Up for n messages carrying payload and reads them
+// all, in order.
+func countUp(cli *kernrpc.Client, payload []byte, n int) error {
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Up")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Send(&echopb.Echo{Text: strconv.Itoa(n), Payload: payload}); err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	for got := 0; ; got++ {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			if got != n {
+				return errors.New("stream ended after " + strconv.Itoa(got) + " of " + strconv.Itoa(n) + " messages")
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if m.Text != strconv.Itoa(got) || len(m.Payload) != len(payload) {
+			return errors.New("message " + strconv.Itoa(got) + " came as " + m.Text)
+		}
+	}
+}

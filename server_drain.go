@@ -1,0 +1,127 @@
+package kernrpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// How a shutting-down server ends its connections without refusing a call
+// the client had sent before it heard. A GoAway naming the last call
+// served races the requests already on their way: those arrive above it
+// and are refused. A unary call refused so is simply sent again, but a
+// stream's opener has been told it is open, and its caller may have sent
+// messages: it would end in an error. So the server drains in two steps,
+// as HTTP/2 servers do with their two GOAWAY frames:
+//
+//  1. It sends a GoAway with call id kernel.GoAwayUnknownLast: send
+//     nothing new here, and everything sent so far will be served. The
+//     client stops picking the connection and answers with a GoAway of its
+//     own whose call id is how many requests it numbered on the
+//     connection (kernrpc numbers them 1, 2, 3, ...).
+//  2. Once that GoAway and that many requests have arrived, nothing more
+//     will. A client that does not answer within drainAckWait (or the
+//     shutdown's deadline) gets today's GoAway instead, naming the last
+//     call served, and what arrives later is refused as retryable.
+
+// drainAckWait bounds how long a shutdown waits for clients to answer its
+// first GoAway.
+const drainAckWait = time.Second
+
+// Where a connection is in its server's shutdown.
+const (
+	drainNone     = iota // serving
+	drainAsked           // the first GoAway is out; requests are still served
+	drainRefusing        // requests are refused as retryable
+)
+
+// drainConns runs a shutdown's two steps on conns, then waits for the
+// calls in flight until ctx ends. A client with calls in flight reads, and
+// answers the first GoAway at once; an idle one reads it with the answer
+// to its next call, so the wait (drainAckWait at most) also serves a call
+// an idle client makes as the shutdown begins.
+func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
+	for _, sc := range conns {
+		sc.askToDrain()
+	}
+	awaitDrained(ctx, conns)
+	for _, sc := range conns {
+		sc.refuseNew()
+	}
+	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
+	return s.waitInFlight(ctx)
+}
+
+// askToDrain sends the first GoAway.
+func (sc *serverConn) askToDrain() {
+	sc.mu.Lock()
+	sc.drain = drainAsked
+	sc.drained = make(chan struct{})
+	sc.checkDrainedLocked()
+	sc.mu.Unlock()
+	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast})
+}
+
+// clientGoingAway takes in the client's GoAway: it sends no more than
+// count requests on this connection.
+func (sc *serverConn) clientGoingAway(count uint64) {
+	sc.mu.Lock()
+	sc.clientDone, sc.clientCount = true, count
+	sc.checkDrainedLocked()
+	sc.mu.Unlock()
+}
+
+// checkDrainedLocked closes drained once nothing more can arrive: the
+// client said how many requests it sent and they are all in, or the
+// connection is closed. sc.mu is held.
+func (sc *serverConn) checkDrainedLocked() {
+	if sc.drain != drainAsked || sc.drainedClosed {
+		return
+	}
+	if sc.closed || sc.clientDone && sc.received >= sc.clientCount {
+		sc.drainedClosed = true
+		close(sc.drained)
+	}
+}
+
+// refuseNew ends the first step: from now on requests are refused. A
+// connection whose client has not said it stopped gets the GoAway naming
+// the last call served, so that it sends the later ones elsewhere.
+func (sc *serverConn) refuseNew() {
+	sc.mu.Lock()
+	done := sc.drainedClosed
+	sc.drain = drainRefusing
+	last := sc.lastAccepted
+	sc.mu.Unlock()
+	if !done {
+		sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last})
+	}
+}
+
+// refusesLocked reports whether a request arriving now is refused rather
+// than served. sc.mu is held. Until its shutdown asks it to drain, a
+// connection serves: no connection joins once the server drains, so
+// every one is asked.
+func (sc *serverConn) refusesLocked() bool {
+	return sc.goingAway || sc.drain == drainRefusing
+}
+
+// awaitDrained waits until each of conns has its client's answer and the
+// requests it counts, or drainAckWait or ctx ends the wait.
+func awaitDrained(ctx context.Context, conns []*serverConn) {
+	if len(conns) == 0 {
+		return
+	}
+	wait := time.NewTimer(drainAckWait)
+	defer wait.Stop()
+	for _, sc := range conns {
+		select {
+		case <-sc.drained:
+		case <-wait.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}

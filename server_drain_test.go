@@ -1,0 +1,210 @@
+package kernrpc_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+	"google.golang.org/protobuf/proto"
+)
+
+// A shutdown drains in two steps (server_drain.go): these tests play the
+// client, or the server, with the transport alone.
+
+func mustMarshal(t *testing.T, m *echopb.Echo) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// nextFrame reads c's next frame, failing t if none comes.
+func nextFrame(t *testing.T, c kernel.Conn) *kernel.Frame {
+	t.Helper()
+	f, err := readFrame(t, c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return f
+}
+
+func shutdownInBackground(srv *kernrpc.Server) <-chan error {
+	down := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		down <- srv.Shutdown(ctx)
+	}()
+	return down
+}
+
+// holdHandler registers Echo.Hold, which answers once free is called: a
+// call in flight, for which the shutdown waits. Defer free, so that it
+// runs before the server's shutdown.
+func holdHandler() (register func(*kernrpc.Server), free func()) {
+	release := make(chan struct{})
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	return func(s *kernrpc.Server) {
+		streamHandlers(s)
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			<-release
+			return req, nil
+		})
+	}, free
+}
+
+// A stream opened, and a call sent, after the server's first GoAway left
+// but before the client read it, are served, not refused: the client's
+// GoAway says how many requests to wait for, and once they are in, no
+// second GoAway is needed.
+func TestShutdownServesWhatTheClientSentBeforeItHeard(t *testing.T) {
+	cfg := testConfig(t)
+	hold, free := holdHandler()
+	defer free()
+	srv := startServer(t, cfg, hold)
+	c := rawConn(t, srv.Addr())
+	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the call is in flight when the shutdown begins
+	down := shutdownInBackground(srv)
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast || f.Message != "" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming no last call", f.Type, f.CallID, f.Message)
+	}
+	for _, f := range []*kernel.Frame{
+		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
+		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 2, Method: "Count.Up", Codec: "protobuf", Credit: 1 << 20},
+		{Type: kernel.FrameStreamData, CallID: 2, Payload: mustMarshal(t, &echopb.Echo{Text: "3"})},
+		{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: 2},
+		echoRequest(t, 3, "Echo.Echo", nil),
+		{Type: kernel.FrameGoAway, CallID: 3},
+	} {
+		if err := c.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free()
+	var msgs []string
+	answered := map[uint64]kernel.Code{}
+	for len(answered) < 3 {
+		f := nextFrame(t, c)
+		switch f.Type {
+		case kernel.FrameStreamData:
+			var m echopb.Echo
+			if err := proto.Unmarshal(f.Payload, &m); err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, m.Text)
+		case kernel.FrameResponse:
+			answered[f.CallID] = f.Code
+			if f.Code != kernel.OK {
+				t.Errorf("call %d answered %v %q; want it served", f.CallID, f.Code, f.Message)
+			}
+		case kernel.FrameGoAway:
+			t.Errorf("a second GoAway (last call %d) though the client said it had stopped", f.CallID)
+		}
+		f.Release()
+	}
+	if want := []string{"0", "1", "2"}; len(msgs) != 3 || msgs[0] != want[0] || msgs[2] != want[2] {
+		t.Errorf("stream sent %q; want %q", msgs, want)
+	}
+	if err := receive(t, down, 10*time.Second, "Shutdown did not return"); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// A client that never answers the first GoAway gets, after the wait, one
+// naming the last call served; what it sends after that is refused as
+// retryable, and the shutdown ends.
+func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
+	cfg := testConfig(t)
+	hold, free := holdHandler()
+	defer free()
+	srv := startServer(t, cfg, hold)
+	c := rawConn(t, srv.Addr())
+	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	down := shutdownInBackground(srv)
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast {
+		t.Fatalf("got %v (call id %d); want the first GoAway", f.Type, f.CallID)
+	}
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != 1 || f.Message != "" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming call 1 the last served", f.Type, f.CallID, f.Message)
+	}
+	f := roundTripRaw(t, c, echoRequest(t, 2, "Echo.Echo", nil))
+	if f.Type != kernel.FrameResponse || f.Code != kernel.Unavailable || f.Flags&kernel.FlagRetryable == 0 {
+		t.Errorf("late call: %v %v %q (flags %v); want Unavailable, retryable", f.Type, f.Code, f.Message, f.Flags)
+	}
+	free()
+	if f := nextFrame(t, c); f.Type != kernel.FrameResponse || f.CallID != 1 || f.Code != kernel.OK {
+		t.Errorf("the held call: %v %d %v %q; want it served", f.Type, f.CallID, f.Code, f.Message)
+	}
+	if err := receive(t, down, 10*time.Second, "Shutdown did not return"); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// The client answers a shutdown's first GoAway with a GoAway counting the
+// requests it numbered on the connection, and sends no more there.
+func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
+	tr, err := kernel.NewTransport("tcp-lv", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{ln.Addr()}}
+	cli := newClient(t, cfg)
+
+	answered := make(chan uint64, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		calls := 0
+		for {
+			f, err := c.ReadFrame(ctx)
+			if err != nil {
+				return
+			}
+			switch f.Type {
+			case kernel.FrameRequest:
+				if calls++; calls == 3 {
+					// While the client waits for this answer, and so reads.
+					_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast})
+				}
+				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload})
+			case kernel.FrameGoAway:
+				answered <- f.CallID
+			}
+			f.Release()
+		}
+	}()
+	for i := range 3 {
+		var resp echopb.Echo
+		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: strconv.Itoa(i)}, &resp); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if n := receive(t, answered, 5*time.Second, "the client did not answer the GoAway"); n != 3 {
+		t.Errorf("the client's GoAway counts %d requests; it sent 3", n)
+	}
+}
