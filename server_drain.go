@@ -22,8 +22,8 @@ import (
 //     connection (kernrpc numbers them 1, 2, 3, ...).
 //  2. Once that GoAway and that many requests have arrived, nothing more
 //     will. A client that does not answer within drainAckWait (or the
-//     shutdown's deadline) gets today's GoAway instead, naming the last
-//     call served, and what arrives later is refused as retryable.
+//     shutdown's deadline) gets a second GoAway, naming the last call
+//     served, and what arrives later is refused as retryable.
 
 // drainAckWait bounds how long a shutdown waits for clients to answer its
 // first GoAway.
