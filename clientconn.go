@@ -409,10 +409,11 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 // or too_many_pings) ends this connection only, and so does any on a
 // spare connection, which speaks for no instance.
 //
-// A shutdown's first GoAway names no last call (kernel.GoAwayUnknownLast):
-// the server serves whatever was sent before it was read, and asks how
-// much that is; the answer is a GoAway counting the requests numbered here
-// (server_drain.go). A second GoAway can only lower the last call served.
+// A GoAway that names no last call (kernel.GoAwayUnknownLast: a shutdown's
+// or an idle connection's first) promises to serve whatever was sent
+// before it was read, and asks how much that is; the answer is a GoAway
+// counting the requests numbered here (server_drain.go). A second GoAway
+// can only lower the last call served.
 func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	cc.mu.Lock()
 	cc.draining = true
@@ -426,8 +427,10 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	sent := cc.nextID
 	cc.mu.Unlock()
 	shutdown := goAway == nil || goAway.Message == ""
-	if goAway != nil && shutdown && goAway.CallID == kernel.GoAwayUnknownLast {
-		// A request numbered before draining was set may still be on its
+	if goAway != nil && goAway.CallID == kernel.GoAwayUnknownLast && (shutdown || goAway.Message == idleTimeoutReason) {
+		// The engine's first GoAway (a transport's, too_many_pings, closes
+		// the connection as it sends it, and waits for no answer). A
+		// request numbered before draining was set may still be on its
 		// way: the server counts requests, so it waits for that one too.
 		_ = cc.queueCtl(&kernel.Frame{Type: kernel.FrameGoAway, CallID: sent})
 	}

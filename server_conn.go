@@ -96,7 +96,7 @@ type serverConn struct {
 	calls     map[uint64]*callCtx
 	ids       callIDWindow // the call ids seen, so that none runs twice
 	closed    bool
-	goingAway bool // idle: the GoAway is out, new calls are refused
+	goingAway bool // idle: its end has begun (endIdle)
 	// lastAccepted is the highest call id accepted for serving. Once the
 	// server drains, no higher id is served, and the GoAway says so: the
 	// client may then safely resend any higher-numbered call.
@@ -110,17 +110,6 @@ type serverConn struct {
 	clientCount   uint64
 	drained       chan struct{}
 	drainedClosed bool
-}
-
-// goAway tells the client to send new calls elsewhere, naming the last call
-// this connection will serve, and why: reason (idleTimeoutReason) says
-// this connection alone ends, and the client goes on picking this server.
-// A shutdown drains in two steps instead (server_drain.go).
-func (sc *serverConn) goAway(reason string) {
-	sc.mu.Lock()
-	last := sc.lastAccepted
-	sc.mu.Unlock()
-	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason})
 }
 
 // idleTimeoutReason is the GoAway's reason when a connection idled for
@@ -322,8 +311,8 @@ func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
 		return nil
 	}
 	sc.calls[f.CallID] = c
-	// Checked under sc.mu, which goAway and refuseNew also take: a call
-	// is either counted in the GoAway or refused, never both.
+	// Checked under sc.mu, which refuseNew also takes: a call is either
+	// counted in the GoAway or refused, never both.
 	if sc.refusesLocked() {
 		c.refused = true
 	} else {

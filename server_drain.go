@@ -43,24 +43,31 @@ const (
 // an idle client makes as the shutdown begins.
 func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
 	for _, sc := range conns {
-		sc.askToDrain()
+		sc.askToDrain("") // one ending for its idleness has asked already
 	}
 	awaitDrained(ctx, conns)
 	for _, sc := range conns {
-		sc.refuseNew()
+		sc.refuseNew("")
 	}
 	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
 	return s.waitInFlight(ctx)
 }
 
-// askToDrain sends the first GoAway.
-func (sc *serverConn) askToDrain() {
+// askToDrain sends the first GoAway, saying why (reason: empty for a
+// shutdown, idleTimeoutReason), unless one was sent already: then it
+// reports false.
+func (sc *serverConn) askToDrain(reason string) bool {
 	sc.mu.Lock()
+	if sc.drain != drainNone {
+		sc.mu.Unlock()
+		return false
+	}
 	sc.drain = drainAsked
 	sc.drained = make(chan struct{})
 	sc.checkDrainedLocked()
 	sc.mu.Unlock()
-	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast})
+	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: reason})
+	return true
 }
 
 // clientGoingAway takes in the client's GoAway: it sends no more than
@@ -88,23 +95,54 @@ func (sc *serverConn) checkDrainedLocked() {
 // refuseNew ends the first step: from now on requests are refused. A
 // connection whose client has not said it stopped gets the GoAway naming
 // the last call served, so that it sends the later ones elsewhere.
-func (sc *serverConn) refuseNew() {
+func (sc *serverConn) refuseNew(reason string) {
 	sc.mu.Lock()
+	if sc.drain == drainRefusing {
+		sc.mu.Unlock()
+		return
+	}
 	done := sc.drainedClosed
 	sc.drain = drainRefusing
 	last := sc.lastAccepted
 	sc.mu.Unlock()
 	if !done {
-		sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last})
+		sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason})
 	}
 }
 
 // refusesLocked reports whether a request arriving now is refused rather
-// than served. sc.mu is held. Until its shutdown asks it to drain, a
-// connection serves: no connection joins once the server drains, so
-// every one is asked.
+// than served. sc.mu is held. Until it is asked to drain, a connection
+// serves: no connection joins once the server drains, so a shutdown asks
+// every one.
 func (sc *serverConn) refusesLocked() bool {
-	return sc.goingAway || sc.drain == drainRefusing
+	return sc.drain == drainRefusing
+}
+
+// endIdle ends a connection that carried no call for idle_timeout, in the
+// same two steps: a call or stream the client sent as the first GoAway
+// left is served, and the connection is closed once it is idle again.
+func (sc *serverConn) endIdle() {
+	if !sc.askToDrain(idleTimeoutReason) {
+		return // the shutdown has it
+	}
+	wait := time.NewTimer(drainAckWait)
+	select {
+	case <-sc.drained:
+	case <-wait.C:
+	case <-sc.srv.baseCtx.Done():
+	}
+	wait.Stop()
+	sc.refuseNew(idleTimeoutReason) // names the last call served, unless the client answered
+	sc.mu.Lock()
+	calls := len(sc.calls) > 0
+	sc.mu.Unlock()
+	if calls {
+		// Served because they raced the GoAway: the next idle tick closes
+		// the connection, unless the client, draining, closes it first.
+		sc.idle.timer.Reset(sc.srv.cfg.Server.IdleTimeout.D())
+		return
+	}
+	sc.srv.closeConn(sc.srv.baseCtx, sc, time.Now().Add(closeGrace))
 }
 
 // awaitDrained waits until each of conns has its client's answer and the

@@ -63,8 +63,8 @@ func (sc *serverConn) noteReplay(id uint64) {
 }
 
 // idleWatch closes the connection once it has carried no call for a whole
-// idle_timeout period (so after one to two periods of silence): it sends
-// a GoAway, refuses what races it (the client resends those), and closes.
+// idle_timeout period (so after one to two periods of silence): it drains
+// it as a shutdown does (endIdle), then closes it.
 // It costs the call path nothing: the latest call id seen tells whether
 // calls came since the last tick.
 type idleWatch struct {
@@ -80,22 +80,25 @@ func (sc *serverConn) idleTick() {
 	sc.mu.Lock()
 	now := sc.ids.latest
 	busy := len(sc.calls) > 0 || now != sc.idle.seen
-	closed := sc.closed || sc.goingAway
-	if !busy && !closed {
+	ended := sc.goingAway // its GoAways are out: close it once idle
+	over := sc.closed || sc.drain != drainNone && !ended
+	if !busy && !over {
 		sc.goingAway = true
 	}
 	sc.mu.Unlock()
 	sc.idle.seen = now
 	switch {
-	case closed:
+	case over:
 		return
 	case busy:
 		sc.idle.timer.Reset(sc.srv.cfg.Server.IdleTimeout.D())
 		return
+	case ended:
+		sc.srv.closeConn(sc.srv.baseCtx, sc, time.Now().Add(closeGrace))
+		return
 	}
 	sc.srv.log.Debug("closing an idle connection", "peer", sc.conn.RemoteAddr(), "idle_timeout", sc.srv.cfg.Server.IdleTimeout)
-	sc.goAway(idleTimeoutReason)
-	sc.srv.closeConn(sc.srv.baseCtx, sc, time.Now().Add(closeGrace))
+	sc.endIdle()
 }
 
 // admitConnLocked reports whether the server may hold one more connection; a

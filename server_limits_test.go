@@ -203,18 +203,23 @@ func TestIdleConnectionGetsAGoAwayAndIsClosed(t *testing.T) {
 		t.Fatalf("the slow call ended as %v %v %q", resp.Type, resp.Code, resp.Message)
 	}
 	resp.Release()
-	// Then, idle, it gets a GoAway naming its last call, and is closed.
+	// Then, idle, it gets a GoAway naming no last call, saying
+	// idle_timeout (this connection only); and once the client answers
+	// that it sent one request, it is closed without a second GoAway.
 	start := time.Now()
 	f, err := readFrame(t, busy, 5*time.Second)
 	if err != nil {
 		t.Fatalf("no GoAway before the close: %v", err)
 	}
-	if f.Type != kernel.FrameGoAway || f.CallID != 1 || f.Message != "idle_timeout" {
-		t.Fatalf("got %v (call id %d, %q); want a GoAway naming call 1, saying idle_timeout (this connection only)", f.Type, f.CallID, f.Message)
+	if f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast || f.Message != "idle_timeout" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming no last call, saying idle_timeout", f.Type, f.CallID, f.Message)
 	}
 	f.Release()
-	if _, err := readFrame(t, busy, 5*time.Second); err == nil {
-		t.Fatal("the idle connection was not closed after its GoAway")
+	if err := busy.WriteFrame(&kernel.Frame{Type: kernel.FrameGoAway, CallID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := readFrame(t, busy, 5*time.Second); err == nil {
+		t.Fatalf("got %v (call id %d) where the idle connection should have closed", f.Type, f.CallID)
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("closed %s after going idle; want within two idle timeouts plus the close grace", took)
@@ -227,6 +232,60 @@ func TestIdleConnectionGetsAGoAwayAndIsClosed(t *testing.T) {
 			t.Fatalf("call %d around idle closes: %v", i, err)
 		}
 		time.Sleep(400 * time.Millisecond)
+	}
+}
+
+// A stream opened and a call sent on an idle connection as its first
+// GoAway left are served, not refused; then the connection is closed.
+func TestAStreamRacingAnIdleConnectionsGoAwayIsServed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.IdleTimeout = kernel.Duration(150 * time.Millisecond)
+	srv := startServer(t, cfg, streamHandlers)
+	c := rawConn(t, srv.Addr())
+	f := nextFrame(t, c)
+	if f.Type != kernel.FrameGoAway || f.Message != "idle_timeout" {
+		t.Fatalf("got %v (%q); want the idle connection's GoAway", f.Type, f.Message)
+	}
+	if f.CallID != kernel.GoAwayUnknownLast {
+		t.Errorf("the idle connection's first GoAway names call %d the last served; want none named", f.CallID)
+	}
+	msg, err := proto.Marshal(&echopb.Echo{Text: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*kernel.Frame{
+		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
+		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 1, Method: "Count.Up", Codec: "protobuf", Credit: 1 << 20},
+		{Type: kernel.FrameStreamData, CallID: 1, Payload: msg},
+		{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: 1},
+		echoRequest(t, 2, "Echo.Echo", nil),
+		{Type: kernel.FrameGoAway, CallID: 2},
+	} {
+		if err := c.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, answers := 0, 0
+	for {
+		f, err := readFrame(t, c, 5*time.Second)
+		if err != nil {
+			break // closed once idle again
+		}
+		switch f.Type {
+		case kernel.FrameStreamData:
+			msgs++
+		case kernel.FrameResponse:
+			answers++
+			if f.Code != kernel.OK {
+				t.Errorf("call %d answered %v %q; want it served", f.CallID, f.Code, f.Message)
+			}
+		case kernel.FrameGoAway:
+			t.Errorf("a second GoAway (last call %d) though the client answered", f.CallID)
+		}
+		f.Release()
+	}
+	if msgs != 2 || answers != 2 {
+		t.Errorf("got %d stream messages and %d answers; want 2 and 2", msgs, answers)
 	}
 }
 
