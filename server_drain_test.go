@@ -45,20 +45,32 @@ func shutdownInBackground(srv *kernrpc.Server) <-chan error {
 	return down
 }
 
-// holdHandler registers Echo.Hold, which answers once free is called: a
-// call in flight, for which the shutdown waits. Defer free, so that it
-// runs before the server's shutdown.
-func holdHandler() (register func(*kernrpc.Server), free func()) {
+// shutdownWithACallHeld starts a server whose Echo.Hold answers once free
+// is called (at the latest as t ends, before the server's own cleanup),
+// sends it that call over a raw connection, begins its shutdown, and reads
+// the first GoAway: one naming no last call, since a call is in flight.
+func shutdownWithACallHeld(t *testing.T) (c kernel.Conn, down <-chan error, free func()) {
 	release := make(chan struct{})
 	var once sync.Once
 	free = func() { once.Do(func() { close(release) }) }
-	return func(s *kernrpc.Server) {
+	srv := startServer(t, testConfig(t), func(s *kernrpc.Server) {
 		streamHandlers(s)
 		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			<-release
 			return req, nil
 		})
-	}, free
+	})
+	t.Cleanup(free)
+	c = rawConn(t, srv.Addr())
+	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the call is in flight when the shutdown begins
+	down = shutdownInBackground(srv)
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast || f.Message != "" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming no last call", f.Type, f.CallID, f.Message)
+	}
+	return c, down, free
 }
 
 // A stream opened, and a call sent, after the server's first GoAway left
@@ -66,19 +78,7 @@ func holdHandler() (register func(*kernrpc.Server), free func()) {
 // GoAway says how many requests to wait for, and once they are in, no
 // second GoAway is needed.
 func TestShutdownServesWhatTheClientSentBeforeItHeard(t *testing.T) {
-	cfg := testConfig(t)
-	hold, free := holdHandler()
-	defer free()
-	srv := startServer(t, cfg, hold)
-	c := rawConn(t, srv.Addr())
-	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond) // the call is in flight when the shutdown begins
-	down := shutdownInBackground(srv)
-	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast || f.Message != "" {
-		t.Fatalf("got %v (call id %d, %q); want a GoAway naming no last call", f.Type, f.CallID, f.Message)
-	}
+	c, down, free := shutdownWithACallHeld(t)
 	for _, f := range []*kernel.Frame{
 		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
 		{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: 2, Method: "Count.Up", Codec: "protobuf", Credit: 1 << 20},
@@ -125,19 +125,7 @@ func TestShutdownServesWhatTheClientSentBeforeItHeard(t *testing.T) {
 // naming the last call served; what it sends after that is refused as
 // retryable, and the shutdown ends.
 func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
-	cfg := testConfig(t)
-	hold, free := holdHandler()
-	defer free()
-	srv := startServer(t, cfg, hold)
-	c := rawConn(t, srv.Addr())
-	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	down := shutdownInBackground(srv)
-	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast {
-		t.Fatalf("got %v (call id %d); want the first GoAway", f.Type, f.CallID)
-	}
+	c, down, free := shutdownWithACallHeld(t)
 	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != 1 || f.Message != "" {
 		t.Fatalf("got %v (call id %d, %q); want a GoAway naming call 1 the last served", f.Type, f.CallID, f.Message)
 	}
