@@ -15,6 +15,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -33,28 +34,10 @@ func TestGracefulShutdownUnderLoadLosesNoCall(t *testing.T) {
 	startServer(t, cfg, slow)
 	cli := newClient(t, cfg)
 
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var resp echopb.Echo
-				if err := cli.Call(context.Background(), "Echo.Slow", &echopb.Echo{Text: "x"}, &resp); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				} else {
-					ok.Add(1)
-				}
-			}
-		})
-	}
+	load := enginetest.StartLoad("calls", 16, func(int) error {
+		var resp echopb.Echo
+		return cli.Call(context.Background(), "Echo.Slow", &echopb.Echo{Text: "x"}, &resp)
+	})
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.Shutdown(ctx); err != nil {
@@ -62,14 +45,8 @@ func TestGracefulShutdownUnderLoadLosesNoCall(t *testing.T) {
 	}
 	cancel()
 	time.Sleep(100 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d calls failed during a graceful shutdown; first: %v", failed.Load(), ok.Load()+failed.Load(), firstErr.Load())
-	}
-	if ok.Load() < 50 {
-		t.Fatalf("only %d calls completed; the load did not run", ok.Load())
-	}
+	load.Stop()
+	load.Check(t, 50)
 }
 
 func TestShutdownDrainsInFlightCalls(t *testing.T) {

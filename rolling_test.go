@@ -5,18 +5,17 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 )
 
 // A rolling restart under load: two servers, and eight times a new one
-// starts and the oldest shuts down, while 16 callers make calls of 16 B,
-// 300 B and 64 KiB and open server streams. No call or stream may fail:
+// starts and the oldest shuts down, while 12 callers make calls of 16 B,
+// 300 B and 64 KiB and 4 more open server streams. No call or stream may fail:
 // what a server shutting down did not serve goes elsewhere. (Streams
 // opened as a shutdown began failed before its two-step drain.)
 func TestRollingRestartLosesNoCallOrStream(t *testing.T) {
@@ -41,47 +40,22 @@ func TestRollingRestartLosesNoCallOrStream(t *testing.T) {
 		})
 		cli := newClient(t, cfg)
 
-		var calls, streams, failed atomic.Int64
-		var mu sync.Mutex
-		var errs []error
-		fail := func(err error) {
-			failed.Add(1)
-			mu.Lock()
-			if len(errs) < 5 {
-				errs = append(errs, err)
+		// Read only, by the callers' marshalling: shared.
+		payloads := [][]byte{make([]byte, 16), make([]byte, 64<<10), make([]byte, 300)}
+		calls := enginetest.StartLoad("calls", 12, func(i int) error {
+			payload := payloads[i%3]
+			var resp echopb.Echo
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: payload}, &resp); err != nil {
+				return err
 			}
-			mu.Unlock()
-		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range 16 {
-			payload := make([]byte, []int{16, 64 << 10, 300}[i%3])
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if i%4 == 3 {
-						if err := countUp(cli, payload, 5); err != nil {
-							fail(err)
-						} else {
-							streams.Add(1)
-						}
-						continue
-					}
-					var resp echopb.Echo
-					if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Payload: payload}, &resp); err != nil {
-						fail(err)
-					} else if len(resp.Payload) != len(payload) {
-						fail(errors.New("echo of " + strconv.Itoa(len(payload)) + " bytes came back with " + strconv.Itoa(len(resp.Payload))))
-					} else {
-						calls.Add(1)
-					}
-				}
-			})
-		}
+			if len(resp.Payload) != len(payload) {
+				return errors.New("echo of " + strconv.Itoa(len(payload)) + " bytes came back with " + strconv.Itoa(len(resp.Payload)))
+			}
+			return nil
+		})
+		streams := enginetest.StartLoad("streams", 4, func(i int) error {
+			return countUp(cli, payloads[i%3], 5)
+		})
 		for range 8 {
 			time.Sleep(100 * time.Millisecond)
 			live = append(live, start())
@@ -93,15 +67,11 @@ func TestRollingRestartLosesNoCallOrStream(t *testing.T) {
 			cancel()
 			live = live[1:]
 		}
-		close(stop)
-		wg.Wait()
-		t.Logf("%d calls and %d streams through 8 restarts", calls.Load(), streams.Load())
-		if failed.Load() > 0 {
-			t.Errorf("%d calls or streams failed; the first: %v", failed.Load(), errs)
-		}
-		if calls.Load() < 100 || streams.Load() < 20 {
-			t.Errorf("only %d calls and %d streams completed; the load did not run", calls.Load(), streams.Load())
-		}
+		calls.Stop()
+		streams.Stop()
+		t.Logf("%s and %s through 8 restarts", calls, streams)
+		calls.Check(t, 100)
+		streams.Check(t, 20)
 	})
 }
 

@@ -2,13 +2,12 @@ package etcdtest
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -29,27 +28,9 @@ func TestRollingRestartThroughEtcdLosesNoCall(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cli.Close() })
 
-			var ok, failed atomic.Int64
-			var first atomic.Value
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{}); err != nil {
-							failed.Add(1)
-							first.CompareAndSwap(nil, err.Error())
-						} else {
-							ok.Add(1)
-						}
-					}
-				})
-			}
+			load := enginetest.StartLoad("calls", 8, func(int) error {
+				return cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{})
+			})
 			for range 5 {
 				time.Sleep(100 * time.Millisecond)
 				live = append(live, serve(t, cfg, false))
@@ -61,15 +42,9 @@ func TestRollingRestartThroughEtcdLosesNoCall(t *testing.T) {
 				cancel()
 				live = live[1:]
 			}
-			close(stop)
-			wg.Wait()
-			t.Logf("%d calls through 5 restarts", ok.Load())
-			if failed.Load() > 0 {
-				t.Errorf("%d of %d calls failed; the first: %v", failed.Load(), ok.Load()+failed.Load(), first.Load())
-			}
-			if ok.Load() < 100 {
-				t.Errorf("only %d calls completed; the load did not run", ok.Load())
-			}
+			load.Stop()
+			t.Logf("%s through 5 restarts", load)
+			load.Check(t, 100)
 		})
 	}
 }
