@@ -145,47 +145,28 @@ func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
 // The client answers a shutdown's first GoAway with a GoAway counting the
 // requests it numbered on the connection, and sends no more there.
 func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
-	tr, err := kernel.NewTransport("tcp-lv", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cfg := testConfig(t)
-	cfg.Registry.Options["static"] = map[string]any{"echo": []any{ln.Addr()}}
-	cli := newClient(t, cfg)
-
 	answered := make(chan uint64, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := ln.Accept(ctx)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		calls := 0
-		for {
-			f, err := c.ReadFrame(ctx)
-			if err != nil {
-				return
+	calls := 0 // the fake server's goroutine's
+	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
+		switch f.Type {
+		case kernel.FrameRequest:
+			resp := &kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload}
+			if calls++; calls == 3 {
+				// While the client waits for this answer, and so reads.
+				return []*kernel.Frame{{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast}, resp}
 			}
-			switch f.Type {
-			case kernel.FrameRequest:
-				if calls++; calls == 3 {
-					// While the client waits for this answer, and so reads.
-					_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast})
-				}
-				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload})
-			case kernel.FrameGoAway:
-				answered <- f.CallID
+			return []*kernel.Frame{resp}
+		case kernel.FrameGoAway:
+			select {
+			case answered <- f.CallID:
+			default: // only the first counts
 			}
-			f.Release()
 		}
-	}()
+		return nil
+	})
+	cfg := testConfig(t)
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cli := newClient(t, cfg)
 	for i := range 3 {
 		var resp echopb.Echo
 		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: strconv.Itoa(i)}, &resp); err != nil {

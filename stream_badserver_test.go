@@ -12,10 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// fakeStreamServer accepts one tcp-lv connection and answers each request
-// (a call or a stream's opening) with the frames answer makes of its call
-// id.
-func fakeStreamServer(t *testing.T, answer func(id uint64) []*kernel.Frame) string {
+// fakeServer accepts one tcp-lv connection and answers each frame it
+// reads with the frames answer makes of it (none: no answer).
+func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) string {
 	t.Helper()
 	tr, err := kernel.NewTransport("tcp-lv", nil, "")
 	if err != nil {
@@ -41,11 +40,9 @@ func fakeStreamServer(t *testing.T, answer func(id uint64) []*kernel.Frame) stri
 			if err != nil {
 				return
 			}
-			if f.Type == kernel.FrameRequest {
-				for _, out := range answer(f.CallID) {
-					if c.WriteFrame(out) != nil {
-						break
-					}
+			for _, out := range answer(f) {
+				if c.WriteFrame(out) != nil {
+					break
 				}
 			}
 			f.Release()
@@ -82,7 +79,12 @@ func TestClientClosesAServerThatBreaksTheStreamProtocol(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := enginetest.DefaultLog(t)
-			addr := fakeStreamServer(t, tc.answer)
+			addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
+				if f.Type != kernel.FrameRequest { // a call or a stream's opening
+					return nil
+				}
+				return tc.answer(f.CallID)
+			})
 			cfg := testConfig(t)
 			cfg.Streams.Window = 1 << 10
 			cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
