@@ -25,7 +25,7 @@ const (
 	FrameCancel       FrameType = 3 // the client gave up on a call
 	FramePing         FrameType = 4 // keepalive probe; the payload is echoed in the Pong
 	FramePong         FrameType = 5 // keepalive answer
-	FrameGoAway       FrameType = 6 // from a server: it is shutting down (no Message) or ending this connection (Message says why), send new calls elsewhere; from a client: the answer to a shutdown's, counting the requests it sent
+	FrameGoAway       FrameType = 6 // from a server: it is shutting down (no Message) or ending this connection (Message says why), send new calls elsewhere; from a client: the answer to a server's first GoAway (a shutdown's or an idle connection's), counting the requests it sent
 	FrameStreamData   FrameType = 7 // one message of a stream, or (END_STREAM, empty) the client's half-close
 	FrameWindowUpdate FrameType = 8 // flow-control credit for a stream, or call id 0: the connection
 	maxFrameType                = FrameWindowUpdate
