@@ -266,11 +266,13 @@ const (
 
 // attemptLoop picks an instance, runs the attempt filters and sends. A
 // call the server did not process (it was shutting down, or could not be
-// reached) is sent again to a fresh pick, up to client.retries times; an
+// reached) is sent again to a fresh pick, up to client.retries times, and
+// then, if it waits for readiness, after pauses until its deadline; an
 // instance an attempt filter refused is replaced by another pick.
 func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.CallInfo, req any) (any, error) {
 	retries := *c.cfg.Client.Retries
 	var refusal error
+	var ready readyWait
 	for tries, skipped, refused := 0, 0, 0; ; {
 		inst, err := c.pick(ctx, cs, info)
 		if err != nil {
@@ -318,11 +320,17 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			return nil, &kernel.Status{Code: kernel.Unavailable, Retryable: true,
 				Message: fmt.Sprintf("no instance of %q took %s: attempt filters refused %d picks (last: %v)", c.service, info.Method, refused, refusal)}
 		}
-		if err == nil || !kernel.IsRetryable(err) || tries >= retries || ctx.Err() != nil {
+		if err == nil || !kernel.IsRetryable(err) || ctx.Err() != nil {
 			return resp, err
 		}
-		tries++
-		c.log.get().Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
+		if tries < retries {
+			tries++
+			c.log.get().Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
+			continue
+		}
+		if err := c.waitToRedial(ctx, cs, &ready, p.addr, err); err != nil {
+			return nil, err
+		}
 	}
 }
 

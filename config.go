@@ -147,8 +147,17 @@ type ClientConfig struct {
 	// DialTimeout bounds connecting to an instance.
 	DialTimeout kernel.Duration `json:"dial_timeout"`
 	// Retries is how many times a call the server did not process (it was
-	// shutting down) is sent again on another connection. Default 2.
+	// shutting down, or could not be dialled) is sent again on another
+	// connection. Default 2.
 	Retries *int `json:"retries"`
+	// WaitForReady makes a call that no instance could take (a refused
+	// dial, a server shutting down) try again after growing pauses until
+	// its deadline (or DialTimeout for a call without one), rather than
+	// fail once Retries are spent: the gap while a lone server at a fixed
+	// address restarts is then waited out. The call option WaitForReady
+	// sets it for one call or stream. Default false: such a call fails at
+	// once with Unavailable, so that a caller can go elsewhere.
+	WaitForReady bool `json:"wait_for_ready"`
 }
 
 // StreamConfig sizes the flow-control windows of streaming calls, on

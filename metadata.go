@@ -37,6 +37,7 @@ type callOptions struct {
 	md       kernel.Metadata
 	timeout  time.Duration
 	response *kernel.Metadata
+	ready    *bool // WaitForReady, when given
 }
 
 // CallMetadata sends md with the call, merged over what the context
@@ -65,6 +66,13 @@ func ReceiveMetadata(dst *kernel.Metadata) CallOption {
 	return func(o *callOptions) { o.response = dst }
 }
 
+// WaitForReady sets client.wait_for_ready for this call or stream: true
+// waits, up to the deadline, for an instance that can take it (one that
+// accepts the dial, not shutting down); false fails at once.
+func WaitForReady(wait bool) CallOption {
+	return func(o *callOptions) { o.ready = &wait }
+}
+
 // applyCallOptions derives the call's context from opts; done releases
 // what it made.
 func applyCallOptions(ctx context.Context, opts []CallOption) (_ context.Context, o callOptions, done func()) {
@@ -77,6 +85,9 @@ func applyCallOptions(ctx context.Context, opts []CallOption) (_ context.Context
 	}
 	if len(o.md) > 0 {
 		ctx = WithMetadata(ctx, o.md)
+	}
+	if o.ready != nil {
+		ctx = context.WithValue(ctx, waitForReadyKey{}, *o.ready)
 	}
 	if o.timeout > 0 {
 		ctx, done = context.WithTimeout(ctx, o.timeout)

@@ -113,25 +113,33 @@ func (cs *ClientStream) openFromChain(ctx context.Context, info *kernel.CallInfo
 // connections, trying another when the first could not take it.
 func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.CallInfo) error {
 	retries := *c.cfg.Client.Retries
+	var ready readyWait
 	for tries := 0; ; tries++ {
 		inst, err := c.pick(ctx, nil, info)
 		if err != nil {
 			return err
 		}
-		var p *connPool
+		p, err := c.pool(inst.Address)
+		if err != nil {
+			c.pickDone(inst, err)
+			return err
+		}
 		var cc *clientConn
-		if p, err = c.pool(inst.Address); err == nil {
-			if cc, err = p.get(ctx, nil); err == nil {
-				err = cc.openStream(ctx, cs, inst, info)
-			}
+		if cc, err = p.get(ctx, nil); err == nil {
+			err = cc.openStream(ctx, cs, inst, info)
 		}
 		if err == nil {
 			info.Instance, info.Peer, info.Attempt = inst, inst.Address, tries+1
 			return nil
 		}
 		c.pickDone(inst, err)
-		if !kernel.IsRetryable(err) || tries >= retries || ctx.Err() != nil {
+		if !kernel.IsRetryable(err) || ctx.Err() != nil {
 			return err
+		}
+		if tries >= retries {
+			if err := c.waitToRedial(ctx, nil, &ready, p.addr, err); err != nil {
+				return err
+			}
 		}
 	}
 }

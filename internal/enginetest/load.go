@@ -63,6 +63,16 @@ func (l *Load) Stop() {
 // OK is how many calls succeeded so far.
 func (l *Load) OK() int64 { return l.ok.Load() }
 
+// Failed is how many calls failed so far.
+func (l *Load) Failed() int64 { return l.failed.Load() }
+
+// FirstErrors returns the first few failures.
+func (l *Load) FirstErrors() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.first...)
+}
+
 // Check, after Stop, fails t if any call failed, naming the first
 // failures, or if fewer than least succeeded (the load did not run).
 func (l *Load) Check(t testing.TB, least int64) {
