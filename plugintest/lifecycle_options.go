@@ -78,7 +78,7 @@ func lifecycleCloseConcurrently(t tb, p any) {
 	}
 	close(start)
 	const patience = 10 * time.Second
-	if _, ok := transportDo(patience, func() struct{} { wg.Wait(); return struct{}{} }); !ok {
+	if _, ok := transportDo(t, patience, func() struct{} { wg.Wait(); return struct{}{} }); !ok {
 		t.Fatalf("two Close calls at once did not both return within %s", patience)
 	}
 	for _, r := range results {

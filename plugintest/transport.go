@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -314,11 +315,12 @@ func (e *transportEnv) dialAccept(t tb, tr kernel.Transport, l kernel.Listener) 
 	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 	defer cancel()
 	accepted := make(chan transportConnErr, 1)
-	go func() {
-		c, err := l.Accept(ctx)
-		accepted <- transportConnErr{c, err}
-	}()
-	dialed, ok := transportDo(2*e.patience, func() transportConnErr {
+	transportGo(t, func() {
+		a := transportConnErr{err: errors.New("the transport panicked in Accept")}
+		defer func() { accepted <- a }() // a panic must not leave the wait below blocked
+		a.c, a.err = l.Accept(ctx)
+	})
+	dialed, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 		c, err := tr.Dial(ctx, l.Addr())
 		return transportConnErr{c, err}
 	})
@@ -328,7 +330,7 @@ func (e *transportEnv) dialAccept(t tb, tr kernel.Transport, l kernel.Listener) 
 	if dialed.err != nil {
 		cancel() // no connection is coming: stop Accept waiting for one
 	}
-	a, ok := transportDo(2*e.patience, func() transportConnErr { return <-accepted })
+	a, ok := transportDo(t, 2*e.patience, func() transportConnErr { return <-accepted })
 	if ok && a.err == nil && dialed.err == nil {
 		return dialed.c, a.c
 	}
@@ -400,14 +402,14 @@ func (e *transportEnv) transferFrame(t tb, from, to kernel.Conn, f *kernel.Frame
 	t.Helper()
 	n := len(f.Payload)
 	written := make(chan error, 1)
-	go func() { written <- from.WriteFrame(f) }()
+	transportGo(t, func() { written <- from.WriteFrame(f) })
 	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 	defer cancel()
 	read := make(chan transportReadResult, 1)
-	go func() {
+	transportGo(t, func() {
 		f, err := transportRead(ctx, to)
 		read <- transportReadResult{f, err}
-	}()
+	})
 	timer := time.NewTimer(2 * e.patience)
 	defer timer.Stop()
 	var got *kernel.Frame
@@ -461,12 +463,12 @@ func transportRead(ctx context.Context, c kernel.Conn) (*kernel.Frame, error) {
 
 // read calls c.ReadFrame(ctx) and waits for it until ctx's deadline plus
 // patience; ok is false if it has not returned by then.
-func (e *transportEnv) read(ctx context.Context, c kernel.Conn) (r transportReadResult, ok bool) {
+func (e *transportEnv) read(t tb, ctx context.Context, c kernel.Conn) (r transportReadResult, ok bool) {
 	wait := e.patience
 	if d, has := ctx.Deadline(); has {
 		wait += time.Until(d)
 	}
-	return transportDo(wait, func() transportReadResult {
+	return transportDo(t, wait, func() transportReadResult {
 		f, err := transportRead(ctx, c)
 		return transportReadResult{f, err}
 	})
@@ -476,7 +478,7 @@ func (e *transportEnv) read(ctx context.Context, c kernel.Conn) (r transportRead
 // fails t if ReadFrame has not returned by ctx's deadline plus patience.
 func (e *transportEnv) readWithin(t tb, ctx context.Context, c kernel.Conn) transportReadResult {
 	t.Helper()
-	r, ok := e.read(ctx, c)
+	r, ok := e.read(t, ctx, c)
 	if !ok {
 		t.Fatalf("ReadFrame ignored its context: still blocked %s after the deadline", e.patience)
 	}
@@ -501,18 +503,54 @@ func (e *transportEnv) recv(t tb, c kernel.Conn) *kernel.Frame {
 // transportDo runs op on a goroutine of its own and waits at most d for
 // it. ok is false when op has not returned by then: the call is left
 // blocked (a broken plugin's; closing its connection at the end of the
-// test may free it) and its result is dropped.
-func transportDo[R any](d time.Duration, op func() R) (r R, ok bool) {
+// test may free it) and its result is dropped. A panic in op fails t (see
+// transportGo), and op has then not returned.
+func transportDo[R any](t tb, d time.Duration, op func() R) (r R, ok bool) {
 	ch := make(chan R, 1)
-	go func() { ch <- op() }()
+	panicked := transportGo(t, func() { ch <- op() })
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case r = <-ch:
 		return r, true
+	case <-panicked:
+		return r, false
 	case <-timer.C:
 		return r, false
 	}
+}
+
+// transportGo runs f, which calls into the transport under test, on a
+// goroutine of its own. A panic there would end the whole test binary
+// without naming the check; transportCatch makes it fail t instead, and
+// the channel returned is closed then, for whoever waits for f's result.
+func transportGo(t tb, f func()) (panicked <-chan struct{}) {
+	ch := make(chan struct{})
+	go func() {
+		returned := false
+		defer func() {
+			if !returned {
+				close(ch)
+			}
+		}()
+		defer transportCatch(t)
+		f()
+		returned = true
+	}()
+	return ch
+}
+
+// transportCatch, deferred on a goroutine of the suite's, fails t with a
+// panic in the transport and the stack that names where. A panic in a
+// call the suite gave up on may come after t has ended, when t can no
+// longer fail: it is dropped then.
+func transportCatch(t tb) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	defer func() { _ = recover() }() // t had ended
+	t.Errorf("the transport panicked: %v\n%s", p, debug.Stack())
 }
 
 // transportWaitDone reports whether c's Done closes within d.

@@ -13,14 +13,14 @@ import (
 
 // pendingRead starts c.ReadFrame(ctx) on a goroutine of its own and
 // returns what it will return.
-func (e *transportEnv) pendingRead(ctx context.Context, c kernel.Conn) <-chan transportReadResult {
+func (e *transportEnv) pendingRead(t tb, ctx context.Context, c kernel.Conn) <-chan transportReadResult {
 	ch := make(chan transportReadResult, 1)
 	started := make(chan struct{})
-	go func() {
+	transportGo(t, func() {
 		close(started)
 		f, err := transportRead(ctx, c)
 		ch <- transportReadResult{f, err}
-	}()
+	})
 	<-started
 	// Nothing tells when ReadFrame is blocked inside the transport; a short
 	// pause makes it likely that what follows finds it pending rather than
@@ -46,7 +46,7 @@ func (e *transportEnv) wait(ch <-chan transportReadResult) (transportReadResult,
 func (e *transportEnv) close(t tb) {
 	t.Run("UnblocksRead", func(t tb) {
 		p := e.pair(t)
-		pending := e.pendingRead(t.Context(), p.client)
+		pending := e.pendingRead(t, t.Context(), p.client)
 		if err := p.client.Close(); err != nil {
 			t.Errorf("Close: %v; want nil", err)
 		}
@@ -63,7 +63,7 @@ func (e *transportEnv) close(t tb) {
 	})
 	t.Run("UnblocksPeerRead", func(t tb) {
 		p := e.pair(t)
-		pending := e.pendingRead(t.Context(), p.server)
+		pending := e.pendingRead(t, t.Context(), p.server)
 		if err := p.client.Close(); err != nil {
 			t.Errorf("Close: %v; want nil", err)
 		}
@@ -87,7 +87,7 @@ func (e *transportEnv) close(t tb) {
 	t.Run("Twice", func(t tb) {
 		p := e.pair(t)
 		for i := range 2 {
-			err, ok := transportDo(e.patience, func() error { return transportClose(p.client) })
+			err, ok := transportDo(t, e.patience, func() error { return transportClose(p.client) })
 			switch {
 			case !ok:
 				t.Errorf("Close number %d did not return within %s; Close must be idempotent, and return at once", i+1, e.patience)
@@ -100,9 +100,9 @@ func (e *transportEnv) close(t tb) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i := range errs {
-			wg.Go(func() { errs[i] = transportClose(p.server) })
+			wg.Go(func() { defer transportCatch(t); errs[i] = transportClose(p.server) })
 		}
-		if _, ok := transportDo(e.patience, func() struct{} { wg.Wait(); return struct{}{} }); !ok {
+		if _, ok := transportDo(t, e.patience, func() struct{} { wg.Wait(); return struct{}{} }); !ok {
 			t.Fatalf("two concurrent Close calls did not both return within %s", e.patience)
 		}
 		for _, err := range errs {
@@ -116,11 +116,11 @@ func (e *transportEnv) close(t tb) {
 		l := e.listen(t, tr)
 		accepted := make(chan transportConnErr, 1)
 		started := make(chan struct{})
-		go func() {
+		transportGo(t, func() {
 			close(started)
 			c, err := l.Accept(t.Context())
 			accepted <- transportConnErr{c, err}
-		}()
+		})
 		<-started
 		time.Sleep(20 * time.Millisecond) // as in pendingRead
 		if err := l.Close(); err != nil {
@@ -141,7 +141,7 @@ func (e *transportEnv) close(t tb) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 		defer cancel()
-		a, ok := transportDo(2*e.patience, func() transportConnErr {
+		a, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 			c, err := l.Accept(ctx)
 			return transportConnErr{c, err}
 		})
@@ -186,7 +186,7 @@ func (e *transportEnv) closeBlockedWriter(t tb, peer bool) {
 	template := transportFill(nil, 1, size)
 	var written atomic.Int64
 	result := make(chan error, 1)
-	go func() {
+	transportGo(t, func() {
 		// 32MiB is more than any connection should buffer.
 		for range (32<<20)/size + 1 {
 			f := transportHeader(transportSample(nil, 1, 0, 0))
@@ -198,7 +198,7 @@ func (e *transportEnv) closeBlockedWriter(t tb, peer bool) {
 			written.Add(1)
 		}
 		result <- nil
-	}()
+	})
 	// Wait until the writer stops making progress: blocked, as the subtest
 	// wants it. Should it not be blocked yet, Close still must make its
 	// next write fail, and what is checked is the same.
@@ -252,7 +252,7 @@ func (e *transportEnv) operationsAfterClose(t tb) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 	defer cancel()
-	r, ok := e.read(ctx, c)
+	r, ok := e.read(t, ctx, c)
 	switch {
 	case !ok:
 		t.Errorf("ReadFrame after Close blocked past its context's deadline; want an error wrapping kernel.ErrClosed at once")
@@ -264,7 +264,7 @@ func (e *transportEnv) operationsAfterClose(t tb) {
 	}
 
 	f := transportSample(c, 1, 0, 100)
-	err, ok := transportDo(e.patience, func() error { return c.WriteFrame(f) })
+	err, ok := transportDo(t, e.patience, func() error { return c.WriteFrame(f) })
 	switch {
 	case !ok:
 		t.Errorf("WriteFrame after Close did not return within %s", e.patience)
@@ -346,7 +346,7 @@ func (e *transportEnv) dial(t tb) {
 			l := e.listen(t, tr)
 			ctx, cancel := c.ctx(t.Context())
 			defer cancel()
-			d, ok := transportDo(e.patience, func() transportConnErr {
+			d, ok := transportDo(t, e.patience, func() transportConnErr {
 				conn, err := tr.Dial(ctx, l.Addr())
 				return transportConnErr{conn, err}
 			})
@@ -384,7 +384,7 @@ func (e *transportEnv) dial(t tb) {
 			l := e.listen(t, tr)
 			ctx, cancel := c.ctx(t.Context())
 			defer cancel()
-			d, ok := transportDo(after+e.patience, func() transportConnErr {
+			d, ok := transportDo(t, after+e.patience, func() transportConnErr {
 				conn, err := tr.Dial(ctx, l.Addr())
 				return transportConnErr{conn, err}
 			})
@@ -403,7 +403,7 @@ func (e *transportEnv) dialFails(t tb, tr kernel.Transport, addr, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 	defer cancel()
-	d, ok := transportDo(2*e.patience, func() transportConnErr {
+	d, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 		c, err := tr.Dial(ctx, addr)
 		return transportConnErr{c, err}
 	})
@@ -440,7 +440,7 @@ func (e *transportEnv) deadline(t tb) {
 			p := e.pair(t)
 			ctx, cancel := c.ctx(t.Context())
 			defer cancel()
-			r, ok := e.read(ctx, p.server)
+			r, ok := e.read(t, ctx, p.server)
 			switch {
 			case !ok:
 				t.Fatalf("ReadFrame with a done context was still blocked %s after it was done; ReadFrame must honour its context", e.patience)
@@ -462,7 +462,7 @@ func (e *transportEnv) deadline(t tb) {
 		l := e.listen(t, tr)
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
-		a, ok := transportDo(e.patience, func() transportConnErr {
+		a, ok := transportDo(t, e.patience, func() transportConnErr {
 			c, err := l.Accept(ctx)
 			return transportConnErr{c, err}
 		})
@@ -490,7 +490,7 @@ func (e *transportEnv) readResumes(t tb) {
 	// so that it arrives while reads are being interrupted, not before.
 	turn := make(chan struct{}, 1)
 	werr := make(chan error, 1)
-	go func() {
+	transportGo(t, func() {
 		for i := range n {
 			select {
 			case <-turn:
@@ -507,7 +507,7 @@ func (e *transportEnv) readResumes(t tb) {
 			}
 		}
 		werr <- nil
-	}()
+	})
 	giveUp := time.Now().Add(e.patience)
 	interrupted := 0
 	turn <- struct{}{}

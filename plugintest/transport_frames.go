@@ -85,7 +85,7 @@ func (e *transportEnv) inOrder(t tb) {
 		}
 	}
 	werr := make(chan error, 1)
-	go func() {
+	transportGo(t, func() {
 		for i, size := range sizes {
 			if err := p.client.WriteFrame(transportSample(p.client, 7, i, size)); err != nil {
 				werr <- errors.New("WriteFrame of frame " + strconv.Itoa(i) + ": " + err.Error())
@@ -93,7 +93,7 @@ func (e *transportEnv) inOrder(t tb) {
 			}
 		}
 		werr <- nil
-	}()
+	})
 	for i := range sizes {
 		got := e.recv(t, p.server)
 		if seq := got.Metadata["seq"]; seq != strconv.Itoa(i) {
@@ -146,6 +146,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 		q := make(chan *kernel.Frame, perCall)
 		queues[call] = q
 		workers.Go(func() {
+			defer transportCatch(t)
 			for f := range q {
 				echo := transportHeader(f)
 				echo.Payload = append(p.server.Buffer(len(f.Payload)), f.Payload...)
@@ -159,6 +160,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 		})
 	}
 	workers.Go(func() {
+		defer transportCatch(t)
 		defer func() {
 			for _, q := range queues {
 				close(q)
@@ -183,6 +185,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 	// Clients: one goroutine per call writes its frames.
 	for call := uint64(1); call <= calls; call++ {
 		workers.Go(func() {
+			defer transportCatch(t)
 			for seq := range perCall {
 				if err := p.client.WriteFrame(transportSample(p.client, call, seq, size(call, seq))); err != nil {
 					report("client WriteFrame: " + err.Error())
@@ -215,7 +218,7 @@ func (e *transportEnv) concurrentCalls(t tb) {
 		next[call] = seq + 1
 		r.f.Release()
 	}
-	if _, ok := transportDo(e.patience, func() struct{} { workers.Wait(); return struct{}{} }); !ok {
+	if _, ok := transportDo(t, e.patience, func() struct{} { workers.Wait(); return struct{}{} }); !ok {
 		t.Errorf("the server's readers and writers did not finish within %s", e.patience)
 	}
 	mu.Lock()

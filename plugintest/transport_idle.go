@@ -72,7 +72,7 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 	after := transportSample(nil, 2, 0, 300)
 
 	served := make(chan string, 1)
-	go func() {
+	transportGo(t, func() {
 		f, err := transportRead(ctx, p.server)
 		if err != nil {
 			served <- "the server's ReadFrame of the request: " + err.Error()
@@ -86,10 +86,10 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 		}
 		// The read loop waits for the next request while the handler runs.
 		next := make(chan transportReadResult, 1)
-		go func() {
+		transportGo(t, func() {
 			f, err := transportRead(ctx, p.server)
 			next <- transportReadResult{f, err}
-		}()
+		})
 		select {
 		case <-time.After(e.idle):
 		case <-ctx.Done():
@@ -114,7 +114,7 @@ func (e *transportEnv) idleAwaitingAnswer(t tb) {
 			return
 		}
 		served <- ""
-	}()
+	})
 
 	w := transportHeader(request)
 	w.Payload = append(p.client.Buffer(len(request.Payload)), request.Payload...)

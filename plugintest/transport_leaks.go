@@ -152,21 +152,21 @@ func (e *transportEnv) leakListenerAndConns(t tb, tr kernel.Transport, ctx conte
 	if r := e.readWithin(t, ctx, conns[1]); r.err == nil {
 		r.f.Release()
 	}
-	pending := e.pendingRead(ctx, conns[2])
+	pending := e.pendingRead(t, ctx, conns[2])
 	conns[2].Close()
 	if _, ok := e.wait(pending); !ok {
 		t.Fatalf("a ReadFrame pending when Close was called was still blocked %s later", e.patience)
 	}
 	accepted := make(chan struct{})
-	go func() {
+	transportGo(t, func() {
 		defer close(accepted)
 		if c, err := l.Accept(ctx); err == nil {
 			c.Close()
 		}
-	}()
+	})
 	time.Sleep(20 * time.Millisecond) // as in pendingRead
 	l.Close()
-	if _, ok := transportDo(e.patience, func() struct{} { <-accepted; return struct{}{} }); !ok {
+	if _, ok := transportDo(t, e.patience, func() struct{} { <-accepted; return struct{}{} }); !ok {
 		t.Fatalf("an Accept pending when the listener closed was still blocked %s later", e.patience)
 	}
 }
@@ -187,7 +187,7 @@ func (e *transportEnv) leakFailedDial(t tb, tr kernel.Transport, ctx context.Con
 	for range 3 {
 		for _, addr := range []string{closed, e.wrongAddress(t)} {
 			for _, dctx := range []context.Context{ctx, expired} {
-				d, ok := transportDo(2*e.patience, func() transportConnErr {
+				d, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 					c, err := tr.Dial(dctx, addr)
 					return transportConnErr{c, err}
 				})
@@ -220,7 +220,7 @@ func (e *transportEnv) leakCancelledDial(t tb, tr kernel.Transport, ctx context.
 		}
 	}()
 	dial := func(dctx context.Context, how string) {
-		d, ok := transportDo(2*e.patience, func() transportConnErr {
+		d, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 			c, err := tr.Dial(dctx, l.Addr())
 			return transportConnErr{c, err}
 		})
@@ -258,7 +258,7 @@ func (e *transportEnv) leakCancelledAccept(t tb, tr kernel.Transport, ctx contex
 	}
 	defer l.Close()
 	accept := func(how string, actx context.Context) {
-		a, ok := transportDo(2*e.patience, func() transportConnErr {
+		a, ok := transportDo(t, 2*e.patience, func() transportConnErr {
 			c, err := l.Accept(actx)
 			return transportConnErr{c, err}
 		})

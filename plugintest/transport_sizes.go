@@ -192,16 +192,16 @@ func (e *transportEnv) refused(t tb, from, to kernel.Conn, header *kernel.Frame,
 func (e *transportEnv) refusal(t tb, from, to kernel.Conn, f *kernel.Frame, what string, sentinel error, over string) {
 	t.Helper()
 	written := make(chan error, 1)
-	go func() { written <- from.WriteFrame(f) }()
+	transportGo(t, func() { written <- from.WriteFrame(f) })
 	// Read meanwhile: a transport that leaves the check to the receiver
 	// may write the frame only as the receiver reads it.
 	ctx, cancel := context.WithTimeout(t.Context(), e.patience)
 	defer cancel()
 	read := make(chan transportReadResult, 1)
-	go func() {
+	transportGo(t, func() {
 		f, err := transportRead(ctx, to)
 		read <- transportReadResult{f, err}
-	}()
+	})
 	var werr error
 	select {
 	case werr = <-written:

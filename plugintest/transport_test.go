@@ -116,6 +116,48 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 			caught: []string{"Transport/Frames/Max"},
 		},
 		{
+			// On the suite's own goroutines: without recovery there, the
+			// panic would end the test binary instead of failing a check.
+			name: "PanicsWritingFramesOver1MiB",
+			faults: transportFaults{write: func(c *transportFaultyConn, f *kernel.Frame) error {
+				if len(f.Payload) > 1<<20 {
+					panic("broken transport: frame too big for me")
+				}
+				return c.Conn.WriteFrame(f)
+			}},
+			cfg:    &TransportConfig{},
+			caught: []string{"Transport/Frames/Max"},
+			says:   [][2]string{{"Transport/Frames/Max", "the transport panicked: broken transport: frame too big for me"}},
+		},
+		{
+			name: "PanicsReadingCall7",
+			faults: transportFaults{read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
+				f, err := c.Conn.ReadFrame(ctx)
+				if err == nil && f.CallID == 7 {
+					panic("broken transport: call 7 confuses me")
+				}
+				return f, err
+			}},
+			caught: []string{"Transport/Frames/InOrder"},
+			says:   [][2]string{{"Transport/Frames/InOrder", "the transport panicked: broken transport: call 7 confuses me"}},
+		},
+		{
+			name: "PanicsAccepting",
+			faults: transportFaults{accept: func(ctx context.Context, l *transportFaultyListener) (kernel.Conn, error) {
+				panic("broken transport: no accepting today")
+			}},
+			caught: []string{"Transport/Frames"},
+			says:   [][2]string{{"Transport", "the transport panicked: broken transport: no accepting today"}},
+		},
+		{
+			name: "PanicsDialling",
+			faults: transportFaults{dial: func(ctx context.Context, tr *transportFaulty, addr string) (kernel.Conn, error) {
+				panic("broken transport: no dialling today")
+			}},
+			caught: []string{"Transport/Frames"},
+			says:   [][2]string{{"Transport", "the transport panicked: broken transport: no dialling today"}},
+		},
+		{
 			name: "ReadFrameReturnsNothing",
 			faults: transportFaults{read: func(ctx context.Context, c *transportFaultyConn) (*kernel.Frame, error) {
 				f, err := c.Conn.ReadFrame(ctx)
