@@ -42,20 +42,6 @@ func lonePair(t *testing.T, cfg *kernrpc.Config, addr string) (server, client *k
 	return server, client
 }
 
-func startEcho(t *testing.T, cfg *kernrpc.Config) *kernrpc.Server {
-	t.Helper()
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Echo", echo)
-	streamHandlers(srv)
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return srv
-}
-
 // A lone server at a fixed address restarts three times, down for 150 ms
 // each time, under callers with 3 s deadlines. Callers that wait for
 // readiness lose no call and no stream; callers that do not fail in the
@@ -63,8 +49,7 @@ func startEcho(t *testing.T, cfg *kernrpc.Config) *kernrpc.Server {
 func TestWaitForReadyWaitsOutALoneServersRestart(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
 		serverCfg, clientCfg := lonePair(t, cfg, fixedAddress(t, cfg.Transport.Name))
-		srv := startEcho(t, serverCfg)
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+		srv := startServer(t, serverCfg, streamHandlers)
 		clientCfg.Client.WaitForReady = true
 		waiting := newClient(t, clientCfg)
 		failing := newClient(t, testConfigLike(t, clientCfg, false))
@@ -85,7 +70,7 @@ func TestWaitForReadyWaitsOutALoneServersRestart(t *testing.T) {
 				t.Errorf("shutdown: %v", err)
 			}
 			time.Sleep(150 * time.Millisecond)
-			srv = startEcho(t, serverCfg)
+			srv = startServer(t, serverCfg, streamHandlers)
 		}
 		time.Sleep(100 * time.Millisecond)
 		calls.Stop()
@@ -166,8 +151,7 @@ func TestWaitForReadyOptionOverridesTheConfig(t *testing.T) {
 		answered <- err
 	}()
 	time.Sleep(150 * time.Millisecond) // both are waiting by now
-	srv := startEcho(t, serverCfg)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	startServer(t, serverCfg, streamHandlers)
 	for range 2 {
 		if err := receive(t, answered, 5*time.Second, "the call and the stream waiting for the server"); err != nil {
 			t.Errorf("a call waiting for a server that then started: %v", err)

@@ -20,24 +20,8 @@ import (
 // opened as a shutdown began failed before its two-step drain.)
 func TestRollingRestartLosesNoCallOrStream(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
-		start := func() *kernrpc.Server {
-			srv, err := kernrpc.NewServer(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			kernrpc.Handle(srv, "Echo.Echo", echo)
-			streamHandlers(srv)
-			if err := srv.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			return srv
-		}
+		start := func() *kernrpc.Server { return startServer(t, cfg, streamHandlers) }
 		live := []*kernrpc.Server{start(), start()}
-		t.Cleanup(func() {
-			for _, s := range live {
-				_ = s.Shutdown(context.Background())
-			}
-		})
 		cli := newClient(t, cfg)
 
 		// Read only, by the callers' marshalling: shared.
