@@ -328,7 +328,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			c.log.get().Debug("retrying a call the server did not process", "method", info.Method, "instance", inst.Address, "err", err)
 			continue
 		}
-		if err := c.waitToRedial(ctx, cs, &ready, p.addr, err); err != nil {
+		if err := c.awaitReady(ctx, cs, &ready, p.addr, err); err != nil {
 			return nil, err
 		}
 	}

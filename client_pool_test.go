@@ -67,3 +67,15 @@ func canceledContext() context.Context {
 	cancel()
 	return ctx
 }
+
+// The pauses of a call waiting for readiness grow from firstReadyPause to
+// maxReadyPause and no further, each within ±20%.
+func TestReadyPausesGrowToTheirBound(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: firstReadyPause, 1: 32 * time.Millisecond, 5: 209715200 /* 20ms × 1.6⁵ */, 12: maxReadyPause, 1000: maxReadyPause} {
+		for range 50 {
+			if got := readyPause(n); got < want*8/10 || got > want*12/10 {
+				t.Fatalf("readyPause(%d) = %s, want %s ±20%%", n, got, want)
+			}
+		}
+	}
+}

@@ -25,12 +25,12 @@ import (
 type waitForReadyKey struct{}
 
 // The pauses between tries of a call that waits: growing from
-// firstRedialPause by redialGrowth up to maxRedialPause, each spread by
+// firstReadyPause by readyGrowth up to maxReadyPause, each spread by
 // ±20% so that callers waiting for the same restart do not dial in step.
 const (
-	firstRedialPause = 20 * time.Millisecond
-	maxRedialPause   = time.Second
-	redialGrowth     = 1.6
+	firstReadyPause = 20 * time.Millisecond
+	maxReadyPause   = time.Second
+	readyGrowth     = 1.6
 )
 
 // waitsForReady reports whether a call with ctx waits for an instance to
@@ -50,31 +50,34 @@ type readyWait struct {
 	until time.Time
 }
 
-// redialPause is the pause before try n+1 of a call that waits.
-func redialPause(n int) time.Duration {
-	d := float64(firstRedialPause)
+// readyPause is the pause before try n+1 of a call that waits.
+func readyPause(n int) time.Duration {
+	d := float64(firstReadyPause)
 	for range n {
-		if d *= redialGrowth; d >= float64(maxRedialPause) {
-			d = float64(maxRedialPause)
+		if d *= readyGrowth; d >= float64(maxReadyPause) {
+			d = float64(maxReadyPause)
 			break
 		}
 	}
 	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
 }
 
-// waitToRedial decides, for a call whose retries are spent and whose last
+// awaitReady decides, for a call whose retries are spent and whose last
 // attempt, to addr, failed with err: a call that waits for readiness,
 // whose attempt the instance could not take (Unavailable, and not
 // processed), pauses until its next try is due or the registry reports,
 // and gets nil to pick again. It gets err otherwise, or the status to end
 // with when its context ends first, the client closes, or a call without
 // a deadline has waited dial_timeout.
-func (c *Client) waitToRedial(ctx context.Context, cs *callState, w *readyWait, addr string, err error) error {
+func (c *Client) awaitReady(ctx context.Context, cs *callState, w *readyWait, addr string, err error) error {
 	last := kernel.StatusOf(err)
 	if last.Code != kernel.Unavailable || !last.Retryable || !c.waitsForReady(ctx) {
 		return err
 	}
-	pause := redialPause(w.pauses)
+	if w.pauses == 0 {
+		c.log.get().Debug("waiting for an instance to take the call (wait_for_ready)", "instance", addr, "err", err)
+	}
+	pause := readyPause(w.pauses)
 	w.pauses++
 	if _, ok := ctx.Deadline(); !ok {
 		if w.until.IsZero() {

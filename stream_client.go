@@ -137,7 +137,7 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 			return err
 		}
 		if tries >= retries {
-			if err := c.waitToRedial(ctx, nil, &ready, p.addr, err); err != nil {
+			if err := c.awaitReady(ctx, nil, &ready, p.addr, err); err != nil {
 				return err
 			}
 		}
