@@ -41,7 +41,7 @@ type Config struct {
 	// GCHeadroom is the heap the process keeps in reserve, unused, while a
 	// Server or Client that has read a large message (32KiB or more) is
 	// open, so that the Go collector runs less often: unset means
-	// DefaultGCHeadroom (16MiB), 0 none. It is ignored when GOGC or
+	// DefaultGCHeadroom (64MiB), 0 none. It is ignored when GOGC or
 	// GOMEMLIMIT is set, and at most a sixteenth of a container's memory
 	// limit. docs/performance.md ("GC headroom") has what it gains and
 	// costs.
@@ -284,7 +284,7 @@ func (c *Config) validateFields() error {
 		return c.errorf("client.timeout", "must not be negative, got %s", c.Client.Timeout)
 	}
 	if h := *c.GCHeadroom; h < 0 || h > maxGCHeadroom {
-		return c.errorf("gc_headroom", "must be between 0 (none) and 1GiB, got %s (unset means the default, 16MiB)", h)
+		return c.errorf("gc_headroom", "must be between 0 (none) and 1GiB, got %s (unset means the default, 64MiB)", h)
 	}
 	if *c.Client.Retries < 0 {
 		return c.errorf("client.retries", "must not be negative, got %d", *c.Client.Retries)

@@ -31,8 +31,11 @@ import (
 // no headroom. In a container, the headroom is at most a sixteenth of its
 // memory limit, which the garbage it lets grow must not approach.
 
-// DefaultGCHeadroom is gc_headroom's default: 16 MiB.
-const DefaultGCHeadroom = 16 << 20
+// DefaultGCHeadroom is gc_headroom's default: 64 MiB. At 64 KiB a call,
+// 16 MiB still left each process collecting 70-80 times a second, and
+// 64 MiB took 4 and 64 callers 15-40% further for about 50 MB more
+// resident memory per process (docs/performance.md, "GC headroom").
+const DefaultGCHeadroom = 64 << 20
 
 // maxGCHeadroom bounds gc_headroom.
 const maxGCHeadroom = 1 << 30

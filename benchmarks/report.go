@@ -98,7 +98,7 @@ func (b *benchmark) markdown(command string) string {
 }
 
 // headroomNote says what kernrpc's GC headroom does to the run.
-const headroomNote = "- GC headroom: kernrpc's defaults keep 16 MiB of heap in reserve once a process has read a message of 32 KiB or more " +
+const headroomNote = "- GC headroom: kernrpc's defaults keep 64 MiB of heap in reserve once a process has read a message of 32 KiB or more " +
 	"(`gc_headroom`, docs/performance.md). This process runs every system's client, and keeps it once one of kernrpc's clients has taken it, " +
 	"so at 64 KiB the peers' and floors' clients run with it too; their servers, in processes of their own, do not.\n"
 
