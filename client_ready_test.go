@@ -30,7 +30,8 @@ func fixedAddress(t *testing.T, transport string) string {
 }
 
 // lonePair returns a server config for addr and a client config that
-// knows the server only by that address (no registry to tell it anything).
+// knows the server only by that address, from a static list: the server
+// registers elsewhere, so no registry report tells the client anything.
 func lonePair(t *testing.T, cfg *kernrpc.Config, addr string) (server, client *kernrpc.Config) {
 	server = testConfig(t)
 	server.Transport = cfg.Transport
