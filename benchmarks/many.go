@@ -147,8 +147,8 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 // A client process is warm once its heap has stopped growing into pages
 // it never touched: until then each large answer it decodes lands on
 // fresh pages, and each page costs a fault. A process making a few hundred
-// 64 KiB calls a second grows through the engine's GC headroom
-// (gcheadroom.go) for seconds, paying those faults all the while, which a
+// to a few thousand 64 KiB calls a second grows through the engine's GC
+// headroom (gcheadroom.go) for a second or more, paying those faults all the while, which a
 // long-lived client pays once: eight such clients of one shm-ring server
 // did 18.8k calls/s after the fixed warm-up alone and 24.7k after 4 s. So
 // a client child reports ready only once a warmSpan has passed with fewer
@@ -179,7 +179,7 @@ func awaitWarmHeap(ctx context.Context, errs <-chan error) {
 	var ru syscall.Rusage
 	faults := func() int64 {
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
-		return ru.Minflt + ru.Majflt
+		return int64(ru.Minflt) + int64(ru.Majflt)  // int32 on 32-bit systems
 	}
 	baseCycles, lastFaults := cycles(), faults()
 	deadline := time.Now().Add(warmLimit)
