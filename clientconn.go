@@ -23,8 +23,12 @@ type clientConn struct {
 	log      *lazyLogger
 	headroom *headroomHold // the client's
 
-	mu       sync.Mutex
-	nextID   uint64
+	mu     sync.Mutex
+	nextID uint64
+	// unsent counts the ids numbered whose request the transport refused
+	// alone, sending nothing: a GoAway's answer counts the requests sent
+	// (nextID - unsent), and the server waits for as many.
+	unsent   uint64
 	pending  map[uint64]*attempt
 	reader   *attempt // holds the reader role; nil when nobody reads
 	waiters  waitList // waiting callers that could take the role
@@ -263,6 +267,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 		if errors.As(err, &st) && cc.conn.Err() == nil {
 			// The transport refused this frame alone and sent nothing of it
 			// (its peer reads too slowly, say): the connection lives on.
+			cc.unsent++
 			cc.closeIfIdleLocked()
 			cc.mu.Unlock()
 			return st
@@ -412,8 +417,10 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 // A GoAway that names no last call (kernel.GoAwayUnknownLast: a shutdown's
 // or an idle connection's first) promises to serve whatever was sent
 // before it was read, and asks how much that is; the answer is a GoAway
-// counting the requests numbered here (server_drain.go). A second GoAway
-// can only lower the last call served.
+// counting the requests sent here, numbered less unsent (server_drain.go).
+// A request numbered before the answer and refused whole after it leaves
+// the count one high, and the server waits for its second GoAway. A
+// second GoAway can only lower the last call served.
 func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	cc.mu.Lock()
 	cc.draining = true
@@ -424,7 +431,7 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 		}
 		cc.goAway, cc.goAwayLast = true, last
 	}
-	sent := cc.nextID
+	sent := cc.nextID - cc.unsent
 	cc.mu.Unlock()
 	shutdown := goAway == nil || goAway.Message == ""
 	if goAway != nil && goAway.CallID == kernel.GoAwayUnknownLast && (shutdown || goAway.Message == idleTimeoutReason) {

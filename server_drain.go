@@ -18,8 +18,9 @@ import (
 //  1. It sends a GoAway with call id kernel.GoAwayUnknownLast: send
 //     nothing new here, and everything sent so far will be served. The
 //     client stops picking the connection and answers with a GoAway of its
-//     own whose call id is how many requests it numbered on the
-//     connection (kernrpc numbers them 1, 2, 3, ...).
+//     own whose call id is how many requests it sent on the connection:
+//     the ones it numbered (kernrpc numbers them 1, 2, 3, ...), less any
+//     its transport refused whole.
 //  2. Once that GoAway and that many requests have arrived, nothing more
 //     will. A client that does not answer within drainAckWait (or the
 //     shutdown's deadline) gets a second GoAway, naming the last call

@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +176,55 @@ func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
 	}
 	if n := receive(t, answered, 5*time.Second, "the client did not answer the GoAway"); n != 3 {
 		t.Errorf("the client's GoAway counts %d requests; it sent 3", n)
+	}
+}
+
+// A request the transport refused whole, sending nothing of it (here its
+// metadata is over the transport's limit), took an id but never left: the
+// client's answer to a shutdown's GoAway leaves it out of its count, or
+// the server would wait for it until the second GoAway.
+func TestClientsGoAwayCountLeavesOutRequestsItsTransportRefused(t *testing.T) {
+	answered := make(chan uint64, 1)
+	calls := 0 // the fake server's goroutine's
+	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
+		switch f.Type {
+		case kernel.FrameRequest:
+			resp := &kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload}
+			if calls++; calls == 2 {
+				return []*kernel.Frame{{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast}, resp}
+			}
+			return []*kernel.Frame{resp}
+		case kernel.FrameGoAway:
+			select {
+			case answered <- f.CallID:
+			default:
+			}
+		}
+		return nil
+	})
+	cfg := testConfig(t)
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cfg.Transport.Options["max_metadata_bytes"] = 100
+	cli := newClient(t, cfg)
+	echo := func(ctx context.Context) error {
+		var resp echopb.Echo
+		return cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "x"}, &resp)
+	}
+	tooBig := kernrpc.WithMetadata(context.Background(), kernel.Metadata{"k": strings.Repeat("v", 100)})
+
+	if err := echo(context.Background()); err != nil {
+		t.Fatalf("call 1: %v", err)
+	}
+	if err := echo(tooBig); kernel.CodeOf(err) != kernel.ResourceExhausted {
+		t.Fatalf("a call with metadata over max_metadata_bytes: %v; want ResourceExhausted, refused by the transport", err)
+	}
+	if _, err := cli.NewStream(tooBig, "Echo.Chat"); kernel.CodeOf(err) != kernel.ResourceExhausted {
+		t.Fatalf("a stream with metadata over max_metadata_bytes: %v; want ResourceExhausted, refused by the transport", err)
+	}
+	if err := echo(context.Background()); err != nil { // answered with the GoAway
+		t.Fatalf("call 2: %v", err)
+	}
+	if n := receive(t, answered, 5*time.Second, "the client did not answer the GoAway"); n != 2 {
+		t.Errorf("the client's GoAway counts %d requests; it sent 2 (and numbered 4)", n)
 	}
 }

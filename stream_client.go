@@ -204,6 +204,9 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 		// stream in hand on its reader, must leave the outcome to us.
 		cc.removeStream(id)
 		if st := cs.core.writeFailed(err); kernel.StatusOf(st).Code != kernel.Unavailable {
+			cc.mu.Lock()
+			cc.unsent++ // refused alone: the connection lives on
+			cc.mu.Unlock()
 			return st
 		}
 		cc.fail(err)
