@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,23 +144,24 @@ func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
 	}
 }
 
-// The client answers a shutdown's first GoAway with a GoAway counting the
-// requests it numbered on the connection, and sends no more there.
-func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
-	answered := make(chan uint64, 1)
+// goAwayCounter starts a fake server that echoes requests and sends a
+// shutdown's first GoAway just before its answer to request number nth
+// (while the client waits for that answer, and so reads), and a client of
+// it; answered reports the call id of the client's GoAway in reply.
+func goAwayCounter(t *testing.T, nth int, transportOptions map[string]any) (cli *kernrpc.Client, answered <-chan uint64) {
+	got := make(chan uint64, 1)
 	calls := 0 // the fake server's goroutine's
 	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
 		switch f.Type {
 		case kernel.FrameRequest:
 			resp := &kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload}
-			if calls++; calls == 3 {
-				// While the client waits for this answer, and so reads.
+			if calls++; calls == nth {
 				return []*kernel.Frame{{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast}, resp}
 			}
 			return []*kernel.Frame{resp}
 		case kernel.FrameGoAway:
 			select {
-			case answered <- f.CallID:
+			case got <- f.CallID:
 			default: // only the first counts
 			}
 		}
@@ -167,7 +169,14 @@ func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
 	})
 	cfg := testConfig(t)
 	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
-	cli := newClient(t, cfg)
+	maps.Copy(cfg.Transport.Options, transportOptions)
+	return newClient(t, cfg), got
+}
+
+// The client answers a shutdown's first GoAway with a GoAway counting the
+// requests it sent on the connection, and sends no more there.
+func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
+	cli, answered := goAwayCounter(t, 3, nil)
 	for i := range 3 {
 		var resp echopb.Echo
 		if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: strconv.Itoa(i)}, &resp); err != nil {
@@ -184,28 +193,7 @@ func TestClientAnswersAShutdownsGoAwayWithItsCount(t *testing.T) {
 // client's answer to a shutdown's GoAway leaves it out of its count, or
 // the server would wait for it until the second GoAway.
 func TestClientsGoAwayCountLeavesOutRequestsItsTransportRefused(t *testing.T) {
-	answered := make(chan uint64, 1)
-	calls := 0 // the fake server's goroutine's
-	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
-		switch f.Type {
-		case kernel.FrameRequest:
-			resp := &kernel.Frame{Type: kernel.FrameResponse, CallID: f.CallID, Codec: "protobuf", Payload: f.Payload}
-			if calls++; calls == 2 {
-				return []*kernel.Frame{{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast}, resp}
-			}
-			return []*kernel.Frame{resp}
-		case kernel.FrameGoAway:
-			select {
-			case answered <- f.CallID:
-			default:
-			}
-		}
-		return nil
-	})
-	cfg := testConfig(t)
-	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
-	cfg.Transport.Options["max_metadata_bytes"] = 100
-	cli := newClient(t, cfg)
+	cli, answered := goAwayCounter(t, 2, map[string]any{"max_metadata_bytes": 100})
 	echo := func(ctx context.Context) error {
 		var resp echopb.Echo
 		return cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "x"}, &resp)
