@@ -148,16 +148,16 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 // it never touched: until then each large answer it decodes lands on
 // fresh pages, and each page costs a fault. A process making a few hundred
 // to a few thousand 64 KiB calls a second grows through the engine's GC
-// headroom (gcheadroom.go) for a second or more, paying those faults all the while, which a
-// long-lived client pays once: eight such clients of one shm-ring server
-// did 18.8k calls/s after the fixed warm-up alone and 24.7k after 4 s. So
-// a client child reports ready only once a warmSpan has passed with fewer
-// than warmFaults page faults, or its heap has been collected warmCycles
-// times since its callers began (its later answers reuse what those
-// freed), or warmLimit has passed. Every system's clients wait by the same
-// rule; the harness's -warmup follows. The span is long enough that a
-// process the kernel left waiting for a core through much of it does not
-// pass for warm.
+// headroom (gcheadroom.go) for a second or more, paying those faults all
+// the while, which a long-lived client pays once: eight such clients of
+// one shm-ring server did 18.8k calls/s after the fixed warm-up alone and
+// 24.7k after 4 s. So a client child reports ready only once a warmSpan
+// has passed with fewer than warmFaults page faults, or its heap has been
+// collected warmCycles times since its callers began (its later answers
+// reuse what those freed), or warmLimit has passed. Every system's clients
+// wait by the same rule; the harness's -warmup follows. The span is long
+// enough that a process the kernel kept from a core through much of it
+// rarely passes for warm (a 50 ms span let them through).
 const (
 	warmSpan   = 200 * time.Millisecond
 	warmFaults = 64 // 256 KiB of fresh pages in warmSpan: a cold 64 KiB client faults thousands
