@@ -187,6 +187,9 @@ func TestShortAndManyModes(t *testing.T) {
 			case r.client.mallocs == 0 || r.server.mallocs == 0 || r.client.cpu <= 0 || r.server.cpu <= 0:
 				t.Errorf("%s: costs not measured: client %+v server %+v", name, r.client, r.server)
 			}
+			if r.cold != 0 {
+				t.Errorf("%s: %d client processes not warm within %s; 16 B clients fault little and warm at once", name, r.cold, warmLimit)
+			}
 			perCall := r.perCall(float64(r.client.mallocs))
 			if c.mode == modeShort && perCall < 20 {
 				t.Errorf("%s: %.1f client allocations per call: is a client really made per call?", name, perCall)
@@ -199,6 +202,9 @@ func TestShortAndManyModes(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+	if strings.Contains(md, "Cold clients") {
+		t.Errorf("report names cold clients, though every client process got warm:\n%s", md)
 	}
 	if strings.Contains(md, "## Long connections") {
 		t.Errorf("report has the long mode, which did not run:\n%s", md)

@@ -29,6 +29,7 @@ import (
 // Protocol on the client child's stdin and stdout, one line each:
 //
 //	child:   ready                  its callers are calling, its heap is warm (awaitWarmHeap)
+//	   or:   ready cold             the same, but its heap did not get warm within warmLimit
 //	harness: start                  the measured window opens
 //	harness: stop                   and closes
 //	child:   result <calls> <window ns> <mallocs> <cpu ns> <histogram>
@@ -108,8 +109,11 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 			stopCallers()
 		}
 	}()
-	awaitWarmHeap(ctx, errs)
-	fmt.Fprintln(out, "ready")
+	if awaitWarmHeap(ctx, errs) {
+		fmt.Fprintln(out, readyLine)
+	} else {
+		fmt.Fprintln(out, readyColdLine)
+	}
 
 	sc := bufio.NewScanner(in)
 	// Bytes, not Text: reading "stop" must not allocate inside the window.
@@ -151,16 +155,20 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 // headroom (gcheadroom.go) for a second or more, paying those faults all
 // the while, which a long-lived client pays once: eight such clients of
 // one shm-ring server did 18.8k calls/s after the fixed warm-up alone and
-// 24.7k after 4 s. So a client child reports ready only once a warmSpan
-// has passed with fewer than warmFaults page faults, or its heap has been
-// collected warmCycles times since its callers began (its later answers
-// reuse what those freed), or warmLimit has passed. Every system's clients
-// wait by the same rule; the harness's -warmup follows. The span is long
-// enough that a process the kernel kept from a core through much of it
-// rarely passes for warm (a 50 ms span let them through).
+// 24.7k after 4 s. So a client child reports ready only once, over a
+// warmSpan in which it ran for warmMinCPU or more, it faulted fewer than
+// warmFaultRate pages per millisecond of its CPU time; or once its heap
+// has been collected warmCycles times since its callers began (its later
+// answers reuse what those freed); or at warmLimit, then saying it is
+// cold. Every system's clients wait by the same rule; the harness's
+// -warmup follows. Faults are weighed against CPU time, not counted, so
+// that a process the kernel kept from a core through a span does not pass
+// for warm: with 32 clients on two cores a plain count let every one of
+// them through cold.
 const (
-	warmSpan   = 200 * time.Millisecond
-	warmFaults = 64 // 256 KiB of fresh pages in warmSpan: a cold 64 KiB client faults thousands
+	warmSpan      = 200 * time.Millisecond
+	warmMinCPU    = 5 * time.Millisecond
+	warmFaultRate = 10 // a cold 64 KiB client faults 16 pages a call, 50-400 a millisecond
 	// The first cycle may be the one the headroom's own allocation
 	// starts; the second has reclaimed garbage of the headroom's size.
 	warmCycles = 2
@@ -168,35 +176,59 @@ const (
 	warmLimit = childWait * 4 / 5
 )
 
+// The client child's first line, and whether its heap got warm.
+const (
+	readyLine     = "ready"
+	readyColdLine = "ready cold"
+)
+
 // awaitWarmHeap waits until this process is warm (above), ctx ends or a
-// caller has failed.
-func awaitWarmHeap(ctx context.Context, errs <-chan error) {
+// caller has failed, and reports whether it is warm.
+func awaitWarmHeap(ctx context.Context, errs <-chan error) (warm bool) {
 	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	cycles := func() uint64 {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64()
 	}
 	var ru syscall.Rusage
-	faults := func() int64 {
+	usage := func() (faults int64, cpu time.Duration) {
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
-		return int64(ru.Minflt) + int64(ru.Majflt)  // int32 on 32-bit systems
+		// int64: the fields are int32 on 32-bit systems.
+		return int64(ru.Minflt) + int64(ru.Majflt), time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	baseCycles, lastFaults := cycles(), faults()
+	baseCycles := cycles()
+	lastFaults, lastCPU := usage()
 	deadline := time.Now().Add(warmLimit)
 	tick := time.NewTicker(warmSpan)
 	defer tick.Stop()
 	for time.Now().Before(deadline) && len(errs) == 0 {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-tick.C:
 		}
-		f := faults()
-		if f-lastFaults < warmFaults || cycles()-baseCycles >= warmCycles {
-			return
+		if cycles()-baseCycles >= warmCycles {
+			return true
 		}
-		lastFaults = f
+		f, cpu := usage()
+		if judged, warm := spanWarm(f-lastFaults, cpu-lastCPU); warm {
+			return true
+		} else if judged {
+			lastFaults, lastCPU = f, cpu
+		}
 	}
+	return false
+}
+
+// spanWarm judges the span since the last judged one: whether the process
+// ran long enough in it to tell, and if so whether it faulted fewer than
+// warmFaultRate pages per millisecond of its CPU time. A span too short
+// is judged with the next.
+func spanWarm(faults int64, ran time.Duration) (judged, warm bool) {
+	if ran < warmMinCPU {
+		return false, false
+	}
+	return true, faults*int64(time.Millisecond) < warmFaultRate*int64(ran)
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
@@ -221,9 +253,14 @@ func runManyRound(ctx context.Context, exe string, sys *system, srv *childProces
 		}
 		clients = append(clients, p)
 	}
+	cold := 0
 	for i, p := range clients {
 		l, err := p.readLine(ctx)
-		if err == nil && l != "ready" {
+		switch {
+		case err != nil:
+		case l == readyColdLine:
+			cold++
+		case l != readyLine:
 			err = errors.New(strings.TrimPrefix(l, "error "))
 		}
 		if err != nil {
@@ -253,7 +290,7 @@ func runManyRound(ctx context.Context, exe string, sys *system, srv *childProces
 		return nil, err
 	}
 
-	rr := &roundResult{elapsed: elapsed}
+	rr := &roundResult{elapsed: elapsed, cold: cold}
 	for i, p := range clients {
 		l, err := p.readLine(ctx)
 		if err == nil {

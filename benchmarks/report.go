@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -48,6 +49,10 @@ func (b *benchmark) markdown(command string) string {
 	}
 	fmt.Fprintf(&w, "- Other processes: %.0f%% of the CPUs during the measured windows (worst cell and system %.0f%%); %s\n",
 		100*share, 100*worstShare, verdict)
+	if cc := b.coldCells(); cc != "" {
+		fmt.Fprintf(&w, "- Cold clients: client processes whose heap was not warm within %s (see the many mode's note), "+
+			"so that their figures include first-touch page faults: %s\n", warmLimit, cc)
+	}
 	if st := b.stretchedCells(); st != "" {
 		fmt.Fprintf(&w, "- Stretched windows: no call completed within the window of %s; each stayed open until one did, "+
 			"and its figures divide by the longer time\n", st)
@@ -112,7 +117,9 @@ func (b *benchmark) modeHow(mode string) string {
 	case modeMany:
 		return "Client processes (this binary, re-executed), each with one client shared by its callers, against the one server " +
 			"process; a row is processes × callers each. calls/s add all processes up; latency merges their histograms; " +
-			"client allocations and CPU add up all client processes."
+			"client allocations and CPU add up all client processes. A fresh client process is measured once its heap is warm " +
+			"(fewer than " + strconv.Itoa(warmFaultRate) + " page faults per millisecond of its CPU time over " + warmSpan.String() + ", or " + strconv.Itoa(warmCycles) +
+			" collections, at most " + warmLimit.String() + "): a long-lived client does not decode onto pages it never touched."
 	case modeStream:
 		return "Server streaming: each stream's one request names a message size, and the server sends messages of that size " +
 			"back as fast as flow control allows (default windows) until the caller closes the stream at the round's end. " +
@@ -456,6 +463,20 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// coldCells names the many-mode cells and systems with client processes
+// that were not warm within warmLimit, and how many.
+func (b *benchmark) coldCells() string {
+	var names []string
+	for _, c := range b.cells {
+		for i, r := range b.results[c] {
+			if r != nil && r.cold > 0 {
+				names = append(names, fmt.Sprintf("%s, %s (%d of %d)", b.opts.systems[i].label, c, r.cold, c.clients*len(r.roundQPS)))
+			}
+		}
+	}
+	return strings.Join(names, "; ")
 }
 
 // stretchedCells names the cells and systems with a round whose window

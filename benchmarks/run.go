@@ -63,6 +63,7 @@ type result struct {
 	others    time.Duration // CPU time other processes took meanwhile
 	roundQPS  []float64
 	stretched int // rounds whose window stayed open past its length for a first call
+	cold      int // many mode: client processes whose heap was not warm within warmLimit
 }
 
 func (r *result) qps() float64 { return float64(r.calls) / r.elapsed.Seconds() }
@@ -159,6 +160,9 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
 				}
+				if rr.cold > 0 {
+					noisy += fmt.Sprintf("  %d of %d client processes were not warm within %s", rr.cold, c.clients, warmLimit)
+				}
 				if rr.stretched {
 					noisy += fmt.Sprintf("  no call completed in the %s window: it stayed open %s longer, until one did", o.windowOf(c), (rr.elapsed - o.windowOf(c)).Round(time.Millisecond))
 				}
@@ -186,6 +190,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 type roundResult struct {
 	elapsed        time.Duration
 	stretched      bool // the window stayed open past its length for a first call
+	cold           int  // many mode: client processes not warm within warmLimit
 	hist           histogram
 	client, server procStats
 	others         time.Duration // CPU time of every other process; 0 without /proc
@@ -207,6 +212,7 @@ func (r *result) add(rr *roundResult) {
 	if rr.stretched {
 		r.stretched++
 	}
+	r.cold += rr.cold
 }
 
 // Caller phases: calls during warm-up and after the window are not counted.
