@@ -183,8 +183,9 @@ const (
 )
 
 // awaitWarmHeap waits until this process is warm (above), ctx ends or a
-// caller has failed, and reports whether it is warm.
-func awaitWarmHeap(ctx context.Context, errs <-chan error) (warm bool) {
+// caller has failed, and reports whether it is warm; a failed caller's
+// error reaches the harness on the result line.
+func awaitWarmHeap(ctx context.Context, errs <-chan error) bool {
 	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	cycles := func() uint64 {
 		metrics.Read(sample)
