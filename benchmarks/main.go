@@ -167,8 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	o := options{progress: stderr}
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per round")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per system and cell; results add all rounds up")
-	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, fmt.Sprintf("unmeasured calls before each round, on the round's fresh client; in the many mode, after each client process's heap is warm (fewer than %d page faults per millisecond of its CPU time over %s, or %d collections, at most %s)",
-		warmFaultRate, warmSpan, warmCycles, warmLimit))
+	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured calls before each round, on the round's fresh client; in the many mode, after each client process's heap is warm ("+warmRule()+")")
 	modes := fs.String("mode", "all", "modes to run, comma-separated: "+strings.Join(modeOrder, ", ")+", or all")
 	payloads := fs.String("payloads", "16,64KiB", "long mode: payload sizes, comma-separated; B, KiB and MiB suffixes")
 	callers := fs.String("callers", "1,4,64", "long mode: concurrent callers sharing one client, comma-separated")

@@ -176,6 +176,12 @@ const (
 	warmLimit = childWait * 4 / 5
 )
 
+// warmRule says the rule above in a few words, for -h and the report.
+func warmRule() string {
+	return fmt.Sprintf("fewer than %d page faults per millisecond of its CPU time over %s, or %d collections, at most %s",
+		warmFaultRate, warmSpan, warmCycles, warmLimit)
+}
+
 // The client child's first line, and whether its heap got warm.
 const (
 	readyLine     = "ready"

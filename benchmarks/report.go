@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -117,9 +116,8 @@ func (b *benchmark) modeHow(mode string) string {
 	case modeMany:
 		return "Client processes (this binary, re-executed), each with one client shared by its callers, against the one server " +
 			"process; a row is processes × callers each. calls/s add all processes up; latency merges their histograms; " +
-			"client allocations and CPU add up all client processes. A fresh client process is measured once its heap is warm " +
-			"(fewer than " + strconv.Itoa(warmFaultRate) + " page faults per millisecond of its CPU time over " + warmSpan.String() + ", or " + strconv.Itoa(warmCycles) +
-			" collections, at most " + warmLimit.String() + "): a long-lived client does not decode onto pages it never touched."
+			"client allocations and CPU add up all client processes. A fresh client process is measured once its heap is warm (" +
+			warmRule() + "): a long-lived client does not decode onto pages it never touched."
 	case modeStream:
 		return "Server streaming: each stream's one request names a message size, and the server sends messages of that size " +
 			"back as fast as flow control allows (default windows) until the caller closes the stream at the round's end. " +
@@ -466,27 +464,38 @@ func sizeName(n int) string {
 }
 
 // coldCells names the many-mode cells and systems with client processes
-// that were not warm within warmLimit, and how many.
+// that were not warm within warmLimit, and how many, or is "" if none.
 func (b *benchmark) coldCells() string {
-	var names []string
-	for _, c := range b.cells {
-		for i, r := range b.results[c] {
-			if r != nil && r.cold > 0 {
-				names = append(names, fmt.Sprintf("%s, %s (%d of %d)", b.opts.systems[i].label, c, r.cold, c.clients*len(r.roundQPS)))
-			}
+	return b.cellsWhere(func(c cell, r *result) string {
+		if r.cold == 0 {
+			return ""
 		}
-	}
-	return strings.Join(names, "; ")
+		return fmt.Sprintf("%d of %d", r.cold, c.clients*len(r.roundQPS))
+	})
 }
 
 // stretchedCells names the cells and systems with a round whose window
 // stayed open past its length for a first call, or is "" if none did.
 func (b *benchmark) stretchedCells() string {
+	return b.cellsWhere(func(_ cell, r *result) string {
+		if r.stretched == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d of %d rounds", r.stretched, len(r.roundQPS))
+	})
+}
+
+// cellsWhere names each cell and system for which how says something,
+// with what it says in brackets, joined by "; ".
+func (b *benchmark) cellsWhere(how func(c cell, r *result) string) string {
 	var names []string
 	for _, c := range b.cells {
 		for i, r := range b.results[c] {
-			if r != nil && r.stretched > 0 {
-				names = append(names, fmt.Sprintf("%s, %s (%d of %d rounds)", b.opts.systems[i].label, c, r.stretched, len(r.roundQPS)))
+			if r == nil {
+				continue
+			}
+			if what := how(c, r); what != "" {
+				names = append(names, fmt.Sprintf("%s, %s (%s)", b.opts.systems[i].label, c, what))
 			}
 		}
 	}
