@@ -245,6 +245,7 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 			old.retire()
 		}
 		p.conns[i] = d.cc
+		d.cc.watchIdle()
 	}
 }
 

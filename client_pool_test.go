@@ -28,13 +28,19 @@ func TestGoAwayOnASpareConnectionKeepsTheInstance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &connPool{addr: "127.0.0.1:1", fixed: 1}
-			(&clientConn{pool: p, spare: tc.spare}).serverGoingAway(tc.goAway)
+			(&clientConn{conn: closableConn{}, pool: p, spare: tc.spare}).serverGoingAway(tc.goAway)
 			if p.avoided() != tc.avoided {
 				t.Fatalf("the instance passed over: %v, want %v", p.avoided(), tc.avoided)
 			}
 		})
 	}
 }
+
+// closableConn is a connection that can only be closed: an idle
+// connection that hears a GoAway closes itself.
+type closableConn struct{ kernel.Conn }
+
+func (closableConn) Close() error { return nil }
 
 // pastDeadline is a context whose deadline has passed but whose timer has
 // not run yet: Err is still nil, as a context.WithDeadline's is for a

@@ -17,7 +17,9 @@ import (
 // reader, hands other callers their answers, and when its own answer
 // arrives passes the reader role to another waiter. A lone caller therefore
 // writes its request and reads its reply itself, with no goroutine hand-off
-// at all, while 64 callers still share one connection.
+// at all, while 64 callers still share one connection. A connection with
+// open streams, or one that carried no call for a while, has a goroutine
+// of its own among the readers (streamReader, readIdle).
 type clientConn struct {
 	conn     kernel.Conn
 	log      *lazyLogger
@@ -63,6 +65,8 @@ type clientConn struct {
 	srRunning  bool
 	srCtx      context.Context // ends when the last stream does
 	srCancel   context.CancelFunc
+
+	idle idleReading // reads while no call does (clientconn_idle.go)
 }
 
 // attempt is one attempt's bookkeeping on a connection, pooled so that it
@@ -152,8 +156,9 @@ func (cc *clientConn) retire() {
 }
 
 func (cc *clientConn) closeIfIdleLocked() {
-	if cc.draining && cc.dead == nil && len(cc.pending) == 0 && len(cc.streams) == 0 && cc.reader == nil {
+	if cc.draining && cc.dead == nil && len(cc.pending) == 0 && len(cc.streams) == 0 && cc.unreadLocked() {
 		cc.dead = errors.New("connection retired")
+		cc.endIdleLocked()
 		go cc.conn.Close()
 	}
 }
@@ -189,6 +194,7 @@ func (cc *clientConn) fail(err error) {
 	if cc.srCancel != nil {
 		cc.srCancel()
 	}
+	cc.endIdleLocked()
 	cc.mu.Unlock()
 	_ = cc.conn.Close()
 	for id, cs := range streams {
@@ -252,6 +258,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 		cc.conn.Recycle(payload)
 		return &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " is closing; the call was not sent", Retryable: true}
 	}
+	cc.stopIdleReadLocked()
 	cc.nextID++
 	at.id = cc.nextID
 	cc.pending[at.id] = at
@@ -444,6 +451,12 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	if cc.pool != nil && !cc.spare && shutdown {
 		cc.pool.markDown(goAwayAvoidance)
 	}
+	// Read by the idle reader, it closes the connection now: nothing is
+	// pending and nothing will be sent (a caller reading closes it when
+	// the last answer is in).
+	cc.mu.Lock()
+	cc.closeIfIdleLocked()
+	cc.mu.Unlock()
 }
 
 // finish turns the answer frame into the call's result.

@@ -39,9 +39,11 @@ const (
 
 // drainConns runs a shutdown's two steps on conns, then waits for the
 // calls in flight until ctx ends. A client with calls in flight reads, and
-// answers the first GoAway at once; an idle one reads it with the answer
-// to its next call, so the wait (drainAckWait at most) also serves a call
-// an idle client makes as the shutdown begins.
+// answers the first GoAway at once; so does a kernrpc client whose
+// connection idled long enough to have its own reader (clientconn_idle.go).
+// One idle for less reads it with the answer to its next call or when its
+// reader starts, so the wait (drainAckWait at most) also serves a call an
+// idle client makes as the shutdown begins.
 func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
 	for _, sc := range conns {
 		sc.askToDrain("") // one ending for its idleness has asked already

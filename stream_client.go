@@ -159,6 +159,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	if cc.flow == nil {
 		cc.flow = newConnFlow(int64(c.cfg.Streams.ConnectionWindow))
 	}
+	cc.stopIdleReadLocked()
 	cc.nextID++
 	id := cc.nextID
 	if cc.streams == nil {

@@ -290,8 +290,14 @@ func (c *conn) waitData(ctx context.Context) error {
 		}
 	}
 	wakeSelf(w)
+	if err := ctx.Err(); err != nil {
+		// Ended by the reader, not the peer: the engine's idle reader is
+		// cancelled by the next call, and its long wait must not cut that
+		// call's polling short.
+		return err
+	}
 	c.readWait.observe(time.Since(start))
-	return ctx.Err()
+	return nil
 }
 
 // wakeSelf clears this side's own sleep word, however it slept.

@@ -107,8 +107,9 @@
 // go through net.Conn.
 //
 // Keepalive probes only when the connection waits for an answer: a ReadFrame
-// is blocked and requests written outnumber responses read. An idle client,
-// which has nobody reading, cannot answer Pings; so a server, whose read loop
+// is blocked and requests written outnumber responses read. An idle client
+// may have nobody reading (the engine's reads once a connection carried no
+// call for 100 ms), and cannot answer Pings then; so a server, whose read loop
 // always waits for the next request, never probes and never declares an
 // idle client dead (the OS TCP keepalive and write_timeout cover vanished
 // clients), and a client with no call waiting sends no Pings. The timer
