@@ -47,8 +47,10 @@ type Client struct {
 	life            context.Context // ends with Close: bounds background dials
 	endLife         context.CancelFunc
 	dials           sync.WaitGroup
-	calls           sync.Pool // *callState
-	attempts        sync.Pool // *attempt
+	sweepMu         sync.Mutex  // held by each look for idle connections
+	sweep           *time.Timer // the next look (sweepIdle); nil until the first connection
+	calls           sync.Pool   // *callState
+	attempts        sync.Pool   // *attempt
 	dialTimeout     time.Duration
 }
 
@@ -131,6 +133,7 @@ func (c *Client) Close() error {
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
 	c.dials.Wait()
+	c.stopIdleSweep()
 	// A Watch ends while the connections close; a report that comes
 	// meanwhile finds no pools to drop. The plugins close once reports
 	// have stopped (a Notify's stop waits for the one in progress), so

@@ -240,12 +240,12 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	default:
 		p.down.end()
-		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, headroom: &c.headroom, pool: p, spare: i >= p.fixed}
+		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, headroom: &c.headroom, pool: p, spare: i >= p.fixed,
+			idle: idleReading{seen: unlooked}}
 		if old := p.conns[i]; old != nil {
 			old.retire()
 		}
 		p.conns[i] = d.cc
-		d.cc.watchIdle()
 	}
 }
 

@@ -158,7 +158,6 @@ func (cc *clientConn) retire() {
 func (cc *clientConn) closeIfIdleLocked() {
 	if cc.draining && cc.dead == nil && len(cc.pending) == 0 && len(cc.streams) == 0 && cc.unreadLocked() {
 		cc.dead = errors.New("connection retired")
-		cc.endIdleLocked()
 		go cc.conn.Close()
 	}
 }
@@ -194,7 +193,6 @@ func (cc *clientConn) fail(err error) {
 	if cc.srCancel != nil {
 		cc.srCancel()
 	}
-	cc.endIdleLocked()
 	cc.mu.Unlock()
 	_ = cc.conn.Close()
 	for id, cs := range streams {
@@ -265,6 +263,9 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	at.charge = int64(len(payload)) + cc.replyAvg
 	cc.inflight.Add(at.charge)
 	cc.mu.Unlock()
+	if at.id == 2 {
+		c.startIdleSweep() // see startIdleSweep for why not sooner
+	}
 	f.CallID = at.id
 
 	if err := cc.conn.WriteFrame(f); err != nil {

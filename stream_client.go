@@ -182,6 +182,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	cs.core.sent = true // the headers went with the request
 	cc.startStreamReaderLocked()
 	cc.mu.Unlock()
+	c.startIdleSweep()
 
 	req := &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagStream, CallID: id, Method: info.Method,
 		Codec: c.codec.Name(), Metadata: info.Metadata, Credit: uint32(cs.core.recvWin.window)}
