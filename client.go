@@ -48,7 +48,7 @@ type Client struct {
 	endLife         context.CancelFunc
 	dials           sync.WaitGroup
 	sweepMu         sync.Mutex  // held by each look for idle connections
-	sweep           *time.Timer // the next look (sweepIdle); nil until the first connection
+	sweep           *time.Timer // the next look (sweepIdle); nil until startIdleSweep
 	calls           sync.Pool   // *callState
 	attempts        sync.Pool   // *attempt
 	dialTimeout     time.Duration

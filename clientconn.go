@@ -452,9 +452,9 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 	if cc.pool != nil && !cc.spare && shutdown {
 		cc.pool.markDown(goAwayAvoidance)
 	}
-	// Read by the idle reader, it closes the connection now: nothing is
-	// pending and nothing will be sent (a caller reading closes it when
-	// the last answer is in).
+	// With nothing pending and nobody but the idle reader reading, the
+	// connection closes now: nothing more will be sent on it. (A caller
+	// reading closes it once the last answer is in.)
 	cc.mu.Lock()
 	cc.closeIfIdleLocked()
 	cc.mu.Unlock()
