@@ -48,11 +48,14 @@ func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
 	for _, sc := range conns {
 		sc.askToDrain("") // one ending for its idleness has asked already
 	}
-	awaitDrained(ctx, conns)
+	unanswered := awaitDrained(ctx, conns)
 	for _, sc := range conns {
 		sc.refuseNew("")
 	}
-	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns))
+	// unanswered says why a shutdown took a second longer: clients that
+	// read only when they call (another engine's, or a kernrpc client
+	// that made a single call) and are now refused what they send.
+	s.log.Info("shutting down: draining in-flight calls", "in_flight", s.inflight.Load(), "connections", len(conns), "unanswered", unanswered)
 	return s.waitInFlight(ctx)
 }
 
@@ -149,20 +152,35 @@ func (sc *serverConn) endIdle() {
 }
 
 // awaitDrained waits until each of conns has its client's answer and the
-// requests it counts, or drainAckWait or ctx ends the wait.
-func awaitDrained(ctx context.Context, conns []*serverConn) {
+// requests it counts, or drainAckWait or ctx ends the wait, and reports
+// how many of conns were still waited for.
+func awaitDrained(ctx context.Context, conns []*serverConn) (unanswered int) {
 	if len(conns) == 0 {
-		return
+		return 0
 	}
 	wait := time.NewTimer(drainAckWait)
 	defer wait.Stop()
-	for _, sc := range conns {
+	for i, sc := range conns {
 		select {
 		case <-sc.drained:
 		case <-wait.C:
-			return
+			return countUndrained(conns[i:])
 		case <-ctx.Done():
-			return
+			return countUndrained(conns[i:])
 		}
 	}
+	return 0
+}
+
+// countUndrained counts the connections of conns still draining.
+func countUndrained(conns []*serverConn) int {
+	n := 0
+	for _, sc := range conns {
+		select {
+		case <-sc.drained:
+		default:
+			n++
+		}
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"google.golang.org/protobuf/proto"
 )
@@ -80,6 +81,7 @@ func shutdownWithACallHeld(t *testing.T) (c kernel.Conn, down <-chan error, free
 // GoAway says how many requests to wait for, and once they are in, no
 // second GoAway is needed.
 func TestShutdownServesWhatTheClientSentBeforeItHeard(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
 	c, down, free := shutdownWithACallHeld(t)
 	for _, f := range []*kernel.Frame{
 		{Type: kernel.FrameWindowUpdate, Credit: 1 << 20},
@@ -121,12 +123,16 @@ func TestShutdownServesWhatTheClientSentBeforeItHeard(t *testing.T) {
 	if err := receive(t, down, 10*time.Second, "Shutdown did not return"); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
+	if got := logs.String(); !strings.Contains(got, "unanswered=0") {
+		t.Errorf("the shutdown's log counts a client that did not answer; it answered (want unanswered=0):\n%s", got)
+	}
 }
 
 // A client that never answers the first GoAway gets, after the wait, one
 // naming the last call served; what it sends after that is refused as
-// retryable, and the shutdown ends.
+// retryable, and the shutdown ends. Its log line counts the client.
 func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
 	c, down, free := shutdownWithACallHeld(t)
 	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != 1 || f.Message != "" {
 		t.Fatalf("got %v (call id %d, %q); want a GoAway naming call 1 the last served", f.Type, f.CallID, f.Message)
@@ -141,6 +147,9 @@ func TestShutdownRefusesWhatComesAfterAClientThatDoesNotAnswer(t *testing.T) {
 	}
 	if err := receive(t, down, 10*time.Second, "Shutdown did not return"); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	if got := logs.String(); !strings.Contains(got, `msg="shutting down: draining in-flight calls"`) || !strings.Contains(got, "unanswered=1") {
+		t.Errorf("the shutdown's log does not count the client that did not answer (unanswered=1):\n%s", got)
 	}
 }
 
