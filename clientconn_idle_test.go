@@ -24,15 +24,7 @@ const idleLonger = 400 * time.Millisecond
 func TestAnIdleClientAnswersAGoAwayAndCloses(t *testing.T) {
 	for _, reason := range []string{"", "idle_timeout"} {
 		t.Run("reason="+reason, func(t *testing.T) {
-			tr, err := kernel.NewTransport("tcp-lv", nil, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
+			ln := listenTCPLV(t)
 			accepted := make(chan kernel.Conn, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

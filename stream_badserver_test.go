@@ -16,14 +16,7 @@ import (
 // reads with the frames answer makes of it (none: no answer).
 func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) string {
 	t.Helper()
-	tr, err := kernel.NewTransport("tcp-lv", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenTCPLV(t)
 	done := make(chan struct{})
 	t.Cleanup(func() { ln.Close(); <-done })
 	go func() {
@@ -49,6 +42,23 @@ func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) stri
 		}
 	}()
 	return ln.Addr()
+}
+
+// listenTCPLV listens on a free loopback port with tcp-lv, for a test
+// that plays the server with the transport alone; the listener closes
+// when t ends.
+func listenTCPLV(t *testing.T) kernel.Listener {
+	t.Helper()
+	tr, err := kernel.NewTransport("tcp-lv", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // A server that breaks the stream protocol (more data than the client's
