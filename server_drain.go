@@ -154,7 +154,7 @@ func (sc *serverConn) endIdle() {
 // awaitDrained waits until each of conns has its client's answer and the
 // requests it counts, or drainAckWait or ctx ends the wait, and reports
 // how many of conns were still waited for.
-func awaitDrained(ctx context.Context, conns []*serverConn) (unanswered int) {
+func awaitDrained(ctx context.Context, conns []*serverConn) int {
 	if len(conns) == 0 {
 		return 0
 	}
