@@ -108,13 +108,13 @@
 //
 // Keepalive probes only when the connection waits for an answer: a ReadFrame
 // is blocked and requests written outnumber responses read. An idle client
-// may have nobody reading (the engine's reads once a connection carried no
-// call for 100 ms), and cannot answer Pings then; so a server, whose read loop
-// always waits for the next request, never probes and never declares an
-// idle client dead (the OS TCP keepalive and write_timeout cover vanished
-// clients), and a client with no call waiting sends no Pings. The timer
-// that drives it comes with the first request a connection writes, so a
-// server's connections have none.
+// may have nobody reading (the engine reads a connection that carried two
+// requests once it idled 100 ms), and cannot answer Pings then; so a
+// server, whose read loop always waits for the next request, never probes
+// and never declares an idle client dead (the OS TCP keepalive and
+// write_timeout cover vanished clients), and a client with no call waiting
+// sends no Pings. The timer that drives it comes with the first request a
+// connection writes, so a server's connections have none.
 //
 // A frame's buffer grows with the bytes that arrive, not with the length
 // announced: up to 64.5KiB at first, then doubling, so a peer announcing
