@@ -49,6 +49,7 @@ type Client struct {
 	dials           sync.WaitGroup
 	sweepMu         sync.Mutex  // held by each look for idle connections
 	sweep           *time.Timer // the next look (sweepIdle); nil until startIdleSweep
+	sweepStarted    atomic.Bool // sweep is set: startIdleSweep need not lock
 	calls           sync.Pool   // *callState
 	attempts        sync.Pool   // *attempt
 	dialTimeout     time.Duration

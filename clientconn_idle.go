@@ -47,10 +47,14 @@ const unlooked = ^uint64(0)
 // a timer, 3.2k). A client that makes one call and then idles is read by
 // nobody, as before.
 func (c *Client) startIdleSweep() {
+	if c.sweepStarted.Load() {
+		return // every stream opened asks: most find the looks running
+	}
 	c.sweepMu.Lock()
 	defer c.sweepMu.Unlock()
 	if c.sweep == nil && !c.closed.Load() {
 		c.sweep = time.AfterFunc(idleReadAfter, c.sweepIdle)
+		c.sweepStarted.Store(true)
 	}
 }
 
