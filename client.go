@@ -47,11 +47,10 @@ type Client struct {
 	life            context.Context // ends with Close: bounds background dials
 	endLife         context.CancelFunc
 	dials           sync.WaitGroup
-	sweepMu         sync.Mutex  // held by each look for idle connections
-	sweep           *time.Timer // the next look (sweepIdle); nil until startIdleSweep
-	sweepStarted    atomic.Bool // sweep is set: startIdleSweep need not lock
-	calls           sync.Pool   // *callState
-	attempts        sync.Pool   // *attempt
+	sweepMu         sync.Mutex                 // held by each look for idle connections
+	sweep           atomic.Pointer[time.Timer] // the next look (sweepIdle); nil until startIdleSweep
+	calls           sync.Pool                  // *callState
+	attempts        sync.Pool                  // *attempt
 	dialTimeout     time.Duration
 }
 

@@ -47,14 +47,13 @@ const unlooked = ^uint64(0)
 // a timer, 3.2k). A client that makes one call and then idles is read by
 // nobody, as before.
 func (c *Client) startIdleSweep() {
-	if c.sweepStarted.Load() {
+	if c.sweep.Load() != nil {
 		return // every stream opened asks: most find the looks running
 	}
 	c.sweepMu.Lock()
 	defer c.sweepMu.Unlock()
-	if c.sweep == nil && !c.closed.Load() {
-		c.sweep = time.AfterFunc(idleReadAfter, c.sweepIdle)
-		c.sweepStarted.Store(true)
+	if c.sweep.Load() == nil && !c.closed.Load() {
+		c.sweep.Store(time.AfterFunc(idleReadAfter, c.sweepIdle))
 	}
 }
 
@@ -75,15 +74,15 @@ func (c *Client) sweepIdle() {
 		}
 		p.mu.Unlock()
 	}
-	c.sweep.Reset(idleReadAfter)
+	c.sweep.Load().Reset(idleReadAfter)
 }
 
 // stopIdleSweep stops the looks, waiting out one in progress.
 func (c *Client) stopIdleSweep() {
 	c.sweepMu.Lock()
 	defer c.sweepMu.Unlock()
-	if c.sweep != nil {
-		c.sweep.Stop()
+	if t := c.sweep.Load(); t != nil {
+		t.Stop()
 	}
 }
 
