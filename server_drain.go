@@ -160,20 +160,16 @@ func awaitDrained(ctx context.Context, conns []*serverConn) int {
 	}
 	wait := time.NewTimer(drainAckWait)
 	defer wait.Stop()
-	for i, sc := range conns {
+waiting:
+	for _, sc := range conns {
 		select {
 		case <-sc.drained:
 		case <-wait.C:
-			return countUndrained(conns[i:])
+			break waiting
 		case <-ctx.Done():
-			return countUndrained(conns[i:])
+			break waiting
 		}
 	}
-	return 0
-}
-
-// countUndrained counts the connections of conns still draining.
-func countUndrained(conns []*serverConn) int {
 	n := 0
 	for _, sc := range conns {
 		select {
