@@ -159,7 +159,7 @@ func TestShortAndManyModes(t *testing.T) {
 	}
 	o := options{
 		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1,
-		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: 2, clientCallers: 2, manyPayload: modePayload,
+		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: []int{2}, clientCallers: 2, manyPayloads: []int{modePayload},
 		systems: sys, progress: io.Discard,
 	}
 	exe, err := os.Executable()
@@ -337,7 +337,7 @@ func TestParseFlags(t *testing.T) {
 		{"defaults are the documented matrix", nil, "", func(o options) bool {
 			return slices.Equal(o.payloads, []int{16, 64 << 10}) && slices.Equal(o.callers, []int{1, 4, 64}) &&
 				o.rounds == 3 && o.duration == 2*time.Second && o.warmup == 300*time.Millisecond && o.server.aliasRequests &&
-				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && o.clients == 16 && o.clientCallers == 4 && o.manyPayload == 16 &&
+				slices.Equal(o.modes, modeOrder) && slices.Equal(o.shortCallers, []int{1, 4}) && slices.Equal(o.clients, []int{16}) && o.clientCallers == 4 && slices.Equal(o.manyPayloads, []int{16}) &&
 				o.systems[0].name == "kernrpc" && o.systems[1].name == "kernrpc-tuned" &&
 				slices.Equal(o.streamSizes, []int{16, 64 << 10}) && slices.Equal(o.streams, []int{1, 16}) && o.streamDuration == 500*time.Millisecond
 		}},
@@ -359,11 +359,17 @@ func TestParseFlags(t *testing.T) {
 		{"all is every mode", []string{"-mode=short,all"}, "", func(o options) bool { return slices.Equal(o.modes, modeOrder) }},
 		{"unknown mode is named", []string{"-mode=fast"}, `-mode: unknown mode "fast"; known: long, short, many, stream, or all`, nil},
 		{"empty mode rejected", []string{"-mode="}, "-mode: no mode given", nil},
-		{"zero client processes rejected", []string{"-clients=0"}, "-clients must be from 1 to 256", nil},
-		{"zero callers per client process rejected", []string{"-client-callers=0"}, "-client-callers from 1 to 10000", nil},
+		{"zero client processes rejected", []string{"-clients=1,0"}, `-clients: bad client process count "0": want an integer from 1 to 256`, nil},
+		{"too many client processes rejected", []string{"-clients=257"}, `-clients: bad client process count "257"`, nil},
+		{"zero callers per client process rejected", []string{"-client-callers=0"}, "-client-callers must be from 1 to 10000", nil},
 		{"the many mode takes a payload size", []string{"-mode=many", "-many-payload=64KiB"}, "", func(o options) bool {
 			cs := o.cells()
 			return len(cs) == 1 && cs[0] == cell{mode: modeMany, payload: 64 << 10, callers: 4, clients: 16}
+		}},
+		{"the many mode has a row per client count, for each payload", []string{"-mode=many", "-many-payload=16,64KiB", "-clients=1,8", "-client-callers=1"}, "", func(o options) bool {
+			cs := o.cells()
+			return len(cs) == 4 && cs[0] == cell{mode: modeMany, payload: 16, callers: 1, clients: 1} &&
+				cs[1].clients == 8 && cs[1].payload == 16 && cs[2].clients == 1 && cs[3] == cell{mode: modeMany, payload: 64 << 10, callers: 1, clients: 8}
 		}},
 		{"the many mode's payload is checked", []string{"-many-payload=2MiB"}, "-many-payload: size \"2MiB\" is over 1 MiB", nil},
 		{"short callers checked", []string{"-short-callers=1,x"}, `-short-callers: bad callers count "x"`, nil},

@@ -48,7 +48,8 @@ Modes (-mode, comma-separated, or all):
   long   the callers share one client made before the round: -payloads × -callers
   short  every call makes a client, calls once and closes it: -short-callers, 16 B
   many   -clients client processes (this binary again), each one client shared
-         by -client-callers callers, against one server process: -many-payload
+         by -client-callers callers, against one server process: -many-payload;
+         with 1 among -clients, the other counts are divided by it
   stream server streaming: -streams concurrent streams sharing one client, each
          asking once for messages of one of -stream-sizes, which the server sends
          as fast as flow control allows until the round ends (-stream-duration);
@@ -72,6 +73,7 @@ Examples:
   go run ./benchmarks -mode=long -payloads=16 -callers=1 -rounds=1 # a quick look
   go run ./benchmarks -mode=short -systems=kernrpc,grpc,netrpc
   go run ./benchmarks -mode=many -clients=16 -client-callers=4 -systems=kernrpc,grpc,netrpc
+  go run ./benchmarks -mode=many -many-payload=64KiB -clients=1,8,32 -client-callers=1 -systems=kernrpc-shm,kernrpc-shm-tuned,bare-shm
   go run ./benchmarks -mode=stream                      # server streaming, about %s
   go run ./benchmarks -mode=stream -stream-sizes=64KiB -streams=16 -systems=kernrpc,grpc -profile=/tmp/prof
   go run ./benchmarks -systems=kernrpc,grpc -duration=5s -out=/tmp/r.md
@@ -172,9 +174,10 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	payloads := fs.String("payloads", "16,64KiB", "long mode: payload sizes, comma-separated; B, KiB and MiB suffixes")
 	callers := fs.String("callers", "1,4,64", "long mode: concurrent callers sharing one client, comma-separated")
 	shortCallers := fs.String("short-callers", "1,4", "short mode: concurrent callers, each making a client per call, comma-separated")
-	fs.IntVar(&o.clients, "clients", 16, "many mode: client processes against the one server")
+	clients := fs.String("clients", "16", "many mode: client processes against the one server, comma-separated (a row each; with 1 among them, "+
+		"the report divides the other rows by it)")
 	fs.IntVar(&o.clientCallers, "client-callers", 4, "many mode: concurrent callers per client process, sharing its one client")
-	manyPayload := fs.String("many-payload", "16", "many mode: payload size; B, KiB and MiB suffixes")
+	manyPayloads := fs.String("many-payload", "16", "many mode: payload sizes, comma-separated; B, KiB and MiB suffixes")
 	streamSizes := fs.String("stream-sizes", "16,64KiB", "stream mode: message sizes, comma-separated; B, KiB and MiB suffixes")
 	streams := fs.String("streams", "1,16", "stream mode: concurrent streams sharing one client, comma-separated")
 	fs.DurationVar(&o.streamDuration, "stream-duration", 500*time.Millisecond, "stream mode: measured time per round, in place of -duration "+
@@ -202,13 +205,16 @@ func parseFlags(args []string, stderr io.Writer) (options, string, error) {
 	if o.modes, err = parseModes(*modes); err != nil {
 		return o, "", fmt.Errorf("-mode: %w", err)
 	}
-	if o.clients < 1 || o.clients > 256 || o.clientCallers < 1 || o.clientCallers > 10000 {
-		return o, "", fmt.Errorf("-clients must be from 1 to 256 (got %d) and -client-callers from 1 to 10000 (got %d)", o.clients, o.clientCallers)
+	if o.clients, err = parseList(*clients, parseClients); err != nil {
+		return o, "", fmt.Errorf("-clients: %w", err)
+	}
+	if o.clientCallers < 1 || o.clientCallers > 10000 {
+		return o, "", fmt.Errorf("-client-callers must be from 1 to 10000 (got %d)", o.clientCallers)
 	}
 	if o.shortCallers, err = parseList(*shortCallers, parseCallers); err != nil {
 		return o, "", fmt.Errorf("-short-callers: %w", err)
 	}
-	if o.manyPayload, err = parseSize(*manyPayload); err != nil {
+	if o.manyPayloads, err = parseList(*manyPayloads, parseSize); err != nil {
 		return o, "", fmt.Errorf("-many-payload: %w", err)
 	}
 	if o.payloads, err = parseList(*payloads, parseSize); err != nil {
@@ -289,12 +295,22 @@ func parseSize(s string) (int, error) {
 	return v * mult, nil
 }
 
-func parseCallers(s string) (int, error) {
-	v, err := strconv.Atoi(s)
-	if err != nil || v < 1 || v > 10000 {
-		return 0, fmt.Errorf("bad callers count %q: want an integer from 1 to 10000", s)
+// parseCallers and parseClients read one count of a list flag.
+var (
+	parseCallers = countParser("callers count", 10000)
+	parseClients = countParser("client process count", 256)
+)
+
+// countParser reads a count from 1 to most, naming what it counts when it
+// is not one.
+func countParser(what string, most int) func(string) (int, error) {
+	return func(s string) (int, error) {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > most {
+			return 0, fmt.Errorf("bad %s %q: want an integer from 1 to %d", what, s, most)
+		}
+		return v, nil
 	}
-	return v, nil
 }
 
 // commandLine is how to repeat this run. Under go run the binary lives in

@@ -361,3 +361,37 @@ func (rr *roundResult) addClient(line string) error {
 	rr.client.cpu += time.Duration(v[3])
 	return nil
 }
+
+// manyTogether writes, where the many mode ran one client process beside
+// more, each system's rows divided by its row of one process with the
+// same payload and callers: whether many clients of one server together
+// beat one client (issue 18 asks it of shm-ring at 64 KiB).
+func (b *benchmark) manyTogether(w *strings.Builder) {
+	t := table{header: []string{"system", "payload", "clients × callers", "calls/s", "client CPU/call", "server CPU/call"}}
+	for _, i := range b.modeSystems(modeMany) {
+		for _, one := range b.cells {
+			if one.mode != modeMany || one.clients != 1 || b.results[one][i] == nil {
+				continue
+			}
+			base := b.results[one][i]
+			for _, c := range b.cells {
+				r := b.results[c][i]
+				if c.mode != modeMany || c.clients == 1 || c.payload != one.payload || c.callers != one.callers || r == nil {
+					continue
+				}
+				t.add(b.opts.systems[i].label, sizeName(c.payload), c.callersName()+" ÷ "+one.callersName(),
+					fmtRatio(r.qps(), base.qps()),
+					fmtRatio(r.perCall(float64(r.client.cpu)), base.perCall(float64(base.client.cpu))),
+					fmtRatio(r.perCall(float64(r.server.cpu)), base.perCall(float64(base.server.cpu))))
+			}
+		}
+	}
+	if len(t.rows) == 0 {
+		return
+	}
+	w.WriteString("### many: client processes together ÷ one\n\n" +
+		"Each system's rows divided by its row of one client process with the same payload and callers each: " +
+		"above 1 for calls/s, the processes together did more than one did alone; the CPU a call counts all client " +
+		"processes, then the server.\n\n")
+	t.write(w)
+}

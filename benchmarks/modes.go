@@ -80,7 +80,11 @@ func (o *options) cells() []cell {
 				cs = append(cs, cell{mode: m, payload: modePayload, callers: c})
 			}
 		case modeMany:
-			cs = append(cs, cell{mode: m, payload: o.manyPayload, callers: o.clientCallers, clients: o.clients})
+			for _, p := range o.manyPayloads {
+				for _, n := range o.clients {
+					cs = append(cs, cell{mode: m, payload: p, callers: o.clientCallers, clients: n})
+				}
+			}
 		case modeStream:
 			for _, p := range o.streamSizes {
 				for _, n := range o.streams {

@@ -177,6 +177,9 @@ func (b *benchmark) modeSection(w *strings.Builder, mode string) {
 	if mode == modeLong {
 		b.generatedTargets(w)
 	}
+	if mode == modeMany {
+		b.manyTogether(w)
+	}
 }
 
 // logLine says how many log records at INFO and above each server wrote

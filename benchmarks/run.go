@@ -23,10 +23,12 @@ type options struct {
 	callers  []int    // long mode
 	// shortCallers are the short mode's concurrent callers.
 	shortCallers []int
-	// clients and clientCallers shape the many mode: client processes,
-	// and callers per process.
-	clients, clientCallers int
-	manyPayload            int // bytes
+	// clients, clientCallers and manyPayloads shape the many mode: the
+	// counts of client processes, one row each, callers per process, and
+	// payload sizes in bytes.
+	clients       []int
+	clientCallers int
+	manyPayloads  []int
 	// streamSizes and streams shape the stream mode: message sizes, and
 	// concurrent streams; streamDuration replaces duration there, since
 	// a stream's rate settles at once.
@@ -104,9 +106,6 @@ type benchmark struct {
 // systems take turns round by round, so that a noisy second on the machine
 // hits all of them alike rather than one system's whole measurement.
 func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, error) {
-	if o.clients < 1 {
-		o.clients = 1 // many mode with the zero options of a test
-	}
 	b := &benchmark{opts: o, cells: o.cells(), results: map[cell][]*result{}, started: time.Now()}
 	servers := make([]*childProcess, len(o.systems))
 	defer func() {
