@@ -340,6 +340,10 @@ func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if r.URL.Query().Has("recurse") {
+		s.kvList(w, r, key)
+		return
+	}
 	err := s.block(r, func() uint64 { return s.st.keyIndex(key) })
 	defer s.mu.Unlock()
 	if err != nil {
@@ -352,6 +356,32 @@ func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
+	writeJSON(w, []map[string]any{kvOut(e)})
+}
+
+// kvList answers GET /v1/kv/:prefix?recurse: every entry under prefix, by
+// key, and 404 when there is none. Its index is the last change under the
+// prefix, deletions included (Consul's tombstones).
+func (s *Server) kvList(w http.ResponseWriter, r *http.Request, prefix string) {
+	err := s.block(r, func() uint64 { return s.st.prefixIndex(prefix) })
+	defer s.mu.Unlock()
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(s.st.prefixIndex(prefix), 10))
+	out := []map[string]any{}
+	for _, e := range s.st.under(prefix) {
+		out = append(out, kvOut(e))
+	}
+	if len(out) == 0 {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	writeJSON(w, out)
+}
+
+func kvOut(e *kvEntry) map[string]any {
 	out := map[string]any{
 		"Key": e.Key, "Value": e.Value, "Flags": e.Flags, "LockIndex": e.LockIndex,
 		"CreateIndex": e.CreateIndex, "ModifyIndex": e.ModifyIndex,
@@ -359,7 +389,7 @@ func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
 	if e.Session != "" {
 		out["Session"] = e.Session
 	}
-	writeJSON(w, []map[string]any{out})
+	return out
 }
 
 func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
@@ -441,11 +471,27 @@ func (s *Server) kvWrite(key string, value []byte, flags uint64, q map[string][]
 	return true, nil
 }
 
+// kvDelete answers DELETE /v1/kv/:key. With ?cas=N it deletes only an
+// entry whose ModifyIndex is N, and answers whether it did; as in Consul,
+// cas=0 deletes nothing.
 func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	q := r.URL.Query()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.st.kv[key]; ok {
+	e, ok := s.st.kv[key]
+	if q.Has("cas") {
+		want, err := strconv.ParseUint(q.Get("cas"), 10, 64)
+		if err != nil {
+			httpError(w, http.StatusBadRequest, "invalid cas index %q", q.Get("cas"))
+			return
+		}
+		if !ok || e.ModifyIndex != want { // never 0: cas=0 deletes nothing
+			writeJSON(w, false)
+			return
+		}
+	}
+	if ok {
 		delete(s.st.kv, key)
 		s.st.kvIndex[key] = s.st.next()
 		s.notifyLocked()

@@ -34,8 +34,11 @@
 //     releasing (or, with behavior delete, deleting) its locks; a lock whose
 //     session was invalidated cannot be acquired for the session's
 //     lock-delay.
-//   - GET, PUT and DELETE /v1/kv/:key, with ?acquire=, ?release=, ?cas=,
-//     ?flags= and blocking GETs (?index, ?wait) on the key.
+//   - GET, PUT and DELETE /v1/kv/:key, with ?acquire=, ?release=, ?cas=
+//     (on PUT and DELETE), ?flags= and blocking GETs (?index, ?wait) on the
+//     key; GET /v1/kv/:prefix?recurse lists every entry under the prefix
+//     (404 when none), blocking on the last change under it, deletions
+//     included, as Consul's tombstones make it.
 //
 // Every response carries X-Consul-KnownLeader and X-Consul-LastContact as
 // an agent's do. Stop and Start take the agent away and bring it back on

@@ -244,3 +244,65 @@ func TestStopAndStart(t *testing.T) {
 		t.Fatalf("after Start: %v", err)
 	}
 }
+
+// GET /v1/kv/:prefix?recurse lists the entries under a prefix, by key, and
+// blocks on the prefix's last change, a deletion included; DELETE with
+// ?cas= deletes only at the entry's ModifyIndex, and never with cas=0.
+func TestKVPrefixListsAndCheckAndSetDeletes(t *testing.T) {
+	s := standIn(t, fast)
+	kv := apiClient(t, s.Addr()).KV()
+	for _, k := range []string{"p/b", "p/a", "q/a"} {
+		if _, err := kv.Put(&api.KVPair{Key: k, Value: []byte(k)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pairs, meta, err := kv.List("p/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) != 2 || pairs[0].Key != "p/a" || pairs[1].Key != "p/b" {
+		t.Fatalf("List(p/) = %v; want p/a, p/b", pairs)
+	}
+	if empty, _, err := kv.List("none/", nil); err != nil || empty != nil {
+		t.Errorf("List of an empty prefix: %v, %v; want nothing (404), no error", empty, err)
+	}
+
+	blocked := make(chan uint64, 1)
+	go func() {
+		_, m, err := kv.List("p/", &api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 5 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		blocked <- m.LastIndex
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := kv.Put(&api.KVPair{Key: "q/b", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case idx := <-blocked:
+		t.Fatalf("a write outside the prefix ended the blocking list (index %d)", idx)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	if ok, _, err := kv.DeleteCAS(&api.KVPair{Key: "p/a", ModifyIndex: 0}, nil); err != nil || ok {
+		t.Errorf("DeleteCAS at index 0: %v, %v; want false, as Consul deletes nothing with cas=0", ok, err)
+	}
+	if ok, _, err := kv.DeleteCAS(&api.KVPair{Key: "p/a", ModifyIndex: pairs[0].ModifyIndex + 100}, nil); err != nil || ok {
+		t.Errorf("DeleteCAS at a wrong index: %v, %v; want false", ok, err)
+	}
+	if ok, _, err := kv.DeleteCAS(pairs[0], nil); err != nil || !ok {
+		t.Fatalf("DeleteCAS at the entry's index: %v, %v; want true", ok, err)
+	}
+	select {
+	case idx := <-blocked:
+		if idx <= meta.LastIndex {
+			t.Errorf("after a deletion under the prefix the index is %d; want above %d", idx, meta.LastIndex)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("deleting p/a did not end the blocking list of p/")
+	}
+	if pairs, _, err := kv.List("p/", nil); err != nil || len(pairs) != 1 || pairs[0].Key != "p/b" {
+		t.Errorf("List(p/) after the deletion = %v, %v; want p/b", pairs, err)
+	}
+}

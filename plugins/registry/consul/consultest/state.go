@@ -250,6 +250,30 @@ func (st *state) expireSessions(now time.Time, multiplier int) bool {
 
 func (st *state) keyIndex(key string) uint64 { return max(st.kvIndex[key], 1) }
 
+// prefixIndex is the last change to a key under prefix, deletions
+// included.
+func (st *state) prefixIndex(prefix string) uint64 {
+	var idx uint64 = 1
+	for key, i := range st.kvIndex {
+		if strings.HasPrefix(key, prefix) {
+			idx = max(idx, i)
+		}
+	}
+	return idx
+}
+
+// under lists the entries whose keys start with prefix, by key.
+func (st *state) under(prefix string) []*kvEntry {
+	var out []*kvEntry
+	for key, e := range st.kv {
+		if strings.HasPrefix(key, prefix) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *kvEntry) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
 func (st *state) putKey(key string, value []byte, flags uint64) *kvEntry {
 	e := st.kv[key]
 	idx := st.next()
