@@ -31,6 +31,7 @@ var targets = []target{
 	{"FuzzUnmarshalJSON", "./generic"},
 	{"FuzzDecodeInstance", "./plugins/registry/etcd"},
 	{"FuzzDecodeEntry", "./plugins/registry/consul"},
+	{"FuzzDecodeShared", "./plugins/registry/consul"},
 	{"FuzzDecodeOptions", "./kernel"},
 	{"FuzzParseConfig", "."},
 }

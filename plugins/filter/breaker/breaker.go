@@ -105,7 +105,7 @@
 // state to share, and the option is refused with mode sre), every client
 // of a share_namespace sees one open state per key, through the client's
 // registry (kernel.SharedStore: the memory registry within a process, the
-// etcd registry across processes). When a client's breaker opens, its
+// etcd and consul registries across processes). When a client's breaker opens, its
 // filter publishes the key breaker/<share_namespace>/<method>|<host> (the
 // scope's key, each part path-escaped; the part the scope leaves out is
 // empty) holding the wall-clock time until which it is open and the
@@ -127,7 +127,7 @@
 // the registry. The filter follows the shared state from the time the
 // client is built (kernel.PluginsObserver; an opening already published
 // is applied before the first call) until it is closed. A registry that
-// cannot share (consul today) fails no call: the filter logs an error,
+// cannot share (one of a user's own) fails no call: the filter logs an error,
 // once, naming the registry, and keeps its state to itself; so does one
 // whose watch fails, until a retry succeeds.
 //

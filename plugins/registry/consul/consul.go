@@ -1,8 +1,9 @@
 // Package consul is a kernrpc service registry on HashiCorp Consul: servers
 // register through the local Consul agent with a TTL check they keep
 // passing, clients discover through blocking queries on the health endpoint
-// into a local cache, and leaders are elected through a session and a KV
-// lock. docs/registry-consul.md says how each part works, what it costs and
+// into a local cache, leaders are elected through a session and a KV lock,
+// and shared entries (kernel.SharedStore, the breaker's share: registry)
+// are KV keys kernrpc/shared/<key> whose values carry their own expiry. docs/registry-consul.md says how each part works, what it costs and
 // what it was verified against.
 //
 // Config name: "consul". Options, with defaults:
@@ -60,7 +61,7 @@ const Name = "consul"
 
 // Factory builds consul registries; it is registered from init.
 var Factory = kernel.NewFactory(Name,
-	"Consul: agent registration with a TTL check, discovery by blocking queries, elections by session lock",
+	"Consul: agent registration with a TTL check, discovery by blocking queries, elections by session lock, shared entries in KV",
 	DefaultOptions,
 	func(o *Options) (kernel.Registry, error) { return New(*o) })
 
@@ -72,6 +73,7 @@ var (
 	_ kernel.Elector              = (*Registry)(nil)
 	_ kernel.RegistryCapabilities = (*Registry)(nil)
 	_ kernel.LeaseAbandoner       = (*Registry)(nil)
+	_ kernel.SharedStore          = (*Registry)(nil)
 )
 
 // Registry is one client of a Consul agent. It owns what it registered
@@ -82,6 +84,7 @@ type Registry struct {
 	client    *api.Client
 	transport *http.Transport
 	log       *slog.Logger
+	writer    string // names this registry in the shared entries it writes
 
 	// life ends every background goroutine; wg counts them.
 	life context.Context
@@ -97,6 +100,7 @@ type Registry struct {
 	keeper      chan struct{}            // wakes the keeper; nil until the first Register
 	caches      map[string]*serviceCache // by service
 	leaderships map[*leadership]struct{}
+	sharedOwn   map[string]struct{} // shared keys this registry wrote last, for Close
 	// heartbeat ends the renewals (TTL passes, session renewals) on
 	// AbandonLeases, and on Close.
 	heartbeat     context.Context
@@ -126,6 +130,8 @@ func New(opts Options) (*Registry, error) {
 		owned:         make(map[string]*registration),
 		caches:        make(map[string]*serviceCache),
 		leaderships:   make(map[*leadership]struct{}),
+		sharedOwn:     make(map[string]struct{}),
+		writer:        newWriterID(),
 		heartbeat:     heartbeat,
 		stopHeartbeat: stopHeartbeat,
 	}, nil
@@ -147,7 +153,8 @@ func (r *Registry) AbandonLeases() {
 }
 
 // Close deregisters every instance this registry registered, resigns its
-// leaderships, ends its watches and stops its goroutines. It is
+// leaderships, deletes the shared entries it wrote last, ends its watches
+// and stops its goroutines. It is
 // idempotent; it returns the first deregistration error, if any, after
 // having tried them all.
 func (r *Registry) Close() error {
@@ -163,6 +170,10 @@ func (r *Registry) Close() error {
 	r.leaderships = nil
 	caches := r.caches
 	r.caches = nil
+	sharedOwn := r.sharedOwn
+	if r.abandoned {
+		sharedOwn = nil // as if the process had died: its entries expire
+	}
 	r.mu.Unlock()
 
 	r.stopHeartbeat()
@@ -177,6 +188,7 @@ func (r *Registry) Close() error {
 		l.resign(ctx)
 		cancel()
 	}
+	errs = append(errs, r.deleteOwnShared(sharedOwn))
 	r.end()
 	for _, c := range caches {
 		c.closeWatchers()

@@ -279,10 +279,13 @@ func TestUnreachableAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := open(t, addr, map[string]any{"timeout": "300ms"})
 			calls := map[string]func() error{
-				"Register": func() error { return r.Register(ctx(t), instance("echo", "a"), 0) },
-				"Resolve":  func() error { _, err := r.Resolve(ctx(t), "echo"); return err },
-				"Watch":    func() error { _, err := r.Watch(ctx(t), "echo2"); return err },
-				"Campaign": func() error { _, err := r.Campaign(ctx(t), "e", "a"); return err },
+				"Register":     func() error { return r.Register(ctx(t), instance("echo", "a"), 0) },
+				"Resolve":      func() error { _, err := r.Resolve(ctx(t), "echo"); return err },
+				"Watch":        func() error { _, err := r.Watch(ctx(t), "echo2"); return err },
+				"Campaign":     func() error { _, err := r.Campaign(ctx(t), "e", "a"); return err },
+				"PutShared":    func() error { return r.PutShared(ctx(t), "k", []byte("v"), 0) },
+				"DeleteShared": func() error { return r.DeleteShared(ctx(t), "k") },
+				"WatchShared":  func() error { return r.WatchShared(ctx(t), "k/", func(string, []byte) {}) },
 			}
 			for call, f := range calls {
 				start := time.Now()
