@@ -3,8 +3,9 @@
 // passing, clients discover through blocking queries on the health endpoint
 // into a local cache, leaders are elected through a session and a KV lock,
 // and shared entries (kernel.SharedStore, the breaker's share: registry)
-// are KV keys kernrpc/shared/<key> whose values carry their own expiry. docs/registry-consul.md says how each part works, what it costs and
-// what it was verified against.
+// are KV keys kernrpc/shared/<key> whose values carry their own expiry.
+// docs/registry-consul.md says how each part works, what it costs and what
+// it was verified against.
 //
 // Config name: "consul". Options, with defaults:
 //

@@ -59,36 +59,34 @@ func newWriterID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sharedUsable refuses a shared-store operation on a closed registry, with
-// an empty key, or with ctx done.
-func (r *Registry) sharedUsable(ctx context.Context, op, key string) error {
-	if key == "" && op != "watch shared" {
-		return fmt.Errorf("consul: %s: empty key", op)
-	}
+// sharedUsable refuses a shared-store operation (what, for the error) with
+// ctx done or on a closed registry, and reports whether AbandonLeases was
+// called.
+func (r *Registry) sharedUsable(ctx context.Context, what string) (abandoned bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("consul: %s %s: %w", op, key, err)
+		return false, fmt.Errorf("consul: %s: %w", what, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return fmt.Errorf("consul: %s %s: %w", op, key, kernel.ErrClosed)
+		return false, fmt.Errorf("consul: %s: %w", what, kernel.ErrClosed)
 	}
-	return nil
+	return r.abandoned, nil
 }
 
 // PutShared writes key with value for ttl (the ttl option when 0). Close
 // deletes the entries this registry wrote last.
 func (r *Registry) PutShared(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	if err := r.sharedUsable(ctx, "put shared", key); err != nil {
+	if key == "" {
+		return errors.New("consul: put shared: empty key")
+	}
+	abandoned, err := r.sharedUsable(ctx, "put shared "+key)
+	switch {
+	case err != nil:
 		return err
-	}
-	if ttl < 0 {
+	case ttl < 0:
 		return fmt.Errorf("consul: put shared %s: negative ttl %s", key, ttl)
-	}
-	r.mu.Lock()
-	abandoned := r.abandoned
-	r.mu.Unlock()
-	if abandoned {
+	case abandoned:
 		return fmt.Errorf("consul: put shared %s: the registry abandoned its leases (AbandonLeases): as a dead process's, it writes nothing", key)
 	}
 	if ttl == 0 {
@@ -114,7 +112,10 @@ func (r *Registry) PutShared(ctx context.Context, key string, value []byte, ttl 
 
 // DeleteShared deletes key; a missing key is no error.
 func (r *Registry) DeleteShared(ctx context.Context, key string) error {
-	if err := r.sharedUsable(ctx, "delete shared", key); err != nil {
+	if key == "" {
+		return errors.New("consul: delete shared: empty key")
+	}
+	if _, err := r.sharedUsable(ctx, "delete shared "+key); err != nil {
 		return err
 	}
 	octx, cancel := r.opContext(ctx)

@@ -37,7 +37,7 @@ type sharedLive struct {
 // registry is closed. It returns once the current entries have been given,
 // or with the first listing's error.
 func (r *Registry) WatchShared(ctx context.Context, prefix string, fn func(key string, value []byte)) error {
-	if err := r.sharedUsable(ctx, "watch shared", prefix); err != nil {
+	if _, err := r.sharedUsable(ctx, "watch shared "+prefix); err != nil {
 		return err
 	}
 	client, tr, err := newClient(r.cfg)
