@@ -9,6 +9,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/breaker"
 	"github.com/kernrpc/kernrpc/plugins/registry/consul"
@@ -30,40 +31,22 @@ func engineConfig(addr string) *kernrpc.Config {
 }
 
 func serveEcho(t *testing.T, cfg *kernrpc.Config, bad bool) *backend {
-	t.Helper()
 	b := &backend{}
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernrpc.Handle(srv, "Echo.Who", func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
-		b.calls.Add(1)
-		if bad {
-			return nil, kernel.Errorf(kernel.Unavailable, "dependency down")
-		}
-		return &echopb.Echo{Text: "ok"}, nil
+	b.srv = enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
+			b.calls.Add(1)
+			if bad {
+				return nil, kernel.Errorf(kernel.Unavailable, "dependency down")
+			}
+			return &echopb.Echo{Text: "ok"}, nil
+		})
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	b.srv = srv
 	return b
 }
 
 func dialBreaker(t *testing.T, cfg *kernrpc.Config, options map[string]any) (*kernrpc.Client, *breaker.Filter) {
 	t.Helper()
-	c := *cfg
-	c.Filters = []kernrpc.FilterConfig{{Name: breaker.Name, Side: "client", Options: options}}
-	cli, err := kernrpc.NewClient(&c, c.Service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: breaker.Name, Side: "client", Options: options}))
 	f, ok := kernrpc.FindPlugin[*breaker.Filter](cli.Plugins(), breaker.Name)
 	if !ok {
 		t.Fatal("no breaker among the client's plugins")
