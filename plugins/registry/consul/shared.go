@@ -32,7 +32,7 @@ const sharedPrefix = "kernrpc/shared/"
 
 // sharedRecord is the stored form of a shared entry.
 type sharedRecord struct {
-	Writer  string `json:"writer"`  // the registry that put it (sharedWriter)
+	Writer  string `json:"writer"`  // the registry that put it (Registry.writer)
 	Expires int64  `json:"expires"` // Unix milliseconds
 	Value   []byte `json:"value"`
 }

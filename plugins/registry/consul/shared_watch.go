@@ -2,7 +2,6 @@ package consul
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"time"
 
@@ -17,7 +16,6 @@ type sharedWatch struct {
 	prefix string // the KV prefix: sharedPrefix + the caller's prefix
 	fn     func(key string, value []byte)
 	client *api.Client
-	tr     *http.Transport
 	// live holds the entries last given to fn, by the caller's key.
 	live map[string]sharedLive
 	// skipped are keys whose values are no record, logged once each.
@@ -44,7 +42,7 @@ func (r *Registry) WatchShared(ctx context.Context, prefix string, fn func(key s
 	if err != nil {
 		return err
 	}
-	w := &sharedWatch{r: r, prefix: sharedPrefix + prefix, fn: fn, client: client, tr: tr,
+	w := &sharedWatch{r: r, prefix: sharedPrefix + prefix, fn: fn, client: client,
 		live: map[string]sharedLive{}, skipped: map[string]bool{}, stale: map[string]uint64{}}
 	octx, cancel := r.opContext(ctx)
 	pairs, meta, err := client.KV().List(w.prefix, (&api.QueryOptions{}).WithContext(octx))
@@ -95,7 +93,7 @@ func (w *sharedWatch) follow(ctx context.Context, index uint64) {
 			if failures == 1 {
 				r.log.Warn("consul: shared entries' blocking query failed; trying again", "prefix", w.prefix, "err", err)
 			}
-			w.expire(ctx, time.Now())
+			w.expire(time.Now()) // on time, agent or not; deleting waits for it
 			if !sleep(ctx, backoff(failures)) {
 				return
 			}
@@ -111,7 +109,8 @@ func (w *sharedWatch) follow(ctx context.Context, index uint64) {
 		}
 		w.apply(pairs, failures > 0)
 		failures = 0
-		w.expire(ctx, time.Now())
+		w.expire(time.Now())
+		w.deleteStale(ctx)
 	}
 }
 
@@ -150,9 +149,9 @@ func (w *sharedWatch) apply(pairs api.KVPairs, again bool) {
 	}
 }
 
-// expire gives nil for every live entry past its time, and deletes it and
-// every stale one from Consul unless it was written since.
-func (w *sharedWatch) expire(ctx context.Context, now time.Time) {
+// expire gives nil for every live entry past its time, and leaves it to
+// deleteStale.
+func (w *sharedWatch) expire(now time.Time) {
 	for key, l := range w.live {
 		if l.expires.After(now) {
 			continue
@@ -161,6 +160,11 @@ func (w *sharedWatch) expire(ctx context.Context, now time.Time) {
 		w.fn(key, nil)
 		w.stale[key] = l.index
 	}
+}
+
+// deleteStale deletes the expired entries from Consul, each unless it was
+// written since.
+func (w *sharedWatch) deleteStale(ctx context.Context) {
 	for key, index := range w.stale {
 		delete(w.stale, key)
 		octx, cancel := w.r.opContext(ctx)
