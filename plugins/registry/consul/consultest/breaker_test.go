@@ -22,11 +22,11 @@ type backend struct {
 	calls atomic.Int64
 }
 
-func engineConfig(addr string) *kernrpc.Config {
-	cfg := kernrpc.DefaultConfig()
-	cfg.Service = "echo"
+// engineConfig is enginetest's config, its instances found through the
+// stand-in at addr.
+func engineConfig(t *testing.T, addr string) *kernrpc.Config {
+	cfg := enginetest.Config(t)
 	cfg.Registry = kernrpc.PluginConfig{Name: consul.Name, Options: options(addr)}
-	cfg.Client.Timeout = kernel.Duration(5 * time.Second)
 	return cfg
 }
 
@@ -44,9 +44,9 @@ func serveEcho(t *testing.T, cfg *kernrpc.Config, bad bool) *backend {
 	return b
 }
 
-func dialBreaker(t *testing.T, cfg *kernrpc.Config, options map[string]any) (*kernrpc.Client, *breaker.Filter) {
+func dialBreaker(t *testing.T, cfg *kernrpc.Config, opts map[string]any) (*kernrpc.Client, *breaker.Filter) {
 	t.Helper()
-	cli := enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: breaker.Name, Side: "client", Options: options}))
+	cli := enginetest.Dial(t, enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: breaker.Name, Side: "client", Options: opts}))
 	f, ok := kernrpc.FindPlugin[*breaker.Filter](cli.Plugins(), breaker.Name)
 	if !ok {
 		t.Fatal("no breaker among the client's plugins")
@@ -58,7 +58,7 @@ func dialBreaker(t *testing.T, cfg *kernrpc.Config, options map[string]any) (*ke
 // instance, B refuses it from its first call, as with etcd.
 func TestBreakerOpeningSharedThroughConsul(t *testing.T) {
 	s := standIn(t, fast)
-	cfg := engineConfig(s.Addr())
+	cfg := engineConfig(t, s.Addr())
 	bad := serveEcho(t, cfg, true)
 	serveEcho(t, cfg, false)
 	opts := map[string]any{"share": "registry", "min_requests": 3, "open_duration": "30s"}
