@@ -99,7 +99,7 @@ const Name = "etcd"
 
 // Factory builds etcd registries; it is registered from init.
 var Factory = kernel.NewFactory(Name,
-	"service registry on etcd v3: one lease per registry, watched local cache, leader election",
+	"service registry on etcd v3: one lease per registry, watched local cache, leader election, shared entries",
 	DefaultOptions,
 	func(o *Options) (kernel.Registry, error) { return New(*o) })
 
