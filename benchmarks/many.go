@@ -375,8 +375,11 @@ func (b *benchmark) manyTogether(w *strings.Builder) {
 			}
 			base := b.results[one][i]
 			for _, c := range b.cells {
+				if c.mode != modeMany || c.clients == 1 || c.payload != one.payload || c.callers != one.callers {
+					continue
+				}
 				r := b.results[c][i]
-				if c.mode != modeMany || c.clients == 1 || c.payload != one.payload || c.callers != one.callers || r == nil {
+				if r == nil {
 					continue
 				}
 				t.add(b.opts.systems[i].label, sizeName(c.payload), c.callersName()+" ÷ "+one.callersName(),
