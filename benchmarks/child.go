@@ -82,9 +82,14 @@ func startChild(ctx context.Context, exe string, sys *system, role string, args 
 	return p, nil
 }
 
-// readLine waits for the child's next line of stdout.
+// readLine waits for the child's next line of stdout, at most childWait.
 func (p *childProcess) readLine(ctx context.Context) (string, error) {
-	t := time.NewTimer(childWait)
+	return p.readLineWithin(ctx, childWait)
+}
+
+// readLineWithin waits for the child's next line of stdout, at most wait.
+func (p *childProcess) readLineWithin(ctx context.Context, wait time.Duration) (string, error) {
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case l, ok := <-p.lines:
@@ -93,7 +98,7 @@ func (p *childProcess) readLine(ctx context.Context) (string, error) {
 		}
 		return l, nil
 	case <-t.C:
-		return "", fmt.Errorf("no answer from the %s within %s; run %q by hand to see what it does", p.role, childWait, p.args)
+		return "", fmt.Errorf("no answer from the %s within %s; run %q by hand to see what it does", p.role, wait, p.args)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

@@ -188,7 +188,7 @@ func TestShortAndManyModes(t *testing.T) {
 				t.Errorf("%s: costs not measured: client %+v server %+v", name, r.client, r.server)
 			}
 			if r.cold != 0 {
-				t.Errorf("%s: %d client processes not warm within %s; 16 B clients fault little and warm at once", name, r.cold, warmLimit)
+				t.Errorf("%s: %d client processes not warm within %s; 16 B clients fault little and warm at once", name, r.cold, warmLimit(c.clients))
 			}
 			perCall := r.perCall(float64(r.client.mallocs))
 			if c.mode == modeShort && perCall < 20 {
@@ -223,7 +223,7 @@ func TestClientChildReportsFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// net/rpc dials at once, so a closed port fails before "ready".
-	err := runClientChild(ctx, systems["netrpc"], "127.0.0.1:1", 1, 16, in, &out)
+	err := runClientChild(ctx, systems["netrpc"], "127.0.0.1:1", 1, 16, warmLimitMin, in, &out)
 	if err == nil || !strings.HasPrefix(out.String(), "error ") || !strings.Contains(out.String(), "127.0.0.1:1") {
 		t.Errorf("err %v, output %q: want an error line naming the address", err, out.String())
 	}

@@ -24,12 +24,12 @@ import (
 // many small services calling one do. The harness re-executes itself for
 // each client process as
 //
-//	benchmarks -client=kernrpc -addr=127.0.0.1:40123 -callers=4 -payload=16
+//	benchmarks -client=kernrpc -addr=127.0.0.1:40123 -callers=4 -payload=16 -warm-limit=8s
 //
 // Protocol on the client child's stdin and stdout, one line each:
 //
 //	child:   ready                  its callers are calling, its heap is warm (awaitWarmHeap)
-//	   or:   ready cold             the same, but its heap did not get warm within warmLimit
+//	   or:   ready cold             the same, but its heap did not get warm within -warm-limit
 //	harness: start                  the measured window opens
 //	harness: stop                   and closes
 //	child:   result <calls> <window ns> <mallocs> <cpu ns> <histogram>
@@ -53,19 +53,20 @@ func clientMain(args []string) int {
 	addr := fs.String("addr", "", "the server's address")
 	callers := fs.Int("callers", 1, "concurrent callers sharing this process's client")
 	payload := fs.Int("payload", modePayload, "payload bytes")
+	limit := fs.Duration("warm-limit", warmLimit(1), "longest wait for a warm heap before saying ready cold")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	sys, ok := systems[*name]
-	if !ok || *addr == "" || *callers < 1 || *payload < 0 || *payload > maxPayload {
-		fmt.Fprintf(os.Stderr, "benchmarks -client: want a known -client (%s), an -addr, -callers ≥ 1 and -payload up to %d; got %q %q %d %d\n",
-			strings.Join(systemOrder, ", "), maxPayload, *name, *addr, *callers, *payload)
+	if !ok || *addr == "" || *callers < 1 || *payload < 0 || *payload > maxPayload || *limit <= 0 {
+		fmt.Fprintf(os.Stderr, "benchmarks -client: want a known -client (%s), an -addr, -callers ≥ 1, -payload up to %d and a positive -warm-limit; got %q %q %d %d %s\n",
+			strings.Join(systemOrder, ", "), maxPayload, *name, *addr, *callers, *payload, *limit)
 		return 2
 	}
 	slog.SetLogLoggerLevel(slog.LevelWarn) // as in a server child
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	if err := runClientChild(ctx, sys, *addr, *callers, *payload, os.Stdin, os.Stdout); err != nil {
+	if err := runClientChild(ctx, sys, *addr, *callers, *payload, *limit, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "benchmarks -client=%s: %v\n", *name, err)
 		return 1
 	}
@@ -73,7 +74,7 @@ func clientMain(args []string) int {
 }
 
 // runClientChild is the client child's side of the protocol above.
-func runClientChild(ctx context.Context, sys *system, addr string, callers, size int, in io.Reader, out io.Writer) error {
+func runClientChild(ctx context.Context, sys *system, addr string, callers, size int, warmWait time.Duration, in io.Reader, out io.Writer) error {
 	cli, err := sys.dial(ctx, addr)
 	if err != nil {
 		fmt.Fprintf(out, "error %s\n", oneLine(err))
@@ -109,7 +110,7 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 			stopCallers()
 		}
 	}()
-	if awaitWarmHeap(ctx, errs) {
+	if awaitWarmHeap(ctx, errs, warmWait) {
 		fmt.Fprintln(out, readyLine)
 	} else {
 		fmt.Fprintln(out, readyColdLine)
@@ -159,8 +160,8 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 // warmSpan in which it ran for warmMinCPU or more, it faulted fewer than
 // warmFaultRate pages per millisecond of its CPU time; or once its heap
 // has been collected warmCycles times since its callers began (its later
-// answers reuse what those freed); or at warmLimit, then saying it is
-// cold. Every system's clients wait by the same rule; the harness's
+// answers reuse what those freed); or at its cell's warmLimit, then
+// saying it is cold. Every system's clients wait by the same rule; the harness's
 // -warmup follows. Faults are weighed against CPU time, not counted, so
 // that a process the kernel kept from a core through a span does not pass
 // for warm: with 32 clients on two cores a plain count let every one of
@@ -172,14 +173,24 @@ const (
 	// The first cycle may be the one the headroom's own allocation
 	// starts; the second has reclaimed garbage of the headroom's size.
 	warmCycles = 2
-	// warmLimit stays inside childWait, the harness's bound on "ready".
-	warmLimit = childWait * 4 / 5
+	// The processes of a cell share the machine's cores while they warm,
+	// so the wait grows with their number: 32 single-caller 64 KiB
+	// clients of a shm-ring server on two cores took 6.8-12.2 s, where a
+	// fixed 8 s left 53 of 96 cold and their cell at 0.77× one client.
+	warmLimitMin       = 8 * time.Second
+	warmLimitPerClient = 500 * time.Millisecond
 )
+
+// warmLimit is how long each of a cell's client processes waits for a
+// warm heap.
+func warmLimit(clients int) time.Duration {
+	return max(warmLimitMin, time.Duration(clients)*warmLimitPerClient)
+}
 
 // warmRule says the rule above in a few words, for -h and the report.
 func warmRule() string {
-	return fmt.Sprintf("fewer than %d page faults per millisecond of its CPU time over %s, or %d collections, at most %s",
-		warmFaultRate, warmSpan, warmCycles, warmLimit)
+	return fmt.Sprintf("fewer than %d page faults per millisecond of its CPU time over %s, or %d collections, at most %s or %s a client process",
+		warmFaultRate, warmSpan, warmCycles, warmLimitMin, warmLimitPerClient)
 }
 
 // The client child's first line, and whether its heap got warm.
@@ -191,7 +202,7 @@ const (
 // awaitWarmHeap waits until this process is warm (above), ctx ends or a
 // caller has failed, and reports whether it is warm; a failed caller's
 // error reaches the harness on the result line.
-func awaitWarmHeap(ctx context.Context, errs <-chan error) bool {
+func awaitWarmHeap(ctx context.Context, errs <-chan error, limit time.Duration) bool {
 	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	cycles := func() uint64 {
 		metrics.Read(sample)
@@ -205,7 +216,7 @@ func awaitWarmHeap(ctx context.Context, errs <-chan error) bool {
 	}
 	baseCycles := cycles()
 	lastFaults, lastCPU := usage()
-	deadline := time.Now().Add(warmLimit)
+	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(warmSpan)
 	defer tick.Stop()
 	for time.Now().Before(deadline) && len(errs) == 0 {
@@ -246,7 +257,8 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", ";
 func runManyRound(ctx context.Context, exe string, sys *system, srv *childProcess, c cell, o options) (*roundResult, error) {
 	runtime.GC()
 	args := []string{clientFlag + sys.name, "-addr=" + srv.addr,
-		"-callers=" + strconv.Itoa(c.callers), "-payload=" + strconv.Itoa(c.payload)}
+		"-callers=" + strconv.Itoa(c.callers), "-payload=" + strconv.Itoa(c.payload),
+		"-warm-limit=" + warmLimit(c.clients).String()}
 	clients := make([]*childProcess, 0, c.clients)
 	defer func() {
 		for _, p := range clients {
@@ -262,7 +274,9 @@ func runManyRound(ctx context.Context, exe string, sys *system, srv *childProces
 	}
 	cold := 0
 	for i, p := range clients {
-		l, err := p.readLine(ctx)
+		// Each process warms at once with the others: the last may answer
+		// a whole warm limit after the first.
+		l, err := p.readLineWithin(ctx, warmLimit(c.clients)+childWait)
 		switch {
 		case err != nil:
 		case l == readyColdLine:

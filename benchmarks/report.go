@@ -49,8 +49,8 @@ func (b *benchmark) markdown(command string) string {
 	fmt.Fprintf(&w, "- Other processes: %.0f%% of the CPUs during the measured windows (worst cell and system %.0f%%); %s\n",
 		100*share, 100*worstShare, verdict)
 	if cc := b.coldCells(); cc != "" {
-		fmt.Fprintf(&w, "- Cold clients: client processes whose heap was not warm within %s (see the many mode's note), "+
-			"so that their figures include first-touch page faults: %s\n", warmLimit, cc)
+		fmt.Fprintf(&w, "- Cold clients: client processes whose heap was not warm within %s, or %s a client process (see the many mode's note), "+
+			"so that their figures include first-touch page faults: %s\n", warmLimitMin, warmLimitPerClient, cc)
 	}
 	if st := b.stretchedCells(); st != "" {
 		fmt.Fprintf(&w, "- Stretched windows: no call completed within the window of %s; each stayed open until one did, "+
@@ -467,7 +467,7 @@ func sizeName(n int) string {
 }
 
 // coldCells names the many-mode cells and systems with client processes
-// that were not warm within warmLimit, and how many, or is "" if none.
+// that were not warm within their warmLimit, and how many, or is "" if none.
 func (b *benchmark) coldCells() string {
 	return b.cellsWhere(func(c cell, r *result) string {
 		if r.cold == 0 {

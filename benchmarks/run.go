@@ -65,7 +65,7 @@ type result struct {
 	others    time.Duration // CPU time other processes took meanwhile
 	roundQPS  []float64
 	stretched int // rounds whose window stayed open past its length for a first call
-	cold      int // many mode: client processes whose heap was not warm within warmLimit
+	cold      int // many mode: client processes whose heap was not warm within their warmLimit
 }
 
 func (r *result) qps() float64 { return float64(r.calls) / r.elapsed.Seconds() }
@@ -160,7 +160,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
 				}
 				if rr.cold > 0 {
-					noisy += fmt.Sprintf("  %d of %d client processes were not warm within %s", rr.cold, c.clients, warmLimit)
+					noisy += fmt.Sprintf("  %d of %d client processes were not warm within %s", rr.cold, c.clients, warmLimit(c.clients))
 				}
 				if rr.stretched {
 					noisy += fmt.Sprintf("  no call completed in the %s window: it stayed open %s longer, until one did", o.windowOf(c), (rr.elapsed - o.windowOf(c)).Round(time.Millisecond))
@@ -189,7 +189,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 type roundResult struct {
 	elapsed        time.Duration
 	stretched      bool // the window stayed open past its length for a first call
-	cold           int  // many mode: client processes not warm within warmLimit
+	cold           int  // many mode: client processes not warm within their warmLimit
 	hist           histogram
 	client, server procStats
 	others         time.Duration // CPU time of every other process; 0 without /proc

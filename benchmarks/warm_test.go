@@ -28,8 +28,8 @@ func TestAwaitWarmHeapEnds(t *testing.T) {
 	d, warm := timeWarm(context.Background(), make(chan error))
 	close(stop)
 	<-busy
-	if d >= warmLimit || !warm {
-		t.Errorf("a process busy but allocating nothing waited %s and was warm %v; want warm before the limit (%s)", d, warm, warmLimit)
+	if d >= warmLimitMin || !warm {
+		t.Errorf("a process busy but allocating nothing waited %s and was warm %v; want warm before the limit (%s)", d, warm, warmLimitMin)
 	}
 
 	failed := make(chan error, 1)
@@ -47,7 +47,7 @@ func TestAwaitWarmHeapEnds(t *testing.T) {
 
 func timeWarm(ctx context.Context, errs chan error) (time.Duration, bool) {
 	t0 := time.Now()
-	warm := awaitWarmHeap(ctx, errs)
+	warm := awaitWarmHeap(ctx, errs, warmLimitMin)
 	return time.Since(t0), warm
 }
 
