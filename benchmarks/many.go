@@ -161,11 +161,11 @@ func runClientChild(ctx context.Context, sys *system, addr string, callers, size
 // warmFaultRate pages per millisecond of its CPU time; or once its heap
 // has been collected warmCycles times since its callers began (its later
 // answers reuse what those freed); or at its cell's warmLimit, then
-// saying it is cold. Every system's clients wait by the same rule; the harness's
-// -warmup follows. Faults are weighed against CPU time, not counted, so
-// that a process the kernel kept from a core through a span does not pass
-// for warm: with 32 clients on two cores a plain count let every one of
-// them through cold.
+// saying it is cold. Every system's clients wait by the same rule; the
+// harness's -warmup follows. Faults are weighed against CPU time, not
+// counted, so that a process the kernel kept from a core through a span
+// does not pass for warm: with 32 clients on two cores a plain count let
+// every one of them through cold.
 const (
 	warmSpan      = 200 * time.Millisecond
 	warmMinCPU    = 5 * time.Millisecond

@@ -89,3 +89,25 @@ func TestSpanWarm(t *testing.T) {
 		}
 	}
 }
+
+// A cell's client processes warm at once, sharing the cores: the more
+// there are, the longer each may take, and a client child refuses a
+// limit that would leave it no time at all.
+func TestWarmLimitGrowsWithClients(t *testing.T) {
+	for _, tc := range []struct {
+		clients int
+		want    time.Duration
+	}{{1, warmLimitMin}, {16, warmLimitMin}, {32, 32 * warmLimitPerClient}} {
+		if got := warmLimit(tc.clients); got != tc.want {
+			t.Errorf("warmLimit(%d) = %s, want %s", tc.clients, got, tc.want)
+		}
+	}
+	if got := warmLimit(32); got <= warmLimitMin {
+		t.Errorf("warmLimit(32) = %s: 32 clients at 64 KiB took up to 12.2 s to warm, more than %s", got, warmLimitMin)
+	}
+	for _, limit := range []string{"0s", "-1s"} {
+		if code := clientMain([]string{"-client=netrpc", "-addr=127.0.0.1:1", "-warm-limit=" + limit}); code != 2 {
+			t.Errorf("a client child with -warm-limit=%s exited %d, want 2 (a usage error)", limit, code)
+		}
+	}
+}
