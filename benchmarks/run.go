@@ -134,7 +134,7 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 			}
 		}
 		b.results[c] = results
-		turn := 0
+		turn, cellStart := 0, time.Now()
 		for round := 1; round <= o.rounds; round++ {
 			for i, sys := range o.systems {
 				res := results[i]
@@ -154,7 +154,11 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 				}
 				res.add(rr)
 				done++
-				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*in-turn)*roundTime(c, o)
+				// The cell's own rounds so far say best how long its others
+				// take: roundTime cannot know how long a many-mode client
+				// process takes to warm (up to warmLimit).
+				perRound := time.Since(cellStart) / time.Duration(turn)
+				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*in-turn)*perRound
 				noisy := ""
 				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
 					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
@@ -523,7 +527,8 @@ func dumpHang(ctx context.Context, sys *system, srv *childProcess) string {
 	return msg + ", server in " + base + "-server.txt"
 }
 
-// roundTime is about how long one round of c takes, for progress lines.
+// roundTime is about how long one round of c takes, for progress lines
+// about cells not yet started (a started cell goes by its own rounds).
 func roundTime(c cell, o options) time.Duration {
 	d := o.warmup + o.windowOf(c) + 50*time.Millisecond
 	if c.mode == modeMany {
