@@ -33,7 +33,8 @@ const usage = `Usage: go run ./benchmarks [flags]
 Measures echo calls over loopback with kernrpc (tcp-lv transport, protobuf
 codec), grpc-go (unary, default options) and net/rpc (gob), side by side.
 Each server runs in its own process (this binary, re-executed). For every
-cell (a mode × payload × callers), the systems take turns round by round.
+cell (a mode × payload × callers), the systems take turns round by round;
+the many mode's cells of one payload take turns too.
 
 kernrpc runs twice: "kernrpc" is the default path a new user gets (messages
 from plain protoc-gen-go, internal/plainpb, and no options); "kernrpc tuned"

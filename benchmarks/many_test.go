@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +46,25 @@ func TestManyTogetherDividesByOneClient(t *testing.T) {
 	b.manyTogether(&w)
 	if w.Len() != 0 {
 		t.Errorf("without a one-process row the section is left out, got:\n%s", w.String())
+	}
+}
+
+// The many mode's cells of one payload and callers take turns round by
+// round; every other cell runs alone, in order.
+func TestTurnGroups(t *testing.T) {
+	cells := []cell{
+		{mode: modeLong, payload: 16, callers: 1},
+		{mode: modeLong, payload: 16, callers: 4},
+		{mode: modeMany, payload: 16, callers: 1, clients: 1},
+		{mode: modeMany, payload: 16, callers: 1, clients: 8},
+		{mode: modeMany, payload: 64 << 10, callers: 1, clients: 1},
+		{mode: modeMany, payload: 64 << 10, callers: 1, clients: 8},
+		{mode: modeMany, payload: 64 << 10, callers: 1, clients: 32},
+		{mode: modeStream, payload: 16, callers: 1},
+	}
+	got := turnGroups(cells)
+	want := [][]int{{0}, {1}, {2, 3}, {4, 5, 6}, {7}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("turnGroups = %v, want %v", got, want)
 	}
 }

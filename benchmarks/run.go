@@ -104,7 +104,8 @@ type benchmark struct {
 // runBenchmarks starts one server process per system (re-executing exe),
 // runs every cell, and stops the servers whatever happens. Within a cell the
 // systems take turns round by round, so that a noisy second on the machine
-// hits all of them alike rather than one system's whole measurement.
+// hits all of them alike rather than one system's whole measurement; so do
+// the many mode's cells of one payload (turnGroups).
 func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, error) {
 	b := &benchmark{opts: o, cells: o.cells(), results: map[cell][]*result{}, started: time.Now()}
 	servers := make([]*childProcess, len(o.systems))
@@ -123,60 +124,9 @@ func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, erro
 		servers[i] = s
 	}
 
-	done := 0
-	for ci, c := range b.cells {
-		results := make([]*result, len(o.systems))
-		in := 0
-		for i, sys := range o.systems {
-			if sys.streamsIn(c.mode) {
-				results[i] = &result{}
-				in++
-			}
-		}
-		b.results[c] = results
-		turn, cellStart := 0, time.Now()
-		for round := 1; round <= o.rounds; round++ {
-			for i, sys := range o.systems {
-				res := results[i]
-				if res == nil {
-					continue
-				}
-				turn++
-				var rr *roundResult
-				var err error
-				if c.mode == modeMany {
-					rr, err = runManyRound(ctx, exe, sys, servers[i], c, o)
-				} else {
-					rr, err = runRound(ctx, sys, servers[i], c, o)
-				}
-				if err != nil {
-					return nil, fmt.Errorf("%s, %s, round %d: %w", sys.label, c, round, err)
-				}
-				res.add(rr)
-				done++
-				// The cell's own rounds so far say best how long its others
-				// take: roundTime cannot know how long a many-mode client
-				// process takes to warm (up to warmLimit).
-				perRound := time.Since(cellStart) / time.Duration(turn)
-				left := estimate(b.cells[ci+1:], o) + time.Duration(o.rounds*in-turn)*perRound
-				noisy := ""
-				if share := othersShare(rr.others, rr.elapsed); share > noisyShare {
-					noisy = fmt.Sprintf("  other processes took %.0f%% of the CPUs!", 100*share)
-				}
-				if rr.cold > 0 {
-					noisy += fmt.Sprintf("  %d of %d client processes were not warm within %s", rr.cold, c.clients, warmLimit(c.clients))
-				}
-				if rr.stretched {
-					noisy += fmt.Sprintf("  no call completed in the %s window: it stayed open %s longer, until one did", o.windowOf(c), (rr.elapsed - o.windowOf(c)).Round(time.Millisecond))
-				}
-				rate := fmt.Sprintf("%8s calls/s  p99 %6s µs  (cell so far %s calls/s)", fmtQPS(rr.qps()), fmtMicros(rr.hist.quantile(0.99)), fmtQPS(res.qps()))
-				if c.mode == modeStream {
-					rate = fmt.Sprintf("%8s msgs/s %7s MiB/s  (cell so far %s msgs/s)",
-						fmtQPS(rr.qps()), fmtMiB(rr.qps()*float64(c.payload)/(1<<20)), fmtQPS(res.qps()))
-				}
-				fmt.Fprintf(o.progress, "cell %d/%d (%s)  round %d/%d  %-16s %s  ~%s left%s\n",
-					ci+1, len(b.cells), c, round, o.rounds, sys.label, rate, left.Round(time.Second), noisy)
-			}
+	for _, group := range turnGroups(b.cells) {
+		if err := b.runGroup(ctx, exe, servers, group); err != nil {
+			return nil, err
 		}
 	}
 	b.finished = time.Now()
@@ -525,31 +475,6 @@ func dumpHang(ctx context.Context, sys *system, srv *childProcess) string {
 		return msg + "; server stacks not written: " + err.Error()
 	}
 	return msg + ", server in " + base + "-server.txt"
-}
-
-// roundTime is about how long one round of c takes, for progress lines
-// about cells not yet started (a started cell goes by its own rounds).
-func roundTime(c cell, o options) time.Duration {
-	d := o.warmup + o.windowOf(c) + 50*time.Millisecond
-	if c.mode == modeMany {
-		d += time.Duration(c.clients) * 30 * time.Millisecond // starting the client processes
-	}
-	return d
-}
-
-// estimate is about how long cells take with every system and round.
-func estimate(cells []cell, o options) time.Duration {
-	var d time.Duration
-	for _, c := range cells {
-		in := 0
-		for _, s := range o.systems {
-			if s.streamsIn(c.mode) {
-				in++
-			}
-		}
-		d += time.Duration(o.rounds*in) * roundTime(c, o)
-	}
-	return d
 }
 
 // noisyShare is the share of the machine's CPU time other processes may
