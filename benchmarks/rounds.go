@@ -12,7 +12,7 @@ import (
 // take turns: a many-mode cell with those beside it that differ only in
 // the number of client processes, every other cell alone. The report
 // divides the many mode's rows by its one-client row, and the VM's speed
-// drifts by minutes (one client did 23k or 45k calls/s in runs made in
+// drifts over minutes (one client did 23k or 45k calls/s in runs made in
 // turn): rows measured round by round in turn drift alike.
 func turnGroups(cells []cell) [][]int {
 	var groups [][]int
@@ -107,7 +107,7 @@ func progressNoise(c cell, rr *roundResult, o options) string {
 }
 
 // roundTime is about how long one round of c takes, for progress lines
-// about cells not yet started (a started cell goes by its own rounds).
+// about cells not yet started (a started group goes by its own rounds).
 func roundTime(c cell, o options) time.Duration {
 	d := o.warmup + o.windowOf(c) + 50*time.Millisecond
 	if c.mode == modeMany {
