@@ -105,11 +105,12 @@
 // state to share, and the option is refused with mode sre), every client
 // of a share_namespace sees one open state per key, through the client's
 // registry (kernel.SharedStore: the memory registry within a process, the
-// etcd and consul registries across processes). When a client's breaker opens, its
-// filter publishes the key breaker/<share_namespace>/<method>|<host> (the
-// scope's key, each part path-escaped; the part the scope leaves out is
-// empty) holding the wall-clock time until which it is open and the
-// failures that opened it, for open_duration + 1s. Every client following
+// etcd and consul registries across processes). When a client's breaker
+// opens, its filter publishes the key
+// breaker/<share_namespace>/<method>|<host> (the scope's key, each part
+// path-escaped; the part the scope leaves out is empty) holding the
+// wall-clock time until which it is open and the failures that opened it,
+// for open_duration + 1s. Every client following
 // the namespace opens its own breaker for that key until that time, logs
 // "breaker: opened by another client" once, and counts it in
 // breaker_opened_total and breaker_peer_opened_total; breaker_state says
@@ -127,9 +128,9 @@
 // the registry. The filter follows the shared state from the time the
 // client is built (kernel.PluginsObserver; an opening already published
 // is applied before the first call) until it is closed. A registry that
-// cannot share (one of a user's own) fails no call: the filter logs an error,
-// once, naming the registry, and keeps its state to itself; so does one
-// whose watch fails, until a retry succeeds.
+// cannot share (one of a user's own) fails no call: the filter logs an
+// error, once, naming the registry, and keeps its state to itself; so does
+// one whose watch fails, until a retry succeeds.
 //
 // It works on the client side only (a breaker judges instances, which only
 // a client picks) and says so (kernel.SidedFilter): an entry with no side

@@ -155,9 +155,8 @@ func (r *Registry) AbandonLeases() {
 
 // Close deregisters every instance this registry registered, resigns its
 // leaderships, deletes the shared entries it wrote last, ends its watches
-// and stops its goroutines. It is
-// idempotent; it returns the first deregistration error, if any, after
-// having tried them all.
+// and stops its goroutines. It is idempotent; having tried every
+// deregistration and deletion, it returns their errors, if any, joined.
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -172,6 +171,9 @@ func (r *Registry) Close() error {
 	caches := r.caches
 	r.caches = nil
 	sharedOwn := r.sharedOwn
+	// A put still in flight records nothing more: Close goes through
+	// these keys unlocked, and what lands after it expires.
+	r.sharedOwn = nil
 	if r.abandoned {
 		sharedOwn = nil // as if the process had died: its entries expire
 	}

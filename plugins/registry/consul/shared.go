@@ -105,7 +105,9 @@ func (r *Registry) PutShared(ctx context.Context, key string, value []byte, ttl 
 		return r.fail("put shared "+key, err)
 	}
 	r.mu.Lock()
-	r.sharedOwn[key] = struct{}{}
+	if r.sharedOwn != nil { // nil once Close has taken the keys
+		r.sharedOwn[key] = struct{}{}
+	}
 	r.mu.Unlock()
 	return nil
 }

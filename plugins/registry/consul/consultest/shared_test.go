@@ -3,6 +3,7 @@ package consultest_test
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,36 @@ func TestCloseDeletesOnlyTheEntriesItWroteLast(t *testing.T) {
 	}
 	if v := kvValue(t, c, "theirs"); v == nil {
 		t.Error("after Close, the entry another registry wrote since is gone; want it kept")
+	}
+}
+
+// Puts still in flight when Close begins neither race its deletion of
+// what the registry wrote (under -race, a put landing while Close went
+// through its keys was a concurrent map write and iteration) nor fail
+// anything but themselves.
+func TestPutsRacingCloseAreSafe(t *testing.T) {
+	s := standIn(t, fast)
+	for range 5 {
+		r := open(t, s.Addr(), nil)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					key := "race/" + strconv.Itoa(i) + "/" + strconv.Itoa(j%4)
+					if err := r.PutShared(ctx(t), key, []byte("v"), time.Minute); err != nil {
+						if !errors.Is(err, kernel.ErrClosed) {
+							t.Errorf("a put racing Close failed with %v; want kernel.ErrClosed once closed", err)
+						}
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(20 * time.Millisecond)
+		if err := r.Close(); err != nil {
+			t.Errorf("Close with puts in flight: %v", err)
+		}
+		wg.Wait()
 	}
 }
 
