@@ -2,6 +2,7 @@ package hedge
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -48,6 +49,11 @@ type call struct {
 	winner   int
 	resp     any
 	err      error
+	// panicked is set when the attempt that decided the call panicked
+	// (or exited its goroutine): the caller panics again with panicVal,
+	// on its own goroutine, once every attempt has returned.
+	panicked bool
+	panicVal any
 }
 
 func (f *Filter) newCall() *call {
@@ -87,6 +93,12 @@ func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, nex
 	resp, err := c.resp, c.err
 	w := &c.cis[c.winner]
 	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = w.Instance, w.Peer, w.Attempt, w.ResponseMetadata
+	if c.panicked {
+		// The panic of an attempt, on whichever goroutine, is the
+		// caller's, as it would be without hedging: a recover filter
+		// before this one makes it the call's error. c is not reused.
+		panic(c.panicVal)
+	}
 	if !fired && stopped {
 		// The timer never ran for this call and never will: no goroutine
 		// but this one holds c.
@@ -101,12 +113,24 @@ func (c *call) reset() {
 	c.base, c.cis = kernel.CallInfo{}, [MaxAttemptsCap]kernel.CallInfo{}
 	c.decided, c.over, c.fired = false, false, false
 	c.resp, c.err = nil, nil
+	c.panicked, c.panicVal = false, nil
 }
 
-// run makes attempt i and reports its outcome.
+// run makes attempt i and reports its outcome. An attempt that panics
+// (or exits its goroutine) decides the call, if undecided, with the panic,
+// which hedged raises again on the caller's goroutine once every attempt
+// has returned: a hedge's own goroutine must not take the process down,
+// and the caller must not return while attempts still use info and req.
 func (c *call) run(i int) {
 	start := time.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			c.aborted(i, recover())
+		}
+	}()
 	resp, err := c.next(c.ctx, &c.cis[i], c.req)
+	returned = true
 	if c.tr != nil {
 		// A loser's latency is the time until it was cancelled: at least
 		// the delay, so it still counts as a slow one.
@@ -187,6 +211,26 @@ func (c *call) finished(i int, resp any, err error) {
 		}
 	}
 	c.mu.Unlock()
+}
+
+// aborted takes attempt i's panic p (nil: it exited its goroutine): the
+// call's outcome if it was undecided; otherwise, that of a loser, logged.
+func (c *call) aborted(i int, p any) {
+	what := fmt.Sprintf("panicked: %v", p)
+	if p == nil {
+		what = "exited its goroutine (runtime.Goexit)"
+	}
+	err := &kernel.Status{Code: kernel.Internal, Message: fmt.Sprintf("hedge: attempt %d of %s %s", i+1, c.method, what)}
+	c.mu.Lock()
+	c.pending--
+	if !c.decided {
+		c.panicked, c.panicVal = p != nil, p
+		c.decideLocked(i, nil, err)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.f.log.Error("hedge: an attempt that had lost "+what, "method", c.method, "attempt", i+1)
 }
 
 // decideLocked ends the call with attempt i's outcome and cancels the

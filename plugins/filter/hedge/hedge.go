@@ -39,7 +39,12 @@
 // cancelled and the call returns it. One with such a code starts the next
 // attempt at once instead of waiting for the delay. The call ends with the
 // first success, or once every attempt failed, with the last failure.
-// The caller gets the winning attempt's response metadata.
+// The caller gets the winning attempt's response metadata. An attempt
+// that panics (a later filter, the codec, the balancer), on the caller's
+// goroutine or a hedge's, decides the call: the others are cancelled and
+// waited for, and the panic is raised again on the caller's goroutine,
+// where a recover filter before this one makes it the call's error. One
+// that panics after another attempt decided the call is logged at ERROR.
 //
 // The budget is the retry filter's algorithm: each hedge costs a token,
 // and so does each failed attempt; each successful call gives back
