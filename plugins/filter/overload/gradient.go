@@ -11,9 +11,10 @@ const (
 	tolerance = 1.5
 	// smoothing is the weight of each window's new limit against the old.
 	smoothing = 0.2
-	// queueSize is how many calls the limit grows by, per window, while
-	// latency holds: it probes for capacity, and is the headroom that
-	// absorbs a burst without a rejection.
+	// queueSize is what each window adds to the unsmoothed limit while
+	// latency holds, so the limit grows by queueSize·smoothing (0.8) a
+	// window: it probes for capacity, and is the headroom that absorbs a
+	// burst without a rejection.
 	queueSize = 4
 	// longWindows is the span, in windows, of the long-term average; its
 	// first warmupWindows windows are a plain mean.

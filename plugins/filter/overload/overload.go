@@ -30,10 +30,10 @@
 //	gradient = clamp(1.5 · long / short, 0.5, 1)
 //	limit    = 0.8 · limit + 0.2 · (limit · gradient + 4)
 //
-// While latency holds (short under 1.5 · long) the limit grows by 4 a
-// window, probing for capacity; once calls queue inside the server
-// (short rises) it shrinks, at most by half a window. A window in which
-// fewer than half the limit were in flight leaves it be. A call is
+// While latency holds (short under 1.5 · long) the limit grows by 0.8
+// (0.2 · 4) a window, probing for capacity; once calls queue inside the
+// server (short rises) it shrinks, at most by about a tenth a window. A
+// window in which fewer than half the limit were in flight leaves it be. A call is
 // admitted while fewer than the limit are in flight, and rejected at once
 // otherwise. Admit counts in-flight calls that Invoke counts, and takes
 // nothing itself: a call admitted whose request then fails to decode costs
@@ -182,9 +182,27 @@ type waiter struct {
 }
 
 var (
-	_ kernel.Filter   = (*Filter)(nil)
-	_ kernel.Admitter = (*Filter)(nil)
+	_ kernel.Filter       = (*Filter)(nil)
+	_ kernel.Admitter     = (*Filter)(nil)
+	_ kernel.CallObserver = (*Filter)(nil)
 )
+
+// CallEnded hands, in mode codel, the slot of a call answered before its
+// Invoke to the call waiting longest. A call woken with a slot gives it
+// up as its Admit returns, counting on its Invoke to take it: one that a
+// later Admitter refused, or whose request did not decode, never does,
+// and without this the calls still waiting would wait for the next call
+// to end or arrive, or for their deadline, with the slot free.
+func (f *Filter) CallEnded(_ *kernel.CallInfo, _ error, handled bool) {
+	if f.cd == nil || handled {
+		return
+	}
+	f.mu.Lock()
+	if len(f.queue) > 0 && f.inflight.Load()+int64(f.granted) < f.limit.Load() {
+		f.wake(f.now())
+	}
+	f.mu.Unlock()
+}
 
 // Invoke counts the call in flight while it runs and learns from its
 // latency. On the server it was admitted in Admit; on the client it is
