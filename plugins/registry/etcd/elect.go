@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,7 +15,7 @@ import (
 
 // Campaign blocks until id leads election or ctx is done. Each campaign
 // runs on a session of its own (a lease of the ttl option, kept alive by
-// the client) under <election_prefix><election>/; the candidates queue by
+// the client) under electionKey; the candidates queue by
 // creation revision, as concurrency.Election does. The Leadership's Lost
 // closes when it is resigned, when the session's lease is lost (this
 // registry closed, AbandonLeases, or etcd unreachable for the ttl), and
@@ -34,7 +35,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	if err != nil {
 		return nil, err
 	}
-	e := concurrency.NewElection(sess, r.opts.ElectionPrefix+election+"/")
+	e := concurrency.NewElection(sess, r.electionKey(election))
 	if err := e.Campaign(ctx, id); err != nil {
 		r.endSession(sess)
 		if ctx.Err() != nil {
@@ -108,6 +109,19 @@ func (r *Registry) endSession(sess *concurrency.Session) {
 	}
 }
 
+// electionEscaper escapes the two bytes that would let one election's keys
+// fall under another's: an election's candidates are every key under its
+// prefix, so unescaped, election "a"'s prefix <election_prefix>a/ would
+// take in election "a/b"'s candidates, which would then hold up "a"'s
+// campaigns and be named its leader. Escaping '%' keeps names apart.
+var electionEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+
+// electionKey is the prefix of election's candidates' keys:
+// <election_prefix><election, '%' and '/' escaped>/.
+func (r *Registry) electionKey(election string) string {
+	return r.opts.ElectionPrefix + electionEscaper.Replace(election) + "/"
+}
+
 // Leader returns the id of election's current leader, or "" when there is
 // none: who the others see winning.
 func (r *Registry) Leader(ctx context.Context, election string) (string, error) {
@@ -117,7 +131,7 @@ func (r *Registry) Leader(ctx context.Context, election string) (string, error) 
 	}
 	var leader string
 	err := r.request(ctx, what, func(ctx context.Context, cli *clientv3.Client) error {
-		resp, err := cli.Get(ctx, r.opts.ElectionPrefix+election+"/", clientv3.WithFirstCreate()...)
+		resp, err := cli.Get(ctx, r.electionKey(election), clientv3.WithFirstCreate()...)
 		if err == nil && len(resp.Kvs) > 0 {
 			leader = string(resp.Kvs[0].Value)
 		}

@@ -12,7 +12,7 @@
 //	    dial_timeout: 5s                  # bounds connecting and each request a call waits on
 //	    ttl: 10s                          # lease of a Register given ttl 0, and of election sessions
 //	    prefix: /kernrpc/services/        # keys are <prefix><service>/<instance-id>
-//	    election_prefix: /kernrpc/elections/  # elections are under <election_prefix><election>/
+//	    election_prefix: /kernrpc/elections/  # elections are under <election_prefix><election>/ ('%' and '/' escaped)
 //	    shared_prefix: /kernrpc/shared/   # shared entries (kernel.SharedStore) are <shared_prefix><key>
 //	    username: ""                      # with password: etcd authentication
 //	    password: ""

@@ -131,3 +131,29 @@ func TestCampaignEndsWithItsContext(t *testing.T) {
 		t.Errorf("Campaign of an election without a leader: %v", err)
 	}
 }
+
+// TestElectionsWhoseNamesNestAreApart: an election's candidates are the
+// keys under its prefix, so election "jobs" must not take in the
+// candidates of "jobs/cleanup": with "jobs/cleanup" led, a campaign for
+// "jobs" wins at once, and each names its own leader.
+func TestElectionsWhoseNamesNestAreApart(t *testing.T) {
+	srv := Start(t)
+	a, b := open(t, srv.Endpoint(), nil), open(t, srv.Endpoint(), nil)
+	ctx := ctxFor(t)
+	if _, err := b.Campaign(ctx, "jobs/cleanup", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if leader, err := a.Leader(ctx, "jobs"); err != nil || leader != "" {
+		t.Errorf("Leader of jobs while only jobs/cleanup is led = %q, %v; want none", leader, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := a.Campaign(short, "jobs", "a"); err != nil {
+		t.Fatalf("Campaign for jobs while another registry leads jobs/cleanup: %v; want it led at once", err)
+	}
+	for election, want := range map[string]string{"jobs": "a", "jobs/cleanup": "b", "jobs%2Fcleanup": ""} {
+		if leader, err := a.Leader(ctx, election); err != nil || leader != want {
+			t.Errorf("Leader of %q = %q, %v; want %q", election, leader, err, want)
+		}
+	}
+}
