@@ -354,6 +354,53 @@ func TestShutdownEndsStreamsAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A shutdown whose deadline ends a stream sends its final status from the
+// shutdown's goroutine while the handler still runs: that status must not
+// carry the trailers, which the handler may be setting as it goes (under
+// -race the two met in the transport's encoding of the map; without it,
+// they could crash the server).
+func TestShutdownEndingAStreamLeavesItsTrailersToTheHandler(t *testing.T) {
+	cfg := testConfig(t)
+	started, stop, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		if err := s.RegisterStream("Trailers.Busy", kernel.ServerStreaming, func(ctx context.Context, st *kernrpc.ServerStream) error {
+			defer close(finished)
+			close(started)
+			for i := 0; ; i++ { // busy, looking at neither ctx nor the stream
+				st.SetTrailer(kernel.Metadata{"k" + strconv.Itoa(i%64): "v"})
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	cli := newClient(t, cfg)
+	cs, err := cli.NewStream(context.Background(), "Trailers.Busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err == nil {
+		t.Error("Shutdown reported no error though a stream outlived its deadline")
+	}
+	var m echopb.Echo
+	if err := cs.RecvMsg(&m); kernel.CodeOf(err) != kernel.Unavailable {
+		t.Errorf("the stream ended with %v; want Unavailable, the server shut down", err)
+	}
+	if md := cs.Trailer(); len(md) != 0 {
+		t.Errorf("the shutdown's status carried trailers %v; the handler still owned them", md)
+	}
+	close(stop)
+	<-finished
+}
+
 // A handler waiting in Recv when a shutdown ends its stream is told why:
 // Unavailable, the server shut down; it is not left to guess from a
 // cancelled context.

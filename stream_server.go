@@ -67,6 +67,8 @@ func (ss *ServerStream) SetHeader(md kernel.Metadata) {
 }
 
 // SetTrailer adds metadata that goes to the client with the final status.
+// A stream that a shutdown ends while its handler runs gets its status
+// without them: the handler may still be setting them.
 func (ss *ServerStream) SetTrailer(md kernel.Metadata) {
 	for k, v := range md {
 		ss.c.info.SetResponseMetadata(k, v)
@@ -167,13 +169,21 @@ func (sc *serverConn) connFlow() *connFlow {
 // it (queueFrame): the read loop sends control frames and refusals.
 func (sc *serverConn) send(f *kernel.Frame) error { return queueFrame(sc.conn, f) }
 
-// answerStream ends a stream (or refuses to open one) with err's status.
+// answerStream ends a stream (or refuses to open one) with err's status
+// and the trailers the handler set. Only the goroutine that ran the
+// handler, once it returned, or the read loop, before it started, may
+// call it: the trailers are the handler's until then.
 func (sc *serverConn) answerStream(c *callCtx, err error) {
+	sc.answerStreamWith(c, err, c.info.ResponseMetadata)
+}
+
+// answerStreamWith is answerStream with the trailers md.
+func (sc *serverConn) answerStreamWith(c *callCtx, err error, md kernel.Metadata) {
 	out := &kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id}
 	if err != nil {
 		setStatus(out, c, err, "the stream of "+c.info.Method)
 	}
-	out.Metadata = c.info.ResponseMetadata
+	out.Metadata = md
 	if err := sc.send(out); err != nil {
 		sc.srv.log.Debug("stream's final status not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
 	}
@@ -269,7 +279,9 @@ func (sc *serverConn) invokeStream(ss *ServerStream) (err error) {
 // gets st at once, and the handler's context is cancelled.
 func (ss *ServerStream) abort(sc *serverConn, st *kernel.Status) {
 	if ss.core.end(st) {
-		sc.answerStream(ss.c, st)
+		// The handler still runs, and may be setting its trailers on its
+		// own goroutine: the status goes without them.
+		sc.answerStreamWith(ss.c, st, nil)
 	}
 	ss.c.cancel(errServerShutdown)
 }
