@@ -103,7 +103,8 @@ type serverConn struct {
 	lastAccepted uint64
 	// A shutdown's two steps (server_drain.go): drain says which step;
 	// received counts the distinct requests read; clientCount is how many
-	// the client's GoAway says it sent; drained closes once they are in.
+	// the client's GoAway says it sent; drained closes once they are in,
+	// or once the second step stops waiting for them.
 	drain         int
 	received      uint64
 	clientDone    bool
@@ -318,8 +319,12 @@ func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
 	} else {
 		sc.lastAccepted = max(sc.lastAccepted, f.CallID)
 	}
-	sc.mu.Unlock()
+	// Counted before sc.mu is let go: the request that completes the
+	// client's count lets a shutdown past awaitDrained, and its
+	// waitInFlight, which comes after refuseNew takes sc.mu, must see
+	// this call, or the connection could close before it is answered.
 	sc.srv.inflight.Add(1)
+	sc.mu.Unlock()
 	return c
 }
 

@@ -108,6 +108,13 @@ func (sc *serverConn) refuseNew(reason string) {
 		return
 	}
 	done := sc.drainedClosed
+	if sc.drain == drainAsked && !done {
+		// Nothing is waited for any more: what arrives now is refused. A
+		// shutdown that begins after an idle drain came this far must not
+		// wait for an answer the connection has stopped waiting for.
+		sc.drainedClosed = true
+		close(sc.drained)
+	}
 	sc.drain = drainRefusing
 	last := sc.lastAccepted
 	sc.mu.Unlock()

@@ -225,3 +225,48 @@ func TestClientsGoAwayCountLeavesOutRequestsItsTransportRefused(t *testing.T) {
 		t.Errorf("the client's GoAway counts %d requests; it sent 2 (and numbered 4)", n)
 	}
 }
+
+// A connection its idle_timeout already took through both steps (its
+// client did not answer the first GoAway, and a call that crossed it still
+// runs) has no answer left to wait for: a shutdown that begins then must
+// not wait drainAckWait (a second) for one.
+func TestShutdownDoesNotWaitForAConnectionPastItsIdleDrain(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.IdleTimeout = kernel.Duration(200 * time.Millisecond)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			<-release
+			return req, nil
+		})
+	})
+	t.Cleanup(free)
+	c := rawConn(t, srv.Addr())
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != kernel.GoAwayUnknownLast || f.Message != "idle_timeout" {
+		t.Fatalf("got %v (call id %d, %q); want the idle GoAway naming no last call", f.Type, f.CallID, f.Message)
+	}
+	// A call that crossed the GoAway: served. The client never answers.
+	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Hold", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFrame(t, c); f.Type != kernel.FrameGoAway || f.CallID != 1 {
+		t.Fatalf("got %v (call id %d, %q); want the second idle GoAway naming call 1", f.Type, f.CallID, f.Message)
+	}
+	start := time.Now()
+	down := shutdownInBackground(srv)
+	time.Sleep(100 * time.Millisecond)
+	free()
+	if f := nextFrame(t, c); f.Type != kernel.FrameResponse || f.CallID != 1 || f.Code != kernel.OK {
+		t.Fatalf("the held call: %v %d %v %q; want it served", f.Type, f.CallID, f.Code, f.Message)
+	}
+	_ = c.Close()
+	if err := receive(t, down, 10*time.Second, "Shutdown did not return"); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	// Waiting for the answer would take drainAckWait, a second, at least.
+	if took := time.Since(start); took >= 900*time.Millisecond {
+		t.Errorf("Shutdown took %v; its only connection was past its idle drain, and its call ended after 100ms", took)
+	}
+}
