@@ -296,9 +296,20 @@ func (sc *serverConn) begin(f *kernel.Frame, desc *methodDesc) *callCtx {
 		sc.mu.Unlock()
 		return nil
 	}
-	// The window holds every id in flight (it is far wider than
-	// max_concurrent_calls), so it alone tells a duplicate.
-	if !sc.ids.admit(f.CallID) {
+	// The window tells a duplicate, and an id older than it: a replay, or
+	// a request that 4096 later ones overtook (a client with more calls
+	// in flight than that, or one whose caller stalled between numbering
+	// and writing it), which must not wait unanswered. Unless its call
+	// still runs, it is refused unprocessed, and retried.
+	fresh, late := sc.ids.admit(f.CallID)
+	if late && sc.calls[f.CallID] == nil {
+		sc.received++ // its client counted it in what it sent
+		sc.checkDrainedLocked()
+		sc.mu.Unlock()
+		sc.refuseLate(f.CallID)
+		return nil
+	}
+	if !fresh {
 		sc.mu.Unlock()
 		// Its first copy gets (or got) the call's one answer.
 		sc.noteReplay(f.CallID)

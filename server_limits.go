@@ -12,9 +12,12 @@ import (
 
 // replayWindow is how many of the latest call ids a connection remembers.
 // A client numbers its calls upward on each connection, so an id seen
-// before, or older than the window, is a frame sent twice (a buggy proxy,
-// a replay): it is dropped, never run again. The window is far above
-// max_concurrent_calls, so a real call is never so late that it falls out.
+// before is a frame sent twice (a buggy proxy, a replay): it is dropped,
+// never run again. The window is far above max_concurrent_calls by
+// default, but a call can still fall out of it (more calls in flight, or
+// a caller stalled between numbering and writing its request): an id older
+// than the window is refused unprocessed, so that it is retried rather
+// than left unanswered, unless its call still runs (then it is a copy).
 const replayWindow = 4096
 
 // callIDWindow is a sliding bitmap of the call ids seen on a connection.
@@ -23,8 +26,10 @@ type callIDWindow struct {
 	seen   [replayWindow / 64]uint64
 }
 
-// admit records id and reports whether it was new.
-func (w *callIDWindow) admit(id uint64) bool {
+// admit records id and reports whether it was new. An id older than the
+// window is not new, and late says so: it may be a replay, or a request
+// that 4096 later ones overtook, which nobody has answered.
+func (w *callIDWindow) admit(id uint64) (fresh, late bool) {
 	switch {
 	case id > w.latest:
 		if id-w.latest >= replayWindow {
@@ -36,12 +41,24 @@ func (w *callIDWindow) admit(id uint64) bool {
 		}
 		w.latest = id
 	case w.latest-id >= replayWindow:
-		return false
+		return false, true
 	case w.seen[(id%replayWindow)/64]&(1<<(id%64)) != 0:
-		return false
+		return false, false
 	}
 	w.seen[(id%replayWindow)/64] |= 1 << (id % 64)
-	return true
+	return true, false
+}
+
+// refuseLate answers, unprocessed, a request whose id is older than the
+// replay window and whose call does not run: it may be a replay, so it is
+// not run, but a late request nobody answered must not wait for ever. A
+// replay's answer goes to an id its client no longer waits on, which
+// drops it. ResourceExhausted, as for too many calls in flight, since the
+// connection still serves: a retryable Unavailable would tell the client
+// the server is going away.
+func (sc *serverConn) refuseLate(id uint64) {
+	sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
+		Message: "the call id is more than " + strconv.Itoa(replayWindow) + " below the highest this connection carried, so the server cannot tell it from a replay; the call was not processed"})
 }
 
 // refuseOverLimit answers a request over max_concurrent_calls at once,

@@ -103,6 +103,57 @@ func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
 	}
 }
 
+// A request whose id 4096 later ones overtook (a caller stalled between
+// numbering and writing it) was never used: it is refused unprocessed and
+// retryable, not dropped as a duplicate and left unanswered. A copy of a
+// call that still runs, as late, is still dropped.
+func TestALateCallIDIsRefusedUnprocessedUnlessItsCallRuns(t *testing.T) {
+	cfg := testConfig(t)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Count", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			runs.Add(1)
+			if string(req.Payload) == "hold" {
+				<-release
+			}
+			return req, nil
+		})
+	})
+	c := rawConn(t, srv.Addr())
+	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Count", []byte("hold"))); err != nil {
+		t.Fatal(err)
+	}
+	resp := roundTripRaw(t, c, echoRequest(t, 5000, "Echo.Count", nil))
+	resp.Release()
+	for _, id := range []uint64{1, 2} { // a copy of 1, still running; 2, never sent
+		if err := c.WriteFrame(echoRequest(t, id, "Echo.Count", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := readFrame(t, c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("call 2, overtaken by 4998 others, got no answer: %v", err)
+	}
+	if f.CallID != 2 || f.Code != kernel.ResourceExhausted || f.Flags&kernel.FlagRetryable == 0 || !strings.Contains(f.Message, "not processed") {
+		t.Fatalf("got call %d: %v %q (retryable %v); want call 2 refused unprocessed, ResourceExhausted and retryable",
+			f.CallID, f.Code, f.Message, f.Flags&kernel.FlagRetryable != 0)
+	}
+	f.Release()
+	close(release)
+	f = nextFrame(t, c)
+	if f.CallID != 1 || f.Code != kernel.OK {
+		t.Fatalf("got call %d: %v %q; want the held call 1 answered", f.CallID, f.Code, f.Message)
+	}
+	f.Release()
+	if f, err := readFrame(t, c, 100*time.Millisecond); err == nil {
+		t.Fatalf("a further answer, to call %d: the copy of call 1 got one", f.CallID)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times; want 2 (calls 1 and 5000)", n)
+	}
+}
+
 func TestRequestsOverMaxConcurrentCallsAreRefusedUnprocessed(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Server.MaxConcurrentCalls = 4
