@@ -321,7 +321,7 @@ func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kern
 	inst := cs.inst
 	cs.core.mu.Unlock()
 	cs.gotHeader(nil)
-	cs.core.sendWin.wakeAll() // a sender waiting for credit sees the end
+	cs.core.wakeSenders() // a sender waiting for credit sees the end
 	cs.core.signal()
 	var err error
 	if st != io.EOF {

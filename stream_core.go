@@ -191,7 +191,7 @@ func (s *streamCore) endFirst(err error) (ended, first bool) {
 	q := s.queue
 	s.queue, s.slab = nil, nil
 	s.mu.Unlock()
-	s.sendWin.wakeAll()
+	s.wakeSenders()
 	s.rmu.Lock()
 	cost := s.readCost + s.drop(s.batch[s.bhead:])
 	s.batch, s.bhead, s.readCost = nil, 0, 0
@@ -202,6 +202,15 @@ func (s *streamCore) endFirst(err error) (ended, first bool) {
 	}
 	s.signal()
 	return true, first
+}
+
+// wakeSenders wakes a sender waiting for credit, to see that the stream
+// ended. It may wait on the connection's window rather than the stream's
+// (waitCredit), which the end of one stream does not refill: another
+// stream may hold that credit, or the connection be lost for good.
+func (s *streamCore) wakeSenders() {
+	s.sendWin.wakeAll()
+	s.flow.send.wakeAll()
 }
 
 // drop releases messages nobody will read, returning the credit they

@@ -252,3 +252,109 @@ func TestStreamsClosedMidBatchGiveCreditBack(t *testing.T) {
 		}
 	})
 }
+
+// A SendMsg waiting for the connection's credit (not the stream's) ends
+// when its stream does: when the connection is lost (nothing will grant
+// that credit again), or when the server ends the stream while another
+// stream holds the connection's credit.
+func TestSendWaitingForConnectionCreditEndsWithTheStream(t *testing.T) {
+	for _, lose := range []bool{true, false} {
+		name := "server ends the stream"
+		if lose {
+			name = "connection lost"
+		}
+		t.Run(name, func(t *testing.T) { sendWaitingForConnectionCredit(t, lose) })
+	}
+}
+
+func sendWaitingForConnectionCredit(t *testing.T, lose bool) {
+	ln := listenTCPLV(t)
+	gotOne, cut := make(chan struct{}), make(chan struct{})
+	served := make(chan struct{})
+	t.Cleanup(func() { <-served })
+	go func() {
+		defer close(served)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			close(gotOne)
+			return
+		}
+		defer c.Close()
+		var ids []uint64
+		for {
+			f, err := c.ReadFrame(ctx)
+			if err != nil {
+				return
+			}
+			switch {
+			case f.Type == kernel.FrameRequest && f.Flags&kernel.FlagStream != 0:
+				// A small connection window, large stream windows: the
+				// connection's runs out first.
+				if len(ids) == 0 {
+					_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: 64 << 10})
+				}
+				ids = append(ids, f.CallID)
+				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: f.CallID, Credit: 1 << 20})
+			case f.Type == kernel.FrameStreamData:
+				// The first message, on the first stream, holds half the
+				// connection's credit, and this server never grants it back.
+				close(gotOne)
+				f.Release()
+				<-cut
+				if lose {
+					return // closes the connection
+				}
+				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: ids[1], Code: kernel.Aborted, Message: "ended by the server"})
+				continue
+			}
+			f.Release()
+		}
+	}()
+
+	cfg := testConfig(t)
+	cfg.Transport.Options = nil // the fake server's tcp-lv takes pings 1s apart at most
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{ln.Addr()}}
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := cli.NewStream(ctx, "Flood.In")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := cli.NewStream(ctx, "Flood.In")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	m := &echopb.Echo{Payload: make([]byte, 32<<10)}
+	if err := first.SendMsg(m); err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	receive(t, gotOne, 5*time.Second, "the server did not get the first message")
+	sent := make(chan error, 1)
+	go func() { sent <- second.SendMsg(m) }() // 32 KiB more past half of 64 KiB: waits
+	select {
+	case err := <-sent:
+		t.Fatalf("the second send did not wait for credit: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(cut)
+	start := time.Now()
+	want := kernel.Aborted
+	if lose {
+		want = kernel.Unavailable
+	}
+	select {
+	case err := <-sent:
+		if kernel.CodeOf(err) != want {
+			t.Errorf("the waiting send ended with %v, want %v", err, want)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("SendMsg still waits for the connection's credit %v after its stream ended", time.Since(start))
+		cancel()
+		<-sent
+	}
+}
