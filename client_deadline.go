@@ -238,9 +238,15 @@ func (d *callDeadline) end(c *chainCtx, attemptsLeft bool) {
 	// here asks it: a closed Done with a nil Err breaks the contract (and
 	// a derived context's cancel panics on it).
 	d.chain.Store(nil)
+	waiter := d.waiter
 	d.waiter = nil
 	if !d.expired.Load() && (d.exposed.Load() || attemptsLeft) {
 		d.endLocked()
+		if attemptsLeft && waiter != nil {
+			// An attempt a filter left running may wait on it (sleeper):
+			// it sees the call over, as under a WithTimeout's cancel.
+			waiter.signal()
+		}
 	}
 }
 
@@ -344,7 +350,9 @@ func (w *sleeper) sleep(ctx context.Context, at *attempt) bool {
 		}
 		if w.wakes {
 			<-at.wake
-			return !c.dl.expired.Load()
+			// Done at the deadline, or once the call is over (end wakes
+			// an attempt left running).
+			return !c.dl.expired.Load() && c.dl.chain.Load() == c
 		}
 	}
 	if w.done == nil {
