@@ -52,6 +52,11 @@ type Client struct {
 	calls           sync.Pool                  // *callState
 	attempts        sync.Pool                  // *attempt
 	dialTimeout     time.Duration
+
+	// retired are the pools of instances that left the registry whose
+	// connections may still carry calls or streams (they close once
+	// idle): Close ends those too. Under poolsMu.
+	retired map[*connPool]struct{}
 }
 
 // NewClient builds a client for service (cfg.Service when empty) from cfg.
@@ -115,8 +120,9 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	return c, nil
 }
 
-// Close closes every connection (calls in flight fail with Unavailable)
-// and the plugins the client built. Dials under way end at once; calls
+// Close closes every connection (calls in flight fail with Unavailable),
+// those to instances that left the registry but still carried calls or
+// streams included, and the plugins the client built. Dials under way end at once; calls
 // waiting for them, and later calls, fail with Canceled ("client … is
 // closed"). It is idempotent.
 func (c *Client) Close() error {
@@ -129,6 +135,10 @@ func (c *Client) Close() error {
 	for _, p := range *c.pools.Load() {
 		p.close()
 	}
+	for p := range c.retired {
+		p.close()
+	}
+	c.retired = nil
 	empty := map[string]*connPool{}
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()

@@ -283,6 +283,23 @@ func (p *connPool) open() (n, spare int) {
 	return n, spare
 }
 
+// carries reports whether a connection of the pool is still open.
+func (p *connPool) carries() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cc := range p.conns {
+		if cc != nil {
+			cc.mu.Lock()
+			open := cc.dead == nil
+			cc.mu.Unlock()
+			if open {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

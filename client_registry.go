@@ -75,12 +75,18 @@ func (c *Client) useInstances(insts []kernel.Instance) {
 	close(*c.updated.Swap(&fresh))
 }
 
-// dropPoolsNotIn retires the pools of instances not in insts. With no
-// pool yet (the first set, which a client made for one call gets alone),
-// there is nothing to build.
+// dropPoolsNotIn retires the pools of instances not in insts, keeping
+// them in c.retired for Close while their connections still carry calls
+// or streams. With no pool yet (the first set, which a client made for
+// one call gets alone), there is nothing to build.
 func (c *Client) dropPoolsNotIn(insts []kernel.Instance) {
 	c.poolsMu.Lock()
 	defer c.poolsMu.Unlock()
+	for p := range c.retired {
+		if !p.carries() {
+			delete(c.retired, p)
+		}
+	}
 	old := *c.pools.Load()
 	if len(old) == 0 {
 		return
@@ -95,6 +101,10 @@ func (c *Client) dropPoolsNotIn(insts []kernel.Instance) {
 			next[addr] = p
 		} else {
 			p.retire()
+			if c.retired == nil {
+				c.retired = make(map[*connPool]struct{})
+			}
+			c.retired[p] = struct{}{}
 		}
 	}
 	c.pools.Store(&next)

@@ -126,3 +126,57 @@ func TestNewClientReportsTheRegistryFailing(t *testing.T) {
 		})
 	}
 }
+
+// Client.Close ends what runs on every connection of the client, also
+// those to an instance that has left the registry and still serves what
+// was open on them (its drain_period): a stream open there ends with
+// Unavailable, and its connection closes.
+func TestCloseEndsStreamsOfAnInstanceThatLeft(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.DrainPeriod = kernel.Duration(3 * time.Second)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernrpc.HandleServerStream(srv, "Hang.Out", func(ctx context.Context, _ *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	shut := make(chan error, 1)
+	defer func() { <-shut }()
+	cli, err := kernrpc.NewClient(cfg, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Hang.Out", &echopb.Echo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		shut <- srv.Shutdown(sctx) // leaves the registry, serves on for drain_period
+	}()
+	time.Sleep(300 * time.Millisecond) // the client hears the instance left
+	cli.Close()
+	got := make(chan error, 1)
+	go func() {
+		_, err := st.Recv()
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if kernel.CodeOf(err) != kernel.Unavailable {
+			t.Errorf("Recv after Close: %v, want Unavailable", err)
+		}
+	case <-time.After(time.Second):
+		t.Errorf("a stream to an instance that left the registry still runs a second after Client.Close")
+		<-got
+	}
+}
