@@ -5,6 +5,7 @@ package shmring
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -89,4 +90,67 @@ func TestCorruptRecordsCloseTheConnectionNamingTheFault(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A reader that lists a held record whose end is not a multiple of 8 must
+// not crash the writer: the writer skips the "island" to its end, which
+// leaves the cursor off the 8-byte grid, and a later wrap marker of 4
+// bytes at the ring's end is written past the end of the ring's slice.
+func TestAMisalignedHeldEntryClosesTheConnectionNotTheProcess(t *testing.T) {
+	o := testOptions()
+	o.RingSize = minRingSize
+	o.Spin = 0
+	o.WaitTimeout = kernel.Duration(2 * time.Second)
+	r := newRawConn(t, newTransport(t, o))
+	panicked := false
+	defer func() {
+		if !panicked {
+			r.close()
+			return
+		}
+		// The panic left the producer's lock held: Close would wait for
+		// it forever, so end the connection without an end record.
+		r.peer.Close()
+		r.c.die(slog.LevelDebug, kernel.ErrClosed)
+		r.c.watching.Wait()
+	}()
+	out := r.seg.ring(serverToClient)
+	size := uint64(len(out.data))
+	payload := pattern(476, 1) // 16 + 20 + 476 = 512-byte records
+	write := func(i int) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicked = true
+				err = fmt.Errorf("PANIC: %v", p)
+			}
+		}()
+		return r.c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i), Payload: append([]byte(nil), payload...)})
+	}
+	// Lap 0: the whole ring.
+	for i := range int(size / 512) {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As a malicious reader: everything released, but one record listed
+	// as held: [15872, 16380), an end off the 8-byte grid.
+	out.held[0][0].Store(size - 512)
+	out.held[0][1].Store(size - 4)
+	out.nheld.Store(1)
+	out.tail.Store(out.head.Load())
+	// Lap 1: up to the island, then past it. The writer may refuse the
+	// held entry at once (the connection closes as corrupt); it must not
+	// panic.
+	for i := range int(size / 512) {
+		if i == int(size/512)-1 {
+			out.tail.Store(out.head.Load())
+		}
+		if err := write(100 + i); err != nil {
+			if !errors.Is(err, kernel.ErrMalformedFrame) {
+				t.Fatalf("WriteFrame %d of lap 1 after a misaligned held entry: %v", i, err)
+			}
+			return
+		}
+	}
+	t.Fatal("the writer took a held entry whose end is off the 8-byte grid")
 }

@@ -80,6 +80,8 @@ func FuzzSharedMemory(f *testing.F) {
 		{[]byte{0xff, 0xff, 0xff, 0xff, kindFrame, 0, 0, 0}, 8, 0, 0},
 		{req, uint64(len(req)), 1 << 40, 0},
 		{req, uint64(len(req)), 0, 1},
+		{req, uint64(len(req)), 0, 2<<48 | 936<<32 | 936},
+		{req, uint64(len(req)), 1000, 1<<48 | 932<<32 | 936},
 		{nil, 0, 0, 0},
 	} {
 		f.Add(seed.data, seed.head, seed.tail, seed.held)
@@ -98,18 +100,18 @@ func FuzzSharedMemory(f *testing.F) {
 		out := r.seg.ring(serverToClient)
 		copy(in.data, data)
 		in.head.Store(head)
-		// The reader's side of the server's ring: a tail and a held table
-		// made of the same bytes.
-		out.tail.Store(tail)
-		out.nheld.Store(uint32(held))
-		for i := range out.held {
-			out.held[i][0].Store(held * uint64(i))
-			out.held[i][1].Store(held*uint64(i) + tail%4096)
-		}
-		// More than a ring's worth, so that the writer reads the tail and
-		// the held table.
-		for i := range 20 {
+		// The writer fills the ring; then the reader's side of it, a tail
+		// and a held table made of the same bytes, lets it go on. Stored
+		// before anything was written, a tail past head would be refused
+		// at once, and held entries all lie past the tail, unread.
+		released := false
+		for i := range 40 {
 			err := r.c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: uint64(i), Payload: append(r.c.Buffer(900), pattern(900, 1)...)})
+			if kernel.CodeOf(err) == kernel.ResourceExhausted && !released {
+				released = true
+				releaseWithHeld(out, tail, held)
+				continue
+			}
 			if err != nil {
 				if !errors.Is(err, kernel.ErrMalformedFrame) && !errors.Is(err, kernel.ErrClosed) && kernel.CodeOf(err) != kernel.ResourceExhausted {
 					t.Fatalf("WriteFrame: unexpected error %v", err)
@@ -195,4 +197,20 @@ func rawWord(kind uint8) []byte {
 	b := make([]byte, wordLen)
 	putWord(b, 0, wordLen, kind)
 	return b
+}
+
+// releaseWithHeld plays the reader of a full ring: it moves the tail back
+// from head by tail (mod head+1) and lists held (bits 48-49) entries, each
+// a record of held's bits 32-47 bytes, back to back from the position in
+// its low 32 bits (mod head+1).
+func releaseWithHeld(out ringView, tail, held uint64) {
+	h := out.head.Load()
+	out.tail.Store(h - tail%(h+1))
+	n := int(held >> 48 % 4)
+	start, length := uint64(uint32(held))%(h+1), held>>32&0xffff
+	for j := range n {
+		out.held[j][0].Store(start + uint64(j)*length)
+		out.held[j][1].Store(start + uint64(j+1)*length)
+	}
+	out.nheld.Store(uint32(n))
 }

@@ -178,7 +178,10 @@ func (p *producer) loadTail() error {
 			// either way, past what this tail lets the writer reach.
 			continue
 		}
-		if start%8 != 0 || start >= end || end-start > uint64(p.maxRecord) {
+		// Records are 8-byte aligned and never cross the ring's end: an
+		// island that did would put the cursor off the 8-byte grid, where
+		// a wrap marker or abort word no longer fits before the end.
+		if start%8 != 0 || end%8 != 0 || start >= end || end-start > uint64(p.maxRecord) || start%p.size+(end-start) > p.size {
 			return corrupt("held record [%d, %d) is not a record", start, end)
 		}
 		p.peer = append(p.peer, island{off: start % p.size, size: end - start})
