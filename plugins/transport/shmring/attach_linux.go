@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -147,6 +148,9 @@ func (t *transport) attachServer(uc *net.UnixConn, path string) (*conn, error) {
 		seg.unmap()
 		return nil, fmt.Errorf("%s: %w", who, err)
 	}
+	// The handshake's deadline goes before the connection's watcher starts
+	// reading the socket, which would take it passing for the peer gone.
+	uc.SetDeadline(time.Time{})
 	return newConn(t, uc, seg, true, path, path+" ("+who+")"), nil
 }
 
@@ -212,6 +216,7 @@ func (t *transport) attachClient(uc *net.UnixConn, path string) (*conn, error) {
 		seg.unmap()
 		return nil, fmt.Errorf("sending ready: %w", err)
 	}
+	uc.SetDeadline(time.Time{}) // before the watcher reads, as in attachServer
 	return newConn(t, uc, seg, false, path, path), nil
 }
 

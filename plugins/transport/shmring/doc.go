@@ -24,7 +24,8 @@
 //	                       sleeps; at most 1ms, 0 never polls
 //	wait_timeout    5s     how long a writer waits for room in a full ring
 //	                       before its frame fails with ResourceExhausted; also
-//	                       bounds the attach handshake
+//	                       bounds a client's attach handshake on the server
+//	                       (a dial is bounded by its context)
 //	max_metadata_entries  256  metadata pairs one frame may carry; a frame
 //	                       written with more is refused alone, with
 //	                       ResourceExhausted; one read with more closes the

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // fakeServer listens on a fresh socket and answers the first client's
@@ -146,5 +148,46 @@ func TestClientRefusesABadWelcome(t *testing.T) {
 				t.Errorf("the server was told %q; want the refusal with %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Both handshakes run under a deadline (the dial's context, the server's
+// wait_timeout), which must be gone before the connection's watcher reads
+// the socket: one passing later must not end an attached connection as a
+// peer gone.
+func TestAConnectionOutlivesItsHandshakesDeadlines(t *testing.T) {
+	o := testOptions()
+	o.WaitTimeout = kernel.Duration(100 * time.Millisecond)
+	tr := newTransport(t, o)
+	ln := listen(t, tr)
+	accepted := make(chan kernel.Conn, 1)
+	go func() {
+		s, _ := ln.Accept(timeout(t, 10*time.Second))
+		accepted <- s
+	}()
+	c, err := tr.Dial(timeout(t, 150*time.Millisecond), ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("Accept failed")
+	}
+	defer s.Close()
+	time.Sleep(300 * time.Millisecond) // both deadlines have passed
+	for _, end := range []struct {
+		name     string
+		from, to kernel.Conn
+	}{{"client", c, s}, {"server", s, c}} {
+		if err := end.from.Err(); err != nil {
+			t.Fatalf("the %s's end died once its handshake's deadline passed: %v", end.name, err)
+		}
+		send(t, end.from, &kernel.Frame{Type: kernel.FrameRequest, CallID: 1}, []byte("after the deadlines"))
+		got := recv(t, end.to)
+		if string(got.Payload) != "after the deadlines" {
+			t.Errorf("from the %s: %q", end.name, got.Payload)
+		}
+		got.Release()
 	}
 }

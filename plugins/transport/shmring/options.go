@@ -33,8 +33,9 @@ type Options struct {
 	// before it sleeps; 0 never polls.
 	Spin kernel.Duration `json:"spin"`
 	// WaitTimeout bounds how long a writer waits for ring space before its
-	// frame fails with ResourceExhausted, and how long an attach handshake
-	// may take.
+	// frame fails with ResourceExhausted, and how long a client's attach
+	// handshake may take the server (a client's dial is bounded by its
+	// context).
 	WaitTimeout kernel.Duration `json:"wait_timeout"`
 	// MaxMetadataEntries and MaxMetadataBytes bound the metadata of one
 	// frame, read or written.

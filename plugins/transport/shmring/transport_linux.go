@@ -170,7 +170,6 @@ func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) 
 		}
 		return nil, fmt.Errorf("shm-ring: dial %s: %w", path, err)
 	}
-	uc.SetDeadline(time.Time{})
 	return c, nil
 }
 
@@ -196,12 +195,7 @@ func (l *listener) Accept(ctx context.Context) (kernel.Conn, error) {
 // attach runs one server handshake.
 func (l *listener) attach(uc *net.UnixConn) (kernel.Conn, error) {
 	uc.SetDeadline(time.Now().Add(l.t.waitTimeout))
-	c, err := l.t.attachServer(uc, l.addr)
-	if err != nil {
-		return nil, err
-	}
-	uc.SetDeadline(time.Time{})
-	return c, nil
+	return l.t.attachServer(uc, l.addr)
 }
 
 // Addr is the socket path clients dial.
