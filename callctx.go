@@ -32,7 +32,7 @@ type callCtx struct {
 
 	id      uint64
 	refused bool // arrived while the server was draining: answered, not served
-	handled bool // went through the filters' Invoke
+	handled bool // went through the filters' Invoke: its status is not Retryable
 	sc      *serverConn
 	desc    *methodDesc
 	req     any           // the request to decode into, made with the call (methodDesc.newCall); nil for a stream

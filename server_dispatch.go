@@ -59,8 +59,9 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 
 // setStatus writes err's status into the answer out: a deadline that
 // passed says it was the client's, a status that claims OK reads as
-// Unknown, and the message is cut to maxStatusMessage. what names the
-// call in the deadline's message.
+// Unknown, the message is cut to maxStatusMessage, and Retryable is kept
+// only for a call refused before the filters' Invoke. what names the call
+// in the deadline's message.
 func setStatus(out *kernel.Frame, c *callCtx, err error, what string) {
 	st := kernel.StatusOf(err)
 	if errors.Is(err, context.DeadlineExceeded) && c.Err() != nil {
@@ -74,7 +75,10 @@ func setStatus(out *kernel.Frame, c *callCtx, err error, what string) {
 	if st.Code == kernel.OK {
 		out.Code = kernel.Unknown
 	}
-	if st.Retryable {
+	// Only a call no filter's Invoke and no handler saw can be promised
+	// unprocessed: a handler returning a downstream call's retryable
+	// status as it got it would have its own caller send the call again.
+	if st.Retryable && !c.handled {
 		out.Flags |= kernel.FlagRetryable
 	}
 }

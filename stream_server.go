@@ -250,6 +250,7 @@ func (sc *serverConn) runStream(ss *ServerStream) {
 	sc.srv.streamsOpen.Add(1)
 	defer sc.srv.streamsOpen.Add(-1)
 	defer sc.end(c)
+	c.handled = true // its status can no longer promise it unprocessed
 	err := sc.invokeStream(ss)
 	if ss.core.end(errStreamOver) {
 		if len(ss.core.header) > 0 && !ss.core.sent {

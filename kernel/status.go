@@ -85,7 +85,10 @@ type Status struct {
 	Message string
 	// Retryable is set when the server guarantees the call was not processed
 	// (for example, it arrived after the server began shutting down), so the
-	// client may safely send it again elsewhere.
+	// client may safely send it again elsewhere. The engine sends it only
+	// for calls refused before any server filter's Invoke (an Admitter's
+	// refusal, a shutdown's): a status a handler or Invoke returns, a
+	// downstream call's relayed as it came, goes without it.
 	Retryable bool
 }
 

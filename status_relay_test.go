@@ -1,0 +1,57 @@
+package kernrpc_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// downstreamGone is what a kernrpc client inside a handler gets when the
+// service it calls went away: Unavailable, and Retryable, since that call
+// was never processed there.
+var downstreamGone = &kernel.Status{Code: kernel.Unavailable, Message: "server 10.0.0.9:7000 went away without serving the call", Retryable: true}
+
+// A handler that returns a downstream call's error as it got it must not
+// promise its own caller that this call was not processed: the handler
+// ran. Relayed with the flag, the caller's client resent the call, running
+// the handler again (a retry filter does so even for a non_idempotent
+// method), and took the instance for one shutting down.
+func TestAHandlersRetryableStatusReachesTheCallerAsProcessed(t *testing.T) {
+	cfg := testConfig(t)
+	var unary, stream atomic.Int32
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Relay.Call", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			unary.Add(1)
+			return nil, downstreamGone
+		})
+		kernrpc.HandleServerStream(s, "Relay.Stream", func(ctx context.Context, _ *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			stream.Add(1)
+			return downstreamGone
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx := context.Background()
+
+	err := cli.Call(ctx, "Relay.Call", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Unavailable || kernel.IsRetryable(err) {
+		t.Errorf("Call: %v (retryable %v); want the handler's Unavailable, not retryable", err, kernel.IsRetryable(err))
+	}
+	if n := unary.Load(); n != 1 {
+		t.Errorf("the handler ran %d times for one call", n)
+	}
+
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Relay.Stream", &echopb.Echo{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if kernel.CodeOf(err) != kernel.Unavailable || kernel.IsRetryable(err) {
+		t.Errorf("stream: %v (retryable %v); want the handler's Unavailable, not retryable", err, kernel.IsRetryable(err))
+	}
+	if n := stream.Load(); n != 1 {
+		t.Errorf("the stream's handler ran %d times for one stream", n)
+	}
+}
