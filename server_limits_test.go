@@ -34,14 +34,12 @@ func readFrame(t *testing.T, c kernel.Conn, within time.Duration) (*kernel.Frame
 	return c.ReadFrame(ctx)
 }
 
-// A request whose call id was already used on its connection (a frame
-// sent twice) is dropped: the call keeps its one answer and its handler
-// runs once, whether the first copy is still running or done.
-func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
-	cfg := testConfig(t)
-	var runs atomic.Int32
-	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+// countingServer starts a server whose Echo.Count counts its runs in runs
+// and holds a call whose payload is "hold" until release is closed, and
+// returns a raw connection to it.
+func countingServer(t *testing.T) (c kernel.Conn, runs *atomic.Int32, release chan struct{}) {
+	runs, release = new(atomic.Int32), make(chan struct{})
+	srv := startServer(t, testConfig(t), func(s *kernrpc.Server) {
 		kernrpc.Handle(s, "Echo.Count", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
 			runs.Add(1)
 			if string(req.Payload) == "hold" {
@@ -50,7 +48,14 @@ func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
 			return req, nil
 		})
 	})
-	c := rawConn(t, srv.Addr())
+	return rawConn(t, srv.Addr()), runs, release
+}
+
+// A request whose call id was already used on its connection (a frame
+// sent twice) is dropped: the call keeps its one answer and its handler
+// runs once, whether the first copy is still running or done.
+func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
+	c, runs, release := countingServer(t)
 	// In flight: the copy arrives while the first still runs.
 	if err := c.WriteFrame(echoRequest(t, 7, "Echo.Count", []byte("hold"))); err != nil {
 		t.Fatal(err)
@@ -108,19 +113,7 @@ func TestDuplicatedRequestRunsOnceAndGetsOneAnswer(t *testing.T) {
 // retryable, not dropped as a duplicate and left unanswered. A copy of a
 // call that still runs, as late, is still dropped.
 func TestALateCallIDIsRefusedUnprocessedUnlessItsCallRuns(t *testing.T) {
-	cfg := testConfig(t)
-	var runs atomic.Int32
-	release := make(chan struct{})
-	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Count", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			runs.Add(1)
-			if string(req.Payload) == "hold" {
-				<-release
-			}
-			return req, nil
-		})
-	})
-	c := rawConn(t, srv.Addr())
+	c, runs, release := countingServer(t)
 	if err := c.WriteFrame(echoRequest(t, 1, "Echo.Count", []byte("hold"))); err != nil {
 		t.Fatal(err)
 	}

@@ -159,22 +159,7 @@ func TestAConnectionOutlivesItsHandshakesDeadlines(t *testing.T) {
 	o := testOptions()
 	o.WaitTimeout = kernel.Duration(100 * time.Millisecond)
 	tr := newTransport(t, o)
-	ln := listen(t, tr)
-	accepted := make(chan kernel.Conn, 1)
-	go func() {
-		s, _ := ln.Accept(timeout(t, 10*time.Second))
-		accepted <- s
-	}()
-	c, err := tr.Dial(timeout(t, 150*time.Millisecond), ln.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s := <-accepted
-	if s == nil {
-		t.Fatal("Accept failed")
-	}
-	defer s.Close()
+	c, s := connectWithin(t, tr, listen(t, tr), timeout(t, 150*time.Millisecond))
 	time.Sleep(300 * time.Millisecond) // both deadlines have passed
 	for _, end := range []struct {
 		name     string

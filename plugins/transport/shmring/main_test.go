@@ -74,12 +74,18 @@ func timeout(tb testing.TB, d time.Duration) context.Context {
 // connect dials ln and accepts the connection.
 func connect(tb testing.TB, tr kernel.Transport, ln kernel.Listener) (client, server *conn) {
 	tb.Helper()
+	return connectWithin(tb, tr, ln, timeout(tb, 10*time.Second))
+}
+
+// connectWithin is connect with the dial's context.
+func connectWithin(tb testing.TB, tr kernel.Transport, ln kernel.Listener, dial context.Context) (client, server *conn) {
+	tb.Helper()
 	accepted := make(chan kernel.Conn, 1)
 	go func() {
 		c, _ := ln.Accept(timeout(tb, 10*time.Second))
 		accepted <- c
 	}()
-	c, err := tr.Dial(timeout(tb, 10*time.Second), ln.Addr())
+	c, err := tr.Dial(dial, ln.Addr())
 	if err != nil {
 		tb.Fatal(err)
 	}
