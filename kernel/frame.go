@@ -225,7 +225,7 @@ func fieldsLen(f *Frame) int {
 		n += fieldLen(uvarintLen(uint64(timeoutMicros(f.Timeout))))
 	}
 	if f.Code != OK {
-		n += fieldLen(uvarintLen(uint64(f.Code)))
+		n += fieldLen(uvarintLen(uint64(wireCode(f.Code))))
 	}
 	if f.Message != "" {
 		n += fieldLen(len(f.Message))
@@ -241,6 +241,20 @@ func fieldsLen(f *Frame) int {
 		n += fieldLen(uvarintLen(uint64(f.Credit)))
 	}
 	return n
+}
+
+// maxWireCode is the largest status code DecodeFrame accepts.
+const maxWireCode = 1 << 31
+
+// wireCode is the code a frame carries for c: c itself, or Unknown for a
+// code above what DecodeFrame accepts, which a handler's status may hold
+// (Code is a uint32): sent as it is, it would make the receiver close the
+// connection, failing every call on it instead of this one.
+func wireCode(c Code) Code {
+	if c > maxWireCode {
+		return Unknown
+	}
+	return c
 }
 
 func timeoutMicros(d time.Duration) int64 {
@@ -282,7 +296,7 @@ func AppendFrameHeader(dst []byte, f *Frame) []byte {
 		dst = appendUvarintField(dst, tagTimeout, uint64(timeoutMicros(f.Timeout)))
 	}
 	if f.Code != OK {
-		dst = appendUvarintField(dst, tagCode, uint64(f.Code))
+		dst = appendUvarintField(dst, tagCode, uint64(wireCode(f.Code)))
 	}
 	if f.Message != "" {
 		dst = appendStringField(dst, tagMessage, f.Message)
@@ -409,7 +423,7 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 			if err != nil {
 				return err
 			}
-			if c > 1<<31 {
+			if c > maxWireCode {
 				return malformed("status code " + strconv.FormatUint(c, 10) + " out of range")
 			}
 			f.Code = Code(c)

@@ -43,6 +43,12 @@ func TestFrameCodecRoundTripsEveryField(t *testing.T) {
 			Code: kernel.Unavailable, Message: "shutting down: ünïcode ok", Codec: "json",
 		}, nil},
 		{"largest status code", kernel.Frame{Type: kernel.FrameResponse, Code: 1 << 31}, nil},
+		// A code the decoder refuses (a handler's own numbering) must not
+		// make a frame that closes the connection at its receiver.
+		{"code above the largest is sent as Unknown", kernel.Frame{Type: kernel.FrameResponse, Code: 1<<31 + 1, Message: "m"},
+			func(f *kernel.Frame) { f.Code = kernel.Unknown }},
+		{"largest uint32 code is sent as Unknown", kernel.Frame{Type: kernel.FrameResponse, Code: 1<<32 - 1},
+			func(f *kernel.Frame) { f.Code = kernel.Unknown }},
 		{"window update", kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: 3, Credit: 1<<32 - 1}, nil},
 		{"timeout below a microsecond still means a deadline", kernel.Frame{Type: kernel.FrameRequest, Timeout: 10 * time.Nanosecond},
 			func(f *kernel.Frame) { f.Timeout = time.Microsecond }},

@@ -10,6 +10,8 @@ import (
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
+// Statuses a handler returns, as its caller gets them.
+
 // downstreamGone is what a kernrpc client inside a handler gets when the
 // service it calls went away: Unavailable, and Retryable, since that call
 // was never processed there.
@@ -53,5 +55,23 @@ func TestAHandlersRetryableStatusReachesTheCallerAsProcessed(t *testing.T) {
 	}
 	if n := stream.Load(); n != 1 {
 		t.Errorf("the stream's handler ran %d times for one stream", n)
+	}
+}
+
+// A handler's status whose code is above what a frame may carry (2^31; a
+// service's own numbering, say) reaches its caller as Unknown with its
+// message: sent as it was, the client's transport took the answer for a
+// malformed frame and closed the connection, failing every call on it.
+func TestAHandlersOutOfRangeCodeFailsOnlyItsCall(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Odd.Code", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, &kernel.Status{Code: kernel.Code(1<<32 - 1), Message: "custom"}
+		})
+	})
+	cli := newClient(t, cfg)
+	err := cli.Call(context.Background(), "Odd.Code", &echopb.Echo{}, &echopb.Echo{})
+	if st := kernel.StatusOf(err); st.Code != kernel.Unknown || st.Message != "custom" {
+		t.Errorf("Call: %v; want Unknown saying custom", err)
 	}
 }
