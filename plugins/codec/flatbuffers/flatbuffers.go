@@ -26,12 +26,13 @@
 //     a generated table reads every field as its default and is sent as a
 //     table with no fields.
 //
-// Reference fields (vectors, strings, sub-tables) of a generated table are
-// checked only if the type implements fbverify.Verifier, which flatc does
-// not generate: add a VerifyFlatBuffer method beside the generated code, as
-// internal/echofb/verify.go does. Without it a peer that sends a malformed
-// buffer can make an accessor panic (the server turns a handler's panic into
-// status Internal for that call).
+// Reference fields (vectors, strings, sub-tables) and scalar fields wider
+// than a byte of a generated table are checked only if the type implements
+// fbverify.Verifier, which flatc does not generate: add a VerifyFlatBuffer
+// method beside the generated code, as internal/echofb/verify.go does.
+// Without it a peer that sends a malformed buffer can make an accessor
+// panic (the server turns a handler's panic into status Internal for that
+// call).
 //
 // # How long received bytes stay valid
 //

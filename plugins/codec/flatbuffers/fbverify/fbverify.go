@@ -5,8 +5,9 @@
 // buffer and does no checking of its own: an offset that points past the end
 // makes an accessor panic. The flatbuffers codec therefore checks the root
 // table of every buffer it decodes (Root), and a generated table type
-// declares its reference fields (vectors, strings) to the codec by
-// implementing a VerifyFlatBuffer method built from Vector and String; see
+// declares its reference fields (vectors, strings) and its scalar fields
+// wider than a byte to the codec by implementing a VerifyFlatBuffer method
+// built from Vector, String and Scalar; see
 // internal/echofb/verify.go for one.
 //
 // This package registers nothing; generated code may import it freely.
@@ -38,8 +39,9 @@ type Initer interface {
 
 // Verifier is implemented by a table type that checks its own reference
 // fields (vectors, strings, sub-tables) with Vector and String, once Init
-// has pointed it at a table that passed Table. A type whose fields are all
-// byte-sized scalars needs none.
+// has pointed it at a table that passed Table, and its scalar fields wider
+// than a byte with Scalar. A type whose fields are all byte-sized scalars
+// needs none.
 type Verifier interface {
 	VerifyFlatBuffer() error
 }
@@ -81,8 +83,8 @@ func Root(buf []byte) (fb.UOffsetT, error) {
 // Table checks the table at pos in buf: the table's start, its vtable and
 // the inline part of the table the vtable declares all lie inside buf, and
 // every field the vtable lists starts inside that inline part. Reading the
-// vtable, and any byte-sized scalar field, is then in bounds; reference
-// fields need Vector or String.
+// vtable, and any byte-sized scalar field, is then in bounds; wider scalar
+// fields need Scalar, reference fields Vector or String.
 func Table(buf []byte, pos fb.UOffsetT) error {
 	n, p := int64(len(buf)), int64(pos)
 	if p+fb.SizeSOffsetT > n {
@@ -106,6 +108,25 @@ func Table(buf []byte, pos fb.UOffsetT) error {
 		if off := int64(fb.GetVOffsetT(buf[vt+i:])); off != 0 && (off < fb.SizeSOffsetT || off >= tableLen) {
 			return malformed("field %d of the table at %d is at offset %d, outside its %d inline bytes", (i-4)/2, p, off, tableLen)
 		}
+	}
+	return nil
+}
+
+// Scalar checks the scalar field of size bytes (4 for an int32, 8 for a
+// float64) in vtable slot slot of t, a table that passed Table: when
+// present, it lies inside t's inline part. Table checks only where each
+// field starts, so a field wider than a byte needs Scalar: a vtable may
+// start a 4-byte field at the table's last byte, the buffer's last too.
+// An absent field is fine.
+func Scalar(t *fb.Table, slot fb.VOffsetT, size int) error {
+	off := int64(t.Offset(slot))
+	if off == 0 {
+		return nil
+	}
+	p := int64(t.Pos)
+	vt := p - int64(fb.GetSOffsetT(t.Bytes[p:]))
+	if end := off + int64(size); end > int64(fb.GetVOffsetT(t.Bytes[vt+fb.SizeVOffsetT:])) || p+end > int64(len(t.Bytes)) {
+		return malformed("%d-byte field in slot %d of the table at %d runs past the table's inline bytes", size, slot, t.Pos)
 	}
 	return nil
 }
