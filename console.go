@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -217,15 +218,82 @@ func (cn *console) effectivePlugins() []pluginView {
 		if in.Defaults != nil {
 			if err := kernel.DecodeOptions(opts, in.Defaults); err != nil {
 				v.Error = err.Error()
-			} else if data, err := json.Marshal(in.Defaults); err != nil {
-				v.Error = err.Error()
 			} else {
-				v.Options = data
+				hideSecrets(reflect.ValueOf(in.Defaults))
+				if data, err := json.Marshal(in.Defaults); err != nil {
+					v.Error = err.Error()
+				} else {
+					v.Options = data
+				}
 			}
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// hiddenSecret stands, in the plugins view, for the value of an option
+// tagged secret:"true" that is set.
+const hiddenSecret = "(hidden)"
+
+// hideSecrets replaces in the options struct v the values of the fields
+// tagged secret:"true" (tokens, keys, passwords) that are set, so that
+// the console shows that they are set, never what they are: the admin
+// address is often reachable by more than who may call the service. It
+// looks into nested structs (a tls block) too.
+func hideSecrets(v reflect.Value) {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct || !v.CanSet() {
+		return
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		sf, fv := t.Field(i), v.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		if sf.Tag.Get("secret") == "true" {
+			hideValue(fv)
+		} else if k := fv.Kind(); k == reflect.Struct || k == reflect.Pointer && fv.Type().Elem().Kind() == reflect.Struct {
+			hideSecrets(fv)
+		}
+	}
+}
+
+// hideValue hides a secret option's value: each string in it (a list's,
+// or a map's values, its keys being ids) becomes hiddenSecret; anything
+// else that is set becomes its zero value.
+func hideValue(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		if v.Len() > 0 {
+			v.SetString(hiddenSecret)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			hideValue(v.Index(i))
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			hideValue(e)
+			v.SetMapIndex(k, e)
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			hideValue(v.Elem())
+		}
+	default:
+		if !v.IsZero() {
+			v.SetZero()
+		}
+	}
 }
 
 type connView struct {

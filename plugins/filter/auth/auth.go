@@ -90,18 +90,18 @@ type Options struct {
 	MetadataKey string `json:"metadata_key"`
 	// Tokens are accepted as they are; TokensEnv names an environment
 	// variable with more, comma-separated.
-	Tokens    []string `json:"tokens"`
+	Tokens    []string `json:"tokens" secret:"true"`
 	TokensEnv string   `json:"tokens_env"`
 	// Keys are HMAC-SHA256 keys by id, for tokens made with Sign; KeysEnv
 	// names an environment variable with more, as "id:secret,id:secret".
-	Keys    map[string]string `json:"keys"`
+	Keys    map[string]string `json:"keys" secret:"true"`
 	KeysEnv string            `json:"keys_env"`
 	// MaxTokenSize bounds the metadata entry; a longer one is refused
 	// without being read.
 	MaxTokenSize kernel.Size `json:"max_token_size"`
 	// Token is what a client attaches; TokenEnv names an environment
 	// variable holding it instead.
-	Token    string `json:"token"`
+	Token    string `json:"token" secret:"true"`
 	TokenEnv string `json:"token_env"`
 
 	// Logger receives rejections, at debug level; nil: slog.Default().

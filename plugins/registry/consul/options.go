@@ -25,7 +25,7 @@ type Options struct {
 	// Scheme is http or https; empty takes it from Address, else http.
 	Scheme string `json:"scheme"`
 	// Token is the ACL token; empty falls back to $CONSUL_HTTP_TOKEN.
-	Token string `json:"token"`
+	Token string `json:"token" secret:"true"`
 	// Datacenter is the datacenter to query; empty means the agent's.
 	Datacenter string `json:"datacenter"`
 	// TTL is the TTL check of a Register whose ttl is 0.

@@ -35,7 +35,7 @@ type Options struct {
 	SharedPrefix string `json:"shared_prefix"`
 	// Username and Password authenticate to etcd; both or neither.
 	Username string `json:"username"`
-	Password string `json:"password"`
+	Password string `json:"password" secret:"true"`
 	// TLS secures the connection; nil (the default) is plain TCP.
 	TLS *TLSOptions `json:"tls"`
 	// LoadReportInterval is the least time between two writes of one
