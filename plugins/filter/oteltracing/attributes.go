@@ -123,6 +123,12 @@ func endServer(span trace.Span, err error) {
 	span.End()
 }
 
+// panicked is what a span ends with when the rest of the chain panicked
+// under it: the server answers such a call Internal.
+func panicked(info *kernel.CallInfo) error {
+	return kernel.Errorf(kernel.Internal, "%s panicked", info.Method)
+}
+
 // serverAttributes are a server span's attributes beyond its method's.
 func serverAttributes(info *kernel.CallInfo) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 3)

@@ -62,7 +62,16 @@ func (f *Filter) clientSpan(ctx context.Context, span trace.Span, info *kernel.C
 	// The provider's own sampler may have declined (a global provider's):
 	// its span context, unsampled, is still what goes on.
 	propagator.Inject(ctx, requestCarrier{info})
+	// A next that panics (a later filter's, a codec's) still ends the
+	// span; the panic goes on to the caller.
+	returned := false
+	defer func() {
+		if !returned {
+			endClient(span, info, panicked(info))
+		}
+	}()
 	resp, err := next(ctx, info, req)
+	returned = true
 	if span.IsRecording() {
 		endClient(span, info, err)
 	} else {

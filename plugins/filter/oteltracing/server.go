@@ -17,7 +17,17 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 	}
 	ms := f.methods.get(info.Method)
 	ctx, span := f.tracer.Start(ctx, ms.name, append(ms.server[:len(ms.server):len(ms.server)], trace.WithAttributes(serverAttributes(info)...))...)
+	// A next that panics (the engine turns a handler's panic into
+	// Internal above the chain) still ends the span, or it would never be
+	// exported. An open-coded defer: about a ns.
+	returned := false
+	defer func() {
+		if !returned {
+			endServer(span, panicked(info))
+		}
+	}()
 	resp, err := next(ctx, info, req)
+	returned = true
 	switch {
 	case !span.IsRecording():
 		span.End()

@@ -47,7 +47,14 @@ func (f *Filter) clientStream(ctx context.Context, info *kernel.CallInfo, st ker
 	// The provider's own sampler may have declined (a global provider's):
 	// its span context, unsampled, is still what goes on.
 	propagator.Inject(ctx, requestCarrier{info})
+	returned := false
+	defer func() {
+		if !returned {
+			endClient(span, info, panicked(info))
+		}
+	}()
 	recorded, err := runStream(ctx, span, info, st, next)
+	returned = true
 	if recorded {
 		endClient(span, info, err)
 	}
@@ -79,8 +86,16 @@ func (f *Filter) serverStream(ctx context.Context, info *kernel.CallInfo, st ker
 	ms := f.methods.get(info.Method)
 	ctx, span := f.tracer.Start(ctx, ms.name, append(ms.server[:len(ms.server):len(ms.server)], trace.WithAttributes(serverAttributes(info)...))...)
 	// The engine sends the stream's final status once the handler has
-	// returned; there is no answer's size to wait for.
+	// returned; there is no answer's size to wait for. A handler that
+	// panics (answered Internal by the engine) still ends the span.
+	returned := false
+	defer func() {
+		if !returned {
+			endServer(span, panicked(info))
+		}
+	}()
 	recorded, err := runStream(ctx, span, info, st, next)
+	returned = true
 	if recorded {
 		endServer(span, err)
 	}
