@@ -91,7 +91,8 @@ type CallInfo struct {
 	// the attempt stage, and for a call filter once next returns.
 	Instance *Instance
 	// Attempt numbers the attempts of one client call from 1, in the
-	// attempt stage (and for a call filter once next returns); 0 before.
+	// attempt stage; for a call filter once next returns, it is how many
+	// attempts the call made (retries and hedges included); 0 before.
 	Attempt int
 	// RequestSize and ResponseSize are the encoded sizes of the messages
 	// in bytes, once known: on the client both once next returns (of the

@@ -92,7 +92,12 @@ func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, nex
 	c.wg.Wait()
 	resp, err := c.resp, c.err
 	w := &c.cis[c.winner]
-	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = w.Instance, w.Peer, w.Attempt, w.ResponseMetadata
+	info.Instance, info.Peer, info.ResponseMetadata = w.Instance, w.Peer, w.ResponseMetadata
+	// Attempt says, for the filters before this one, how many attempts
+	// the call took (kernrpc_client_attempts_total, a call span's
+	// rpc.kernrpc.attempt): at least those launched, though the first
+	// may have won and the hedges, cancelled, reported no number.
+	info.Attempt = max(w.Attempt, c.launched)
 	if c.panicked {
 		// The panic of an attempt, on whichever goroutine, is the
 		// caller's, as it would be without hedging: a recover filter

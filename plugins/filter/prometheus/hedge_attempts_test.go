@@ -1,0 +1,83 @@
+package prometheus_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/kernrpc/kernrpc"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
+	"github.com/kernrpc/kernrpc/plugins/filter/prometheus"
+)
+
+// A hedged call whose first attempt wins after the hedge was sent took
+// two attempts: kernrpc_client_attempts_total must say 2, as its help
+// says ("retries and hedges included").
+func TestAttemptsCountHedgeThatLost(t *testing.T) {
+	const yaml = `
+service: echo
+address: 127.0.0.1:0
+registry: {name: memory, options: {namespace: "prometheus/NS"}}
+client: {timeout: 5s}
+filters:
+  - {name: prometheus, options: {go_metrics: false, process_metrics: false}}
+  - {name: hedge, side: client, options: {max_attempts: 2, delay: 10ms}}
+`
+	cfg, err := kernrpc.ParseConfig([]byte(strings.ReplaceAll(yaml, "NS", t.Name())), "svc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		d := 100 * time.Millisecond // the first attempt: slow enough to be hedged, and wins
+		if n.Add(1) > 1 {
+			d = time.Second // the hedge: slower still
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return req, nil
+	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	cli, err := kernrpc.NewClient(cfg, cfg.Service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	cf, _ := kernrpc.FindPlugin[*prometheus.Filter](cli.Plugins(), prometheus.Name)
+
+	var resp wrapperspb.StringValue
+	if err := cli.Call(context.Background(), "Echo.Slow", wrapperspb.String("x"), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("the server saw %d attempts; want 2 (the hedge was not sent)", got)
+	}
+	mfs, err := cf.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kernrpc_client_attempts_total" {
+			continue
+		}
+		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != 2 {
+			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took 2 attempts", ms)
+		}
+		return
+	}
+	t.Fatal("no kernrpc_client_attempts_total")
+}
