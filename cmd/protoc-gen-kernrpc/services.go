@@ -203,37 +203,66 @@ func genUnaryClient(g *protogen.GeneratedFile, n serviceNames, m *protogen.Metho
 	opt := g.QualifiedGoIdent(kernrpcPackage.Ident("CallOption"))
 	call := g.QualifiedGoIdent(kernrpcPackage.Ident("Call"))
 	name, dep := fullMethodName(m), methodDeprecated(m)
+	v := localsFor(g, m)
 
 	g.P()
 	clientDoc(g, m, "calls "+name+" and waits for its answer.")
 	deprecation(g, dep)
-	g.P("func (x *", n.client, ") ", m.GoName, "(ctx ", ctx, ", req *", in, ", opts ...", opt, ") (*", out, ", error) {")
-	g.P("resp := new(", out, ")")
-	g.P("if err := x.c.Call(ctx, ", methodConst(m), ", req, resp, opts...); err != nil {")
-	g.P("return nil, err")
+	g.P("func (", v.x, " *", n.client, ") ", m.GoName, "(", v.ctx, " ", ctx, ", ", v.req, " *", in, ", ", v.opts, " ...", opt, ") (*", out, ", error) {")
+	g.P(v.resp, " := new(", out, ")")
+	g.P("if ", v.err, " := ", v.x, ".c.Call(", v.ctx, ", ", methodConst(m), ", ", v.req, ", ", v.resp, ", ", v.opts, "...); ", v.err, " != nil {")
+	g.P("return nil, ", v.err)
 	g.P("}")
-	g.P("return resp, nil")
+	g.P("return ", v.resp, ", nil")
 	g.P("}")
 
 	g.P()
 	prose(g, m.GoName+"Async calls "+name+" and returns at once: the call is sent on done (a new channel if nil; it must have room) when it completes, with its Response a *"+m.Output.GoIdent.GoName+" and its Err the outcome.")
 	deprecation(g, dep)
-	g.P("func (x *", n.client, ") ", m.GoName, "Async(ctx ", ctx, ", req *", in, ", done chan *", call, ", opts ...", opt, ") *", call, " {")
-	g.P("return x.c.Go(ctx, ", methodConst(m), ", req, new(", out, "), done, opts...)")
+	g.P("func (", v.x, " *", n.client, ") ", m.GoName, "Async(", v.ctx, " ", ctx, ", ", v.req, " *", in, ", ", v.done, " chan *", call, ", ", v.opts, " ...", opt, ") *", call, " {")
+	g.P("return ", v.x, ".c.Go(", v.ctx, ", ", methodConst(m), ", ", v.req, ", new(", out, "), ", v.done, ", ", v.opts, "...)")
 	g.P("}")
 
 	g.P()
 	prose(g, m.GoName+"Func calls "+name+" and returns at once: fn runs with the answer, or the error, on a goroutine of its own when it completes.")
 	deprecation(g, dep)
-	g.P("func (x *", n.client, ") ", m.GoName, "Func(ctx ", ctx, ", req *", in, ", fn func(*", out, ", error), opts ...", opt, ") {")
-	g.P("x.c.CallFunc(ctx, ", methodConst(m), ", req, new(", out, "), func(c *", call, ") {")
-	g.P("if c.Err != nil {")
-	g.P("fn(nil, c.Err)")
+	g.P("func (", v.x, " *", n.client, ") ", m.GoName, "Func(", v.ctx, " ", ctx, ", ", v.req, " *", in, ", ", v.fn, " func(*", out, ", error), ", v.opts, " ...", opt, ") {")
+	g.P(v.x, ".c.CallFunc(", v.ctx, ", ", methodConst(m), ", ", v.req, ", new(", out, "), func(", v.c, " *", call, ") {")
+	g.P("if ", v.c, ".Err != nil {")
+	g.P(v.fn, "(nil, ", v.c, ".Err)")
 	g.P("return")
 	g.P("}")
-	g.P("fn(c.Response.(*", out, "), nil)")
-	g.P("}, opts...)")
+	g.P(v.fn, "(", v.c, ".Response.(*", out, "), nil)")
+	g.P("}, ", v.opts, "...)")
 	g.P("}")
+}
+
+// clientLocals are the names of a client method's receiver, parameters
+// and variables.
+type clientLocals struct{ x, ctx, req, opts, resp, err, done, fn, c string }
+
+// localsFor names the locals of m's client methods so that none shadows a
+// package their bodies refer to: the request and response messages may
+// come from a Go package whose import path ends in /x or /req, which the
+// file then imports as x or req, and new(x.Resp) inside a method whose
+// receiver is x would not compile. Where nothing clashes the names are
+// the plain ones (x, ctx, req, ...); a clashing one gets a _ appended.
+func localsFor(g *protogen.GeneratedFile, m *protogen.Method) clientLocals {
+	taken := map[string]bool{}
+	for _, p := range []protogen.GoImportPath{m.Input.GoIdent.GoImportPath, m.Output.GoIdent.GoImportPath, kernrpcPackage, contextPackage} {
+		// The qualifier the file uses for p ("" for the file's own package).
+		if q := strings.TrimSuffix(g.QualifiedGoIdent(p.Ident("")), "."); q != "" {
+			taken[q] = true
+		}
+	}
+	name := func(base string) string {
+		for taken[base] {
+			base += "_"
+		}
+		return base
+	}
+	return clientLocals{x: name("x"), ctx: name("ctx"), req: name("req"), opts: name("opts"), resp: name("resp"),
+		err: name("err"), done: name("done"), fn: name("fn"), c: name("c")}
 }
 
 func genStreamClient(g *protogen.GeneratedFile, n serviceNames, m *protogen.Method) {
@@ -243,24 +272,25 @@ func genStreamClient(g *protogen.GeneratedFile, n serviceNames, m *protogen.Meth
 	stream := g.QualifiedGoIdent(kernrpcPackage.Ident("ClientStreamOf")) + "[" + in + ", " + out + "]"
 	name := fullMethodName(m)
 	inName, outName := m.Input.GoIdent.GoName, m.Output.GoIdent.GoName
+	v := localsFor(g, m)
 
 	g.P()
 	switch kindOf(m) {
 	case serverStreaming:
 		clientDoc(g, m, "opens "+name+", a server stream, with its one request: read the "+outName+" messages with Recv until io.EOF (the server ended the stream with OK) or another error (its status). Cancel ctx, or Close the stream, to leave early.")
 		deprecation(g, methodDeprecated(m))
-		g.P("func (x *", n.client, ") ", m.GoName, "(ctx ", ctx, ", req *", in, ", opts ...", opt, ") (", stream, ", error) {")
-		g.P("return ", kernrpcPackage.Ident("OpenServerStream"), "[", in, ", ", out, "](ctx, x.c, ", methodConst(m), ", req, opts...)")
+		g.P("func (", v.x, " *", n.client, ") ", m.GoName, "(", v.ctx, " ", ctx, ", ", v.req, " *", in, ", ", v.opts, " ...", opt, ") (", stream, ", error) {")
+		g.P("return ", kernrpcPackage.Ident("OpenServerStream"), "[", in, ", ", out, "](", v.ctx, ", ", v.x, ".c, ", methodConst(m), ", ", v.req, ", ", v.opts, "...)")
 	case clientStreaming:
 		clientDoc(g, m, "opens "+name+", a client stream: send "+inName+" messages with Send, then CloseAndRecv for the one "+outName+".")
 		deprecation(g, methodDeprecated(m))
-		g.P("func (x *", n.client, ") ", m.GoName, "(ctx ", ctx, ", opts ...", opt, ") (", stream, ", error) {")
-		g.P("return ", kernrpcPackage.Ident("OpenStream"), "[", in, ", ", out, "](ctx, x.c, ", methodConst(m), ", opts...)")
+		g.P("func (", v.x, " *", n.client, ") ", m.GoName, "(", v.ctx, " ", ctx, ", ", v.opts, " ...", opt, ") (", stream, ", error) {")
+		g.P("return ", kernrpcPackage.Ident("OpenStream"), "[", in, ", ", out, "](", v.ctx, ", ", v.x, ".c, ", methodConst(m), ", ", v.opts, "...)")
 	default:
 		clientDoc(g, m, "opens "+name+", a bidirectional stream: Send "+inName+" messages and Recv "+outName+" messages in any order, and CloseSend when done sending; Recv returns io.EOF once the server ended the stream with OK.")
 		deprecation(g, methodDeprecated(m))
-		g.P("func (x *", n.client, ") ", m.GoName, "(ctx ", ctx, ", opts ...", opt, ") (", stream, ", error) {")
-		g.P("return ", kernrpcPackage.Ident("OpenStream"), "[", in, ", ", out, "](ctx, x.c, ", methodConst(m), ", opts...)")
+		g.P("func (", v.x, " *", n.client, ") ", m.GoName, "(", v.ctx, " ", ctx, ", ", v.opts, " ...", opt, ") (", stream, ", error) {")
+		g.P("return ", kernrpcPackage.Ident("OpenStream"), "[", in, ", ", out, "](", v.ctx, ", ", v.x, ".c, ", methodConst(m), ", ", v.opts, "...)")
 	}
 	g.P("}")
 }
