@@ -283,6 +283,9 @@ func (c *Config) validateFields() error {
 	if c.Client.Timeout < 0 {
 		return c.errorf("client.timeout", "must not be negative, got %s", c.Client.Timeout)
 	}
+	if c.Client.DialTimeout < 0 {
+		return c.errorf("client.dial_timeout", "must be positive, got %s (0 means the default, 5s)", c.Client.DialTimeout)
+	}
 	if h := *c.GCHeadroom; h < 0 || h > maxGCHeadroom {
 		return c.errorf("gc_headroom", "must be between 0 (none) and 1GiB, got %s (unset means the default, 64MiB)", h)
 	}
@@ -291,6 +294,9 @@ func (c *Config) validateFields() error {
 	}
 	if c.Server.ShutdownTimeout < 0 {
 		return c.errorf("server.shutdown_timeout", "must not be negative, got %s", c.Server.ShutdownTimeout)
+	}
+	if c.Server.RegisterTTL < 0 {
+		return c.errorf("server.register_ttl", "must be positive, got %s (0 means the default, 10s)", c.Server.RegisterTTL)
 	}
 	if c.Server.MaxConnections < 0 {
 		return c.errorf("server.max_connections", "must be positive, got %d (0 means the default, 10000)", c.Server.MaxConnections)

@@ -82,6 +82,8 @@ func TestBadConfigs(t *testing.T) {
 		{"negative max connections", map[string]any{"server": map[string]any{"max_connections": -1}}, []string{"server.max_connections", "got -1 (0 means the default, 10000)"}},
 		{"negative max concurrent calls", map[string]any{"server": map[string]any{"max_concurrent_calls": -5}}, []string{"server.max_concurrent_calls", "got -5 (0 means the default, 1024)"}},
 		{"negative idle timeout", map[string]any{"server": map[string]any{"idle_timeout": "-1m"}}, []string{"server.idle_timeout", "(0 means the default, 15m)"}},
+		{"negative dial timeout", map[string]any{"client": map[string]any{"dial_timeout": "-1s"}}, []string{"svc.yaml", "client.dial_timeout", "got -1s (0 means the default, 5s)"}},
+		{"negative register ttl", map[string]any{"server": map[string]any{"register_ttl": "-1s"}}, []string{"svc.yaml", "server.register_ttl", "got -1s (0 means the default, 10s)"}},
 		{"negative drain period", map[string]any{"server": map[string]any{"drain_period": "-1s"}}, []string{"server.drain_period", "must not be negative"}},
 		{"stream window too small", map[string]any{"streams": map[string]any{"window": "512B"}}, []string{"streams.window", "between 1KiB and 2GiB"}},
 		{"connection window below the stream's", map[string]any{"streams": map[string]any{"window": "4MiB", "connection_window": "1MiB"}}, []string{"streams.connection_window", "between streams.window (4MiB)"}},
