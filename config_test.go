@@ -67,6 +67,10 @@ func TestBadConfigs(t *testing.T) {
 		want []string
 	}{
 		{"unknown top-level key", map[string]any{"transprot": map[string]any{"name": "tcp-lv"}}, []string{`"transprot"`, "unknown key", "svc.yaml", "transport"}},
+		{"unknown nested key", map[string]any{"server": map[string]any{"shutdown_timeot": "5s"}},
+			[]string{"svc.yaml", `key "server.shutdown_timeot"`, "unknown key (known keys: admin_address, drain_period, idle_timeout, instance_id,"}},
+		{"unknown key of a filter", map[string]any{"filters": []any{"test-pass", map[string]any{"name": "test-pass", "sied": "client"}}},
+			[]string{"svc.yaml", `key "filters[1].sied"`, "unknown key (known keys: methods, name, options, side, stage)"}},
 		{"wrong type", map[string]any{"client": map[string]any{"pool_size": "two"}}, []string{"pool_size", "integer"}},
 		{"pool size zero after explicit negative", map[string]any{"client": map[string]any{"pool_size": -1}}, []string{"client.pool_size", "at least 1"}},
 		{"negative retries", map[string]any{"client": map[string]any{"retries": -1}}, []string{"client.retries"}},

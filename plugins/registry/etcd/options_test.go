@@ -62,9 +62,9 @@ func TestBadOptionsNameTheOption(t *testing.T) {
 		{"tls ca_file missing", map[string]any{"tls": map[string]any{"ca_file": filepath.Join(dir, "absent.pem")}}, "tls", "no such file"},
 		{"tls ca_file not PEM", map[string]any{"tls": map[string]any{"ca_file": notPEM}}, "tls", "holds no PEM certificate"},
 		{"tls key pair not PEM", map[string]any{"tls": map[string]any{"cert_file": notPEM, "key_file": notPEM}}, "tls", "cert_file"},
-		// The kernel's decoding names a nested key without its parent (and
-		// lists the top-level keys as the known ones).
-		{"tls unknown key", map[string]any{"tls": map[string]any{"ca": notPEM}}, "ca", "unknown key"},
+		// The kernel's decoding names a nested key with its parent, and
+		// lists the keys of the mapping it is in as the known ones.
+		{"tls unknown key", map[string]any{"tls": map[string]any{"ca": notPEM}}, "tls.ca", "unknown key (known keys: ca_file, cert_file"},
 		{"unknown key", map[string]any{"endpoint": "127.0.0.1:2379"}, "endpoint", "unknown key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
