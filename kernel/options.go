@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -31,6 +30,12 @@ func decodeOptionsJSON(tree map[string]any, opts any) error {
 	data, err := json.Marshal(tree)
 	if err != nil {
 		return fmt.Errorf("options cannot be encoded: %w", err)
+	}
+	// encoding/json takes a key for a field's whatever its case, so that
+	// "Service" would pass, or override "service" beside it.
+	folded := func(k, field string, exact bool) bool { return field != "" && !exact }
+	if k, ok := firstKey(tree, reflect.TypeOf(opts), "", folded); ok {
+		return &decodeError{key: k.path, msg: fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %q?)", k.field)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -65,80 +70,13 @@ func explainDecodeError(err error, opts any, tree map[string]any) error {
 		// encoding/json names the key alone, wherever it is: find its
 		// path, and the struct whose keys it is not one of.
 		in := reflect.TypeOf(opts)
-		if path, t, found := unknownKeyPath(tree, in, key, ""); found {
-			key, in = path, t
+		if k, ok := firstKey(tree, in, "", func(k, field string, _ bool) bool { return field == "" && k == key }); ok {
+			key, in = k.path, k.in
 		}
 		return &decodeError{key: key, err: err,
 			msg: fmt.Sprintf("unknown key (known keys: %s)", strings.Join(knownKeys(reflect.New(in).Interface()), ", "))}
 	}
 	return err
-}
-
-// unknownKeyPath finds key where encoding/json, decoding v into a t,
-// would first meet it as a key no field of its struct takes (it decodes
-// maps in sorted key order, depth first): the key's path, as in
-// "server.shutdown_timeot" or "filters[1].sied", and that struct type.
-func unknownKeyPath(v any, t reflect.Type, key, path string) (string, reflect.Type, bool) {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshalerType) {
-		return "", nil, false
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		m, _ := v.(map[string]any)
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			ft, ok := jsonField(t, k)
-			if !ok {
-				if k == key {
-					return joinKey(path, k), t, true
-				}
-				continue
-			}
-			if p, st, ok := unknownKeyPath(m[k], ft, key, joinKey(path, k)); ok {
-				return p, st, true
-			}
-		}
-	case reflect.Map:
-		m, _ := v.(map[string]any)
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if p, st, ok := unknownKeyPath(m[k], t.Elem(), key, joinKey(path, k)); ok {
-				return p, st, true
-			}
-		}
-	case reflect.Slice, reflect.Array:
-		list, _ := v.([]any)
-		for i, e := range list {
-			if p, st, ok := unknownKeyPath(e, t.Elem(), key, path+"["+strconv.Itoa(i)+"]"); ok {
-				return p, st, true
-			}
-		}
-	}
-	return "", nil, false
-}
-
-// jsonField is the type of the field of struct t that encoding/json
-// decodes key into: the one named key exactly, else one whose name
-// matches it but for case.
-func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
-	var folded reflect.Type
-	for name, ft := range OptionFields(reflect.New(t).Interface()) {
-		if name == key {
-			return ft, true
-		}
-		if folded == nil && strings.EqualFold(name, key) {
-			folded = ft
-		}
-	}
-	return folded, folded != nil
-}
-
-func joinKey(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }
 
 func article(noun string) string {

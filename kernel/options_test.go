@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,5 +83,41 @@ func TestOptionFieldsYieldsConfigKeysWithTheirTypes(t *testing.T) {
 	}
 	for range OptionFields(42) {
 		t.Fatal("a non-struct yielded a key")
+	}
+}
+
+// encoding/json matches a key to a field whatever its case; options do
+// not: "Max_Size" is refused, naming the key it means, and so is a second
+// spelling of a key beside the first, which would override it.
+func TestOptionKeysAreCaseSensitive(t *testing.T) {
+	type inner struct {
+		Name string `json:"name"`
+	}
+	type opts struct {
+		MaxSize Size              `json:"max_size"`
+		Inner   inner             `json:"inner"`
+		Byname  map[string]inner  `json:"byname"`
+		List    []inner           `json:"list"`
+		Free    map[string]string `json:"free"`
+	}
+	for _, tc := range []struct {
+		tree      map[string]any
+		key, want string
+	}{
+		{map[string]any{"Max_Size": "1KiB"}, "Max_Size", `did you mean "max_size"?`},
+		{map[string]any{"max_size": "1KiB", "MAX_SIZE": "2KiB"}, "MAX_SIZE", `did you mean "max_size"?`},
+		{map[string]any{"inner": map[string]any{"Name": "x"}}, "inner.Name", `did you mean "name"?`},
+		{map[string]any{"byname": map[string]any{"a": map[string]any{"NAME": "x"}}}, "byname.a.NAME", `did you mean "name"?`},
+		{map[string]any{"list": []any{map[string]any{"name": "x"}, map[string]any{"nAme": "y"}}}, "list[1].nAme", `did you mean "name"?`},
+	} {
+		err := DecodeOptions(tc.tree, &opts{})
+		if OptionKey(err) != tc.key || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v (key %q); want key %q, %s", tc.tree, err, OptionKey(err), tc.key, tc.want)
+		}
+	}
+	// A map's own keys are data, whatever their case.
+	var o opts
+	if err := DecodeOptions(map[string]any{"free": map[string]any{"Key": "v", "KEY": "w"}, "max_size": "1KiB"}, &o); err != nil || o.Free["Key"] != "v" || o.Free["KEY"] != "w" {
+		t.Errorf("a map's keys of any case: %v, %v", err, o.Free)
 	}
 }

@@ -1,0 +1,83 @@
+package kernel
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A key of a config tree, found where encoding/json meets it.
+type treeKey struct {
+	path  string       // "server.shutdown_timeot", "filters[1].sied"
+	in    reflect.Type // the struct whose mapping holds it
+	field string       // the field's name it matches but for case, or ""
+}
+
+// firstKey walks v, a tree decoded into a t, as encoding/json does (a
+// mapping's keys in sorted order, depth first), and returns the first key
+// of a struct's mapping that pick takes, given the key, the name of the
+// field it matches (exactly, or else but for case; "" if none) and
+// whether the match is exact.
+func firstKey(v any, t reflect.Type, path string, pick func(key, field string, exact bool) bool) (treeKey, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshalerType) {
+		return treeKey{}, false
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			ft, field, exact := jsonField(t, k)
+			if pick(k, field, exact) {
+				return treeKey{path: joinKey(path, k), in: t, field: field}, true
+			}
+			if field == "" {
+				continue
+			}
+			if found, ok := firstKey(m[k], ft, joinKey(path, k), pick); ok {
+				return found, true
+			}
+		}
+	case reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if found, ok := firstKey(m[k], t.Elem(), joinKey(path, k), pick); ok {
+				return found, true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		list, _ := v.([]any)
+		for i, e := range list {
+			if found, ok := firstKey(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", pick); ok {
+				return found, true
+			}
+		}
+	}
+	return treeKey{}, false
+}
+
+// jsonField finds the field of struct t that encoding/json decodes key
+// into: the one named key exactly, else one whose name matches it but for
+// case. It returns the field's type and name, "" if there is none.
+func jsonField(t reflect.Type, key string) (ft reflect.Type, name string, exact bool) {
+	for n, f := range OptionFields(reflect.New(t).Interface()) {
+		if n == key {
+			return f, n, true
+		}
+		if name == "" && strings.EqualFold(n, key) {
+			ft, name = f, n
+		}
+	}
+	return ft, name, false
+}
+
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
