@@ -94,6 +94,9 @@ type conn struct {
 	// writeDeadline is the socket's write deadline, as time since
 	// clockBase (0: not set yet); see setWriteDeadline.
 	writeDeadline time.Duration
+	// inflight is wq.bytes while wq is being written: queued bytes too,
+	// for max_write_queue (appendLocked reads it under qmu alone).
+	inflight atomic.Int64
 
 	writeShut atomic.Pointer[error] // set by CloseWrite: WriteFrame refuses with it
 	finSent   bool                  // the FIN is out: nothing may be written (wmu)

@@ -22,7 +22,12 @@ type frameQueue struct {
 	large  []largePayload
 	frames int
 	pongs  int
-	bytes  int // what the frames take on the wire, held to max_write_queue
+	// bytes is the sum of the frames' length fields (their size less the
+	// prefix, what max_frame_size bounds): with the batch being written
+	// (conn.inflight), held to max_write_queue, so that two frames of the
+	// largest size fit the smallest queue allowed, and no more than it
+	// is held for a peer that does not read.
+	bytes int
 }
 
 type largePayload struct {
@@ -205,10 +210,10 @@ func (c *conn) appendLocked(f *kernel.Frame, own []byte) (_ []byte, queued int) 
 	q := &c.q
 	start := len(q.arena)
 	q.arena = kernel.AppendFrameHeader(q.arena, f)
-	n := len(q.arena) - start + len(f.Payload)
-	if q.bytes+n > c.t.maxWriteQueue {
+	n := len(q.arena) - start + len(f.Payload) - kernel.FramePrefixLen
+	if held := q.bytes + int(c.inflight.Load()) + n; held > c.t.maxWriteQueue {
 		q.arena = q.arena[:start]
-		return own, -(q.bytes + n)
+		return own, -held
 	}
 	q.bytes += n
 	if len(f.Payload) < copyLimit {
@@ -327,6 +332,7 @@ func (c *conn) tryTakeQueue() bool {
 func (c *conn) takeQueueLocked() {
 	c.q, c.wq = c.wq, c.q
 	c.queued.Store(0)
+	c.inflight.Store(int64(c.wq.bytes))
 }
 
 // flushLocked takes the whole queue and sends it in one write or writev;
@@ -380,6 +386,7 @@ func (c *conn) writeTaken() error {
 		q.arena = nil
 	}
 	q.frames, q.pongs, q.bytes = 0, 0, 0
+	c.inflight.Store(0)
 	return err
 }
 

@@ -3,6 +3,8 @@ package tcplv
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -150,4 +152,91 @@ func readAnswer(t *testing.T, ctx context.Context, c *conn, id uint64) {
 		t.Fatalf("answer %d: %v, %v", id, f, err)
 	}
 	f.Release()
+}
+
+// pipeConn is a tcp-lv connection over net.Pipe: nothing is buffered
+// between the ends, so every byte accepted and not read by peer is held
+// by the connection itself.
+func pipeConn(t *testing.T, o *Options) (c *conn, peer net.Conn) {
+	t.Helper()
+	a, b := net.Pipe()
+	c = newConn(newTransport(t, o), a, a, false)
+	t.Cleanup(func() { b.Close(); c.Close() })
+	return c, b
+}
+
+func maxFrame(t *testing.T, c *conn, maxSize int) *kernel.Frame {
+	f := &kernel.Frame{Type: kernel.FrameResponse, CallID: 7}
+	n := maxSize - (kernel.FrameHeaderLen(f) - kernel.FramePrefixLen)
+	f.Payload = append(c.Buffer(n), make([]byte, n)...)
+	return f
+}
+
+// TestTwoLargestFramesFitTheSmallestWriteQueue: validate lets
+// max_write_queue be as small as twice max_frame_size because "two
+// frames of the largest size must always fit, or a healthy peer receiving
+// large answers would be cut off". Two largest answers queued behind a
+// write in flight must not kill the connection.
+func TestTwoLargestFramesFitTheSmallestWriteQueue(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 64 << 10
+	o.MaxWriteQueue = 2 * o.MaxFrameSize
+	c, peer := pipeConn(t, o)
+	// A small direct write, in flight while the peer is a moment late.
+	go c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1})
+	time.Sleep(50 * time.Millisecond)
+	for i := range 2 {
+		if err := c.QueueFrame(maxFrame(t, c, int(o.MaxFrameSize))); err != nil {
+			t.Fatalf("largest frame %d of 2 queued behind a write in flight: %v", i+1, err)
+		}
+	}
+	// The peer now reads: it was healthy all along.
+	go io.Copy(io.Discard, peer)
+}
+
+// TestWriteQueueHoldsNoMoreThanMaxWriteQueue: with a peer that reads
+// nothing, the bytes the connection holds for it (the batch the writer
+// took, blocked in its write, and the queue behind it) must stay within
+// max_write_queue; net.Pipe buffers nothing, so every frame accepted is
+// held.
+func TestWriteQueueHoldsNoMoreThanMaxWriteQueue(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 64 << 10
+	o.MaxWriteQueue = 256 << 10
+	c, peer := pipeConn(t, o)
+	small := &kernel.Frame{Type: kernel.FrameResponse, CallID: 1}
+	smallLen := len(encode(small))
+	go c.WriteFrame(small) // direct, blocked: the peer reads nothing yet
+	time.Sleep(50 * time.Millisecond)
+	frameLen := 0
+	accepted := 0
+	queue := func() error {
+		f := &kernel.Frame{Type: kernel.FrameResponse, CallID: 2, Payload: append(c.Buffer(16<<10), make([]byte, 16<<10)...)}
+		frameLen = len(encode(f))
+		err := c.QueueFrame(f)
+		if err == nil {
+			accepted += frameLen
+		}
+		return err
+	}
+	// Fill the queue behind the blocked direct write, up to the limit.
+	for accepted+frameLen <= int(o.MaxWriteQueue)-frameLen {
+		if err := queue(); err != nil {
+			t.Fatalf("queueing %d bytes: %v", accepted, err)
+		}
+	}
+	// The peer reads the small frame alone: the writer goroutine takes
+	// the queue and blocks writing it.
+	if _, err := io.ReadFull(peer, make([]byte, smallLen)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for {
+		if err := queue(); err != nil {
+			break
+		}
+	}
+	if accepted > int(o.MaxWriteQueue) {
+		t.Fatalf("the connection accepted %d bytes for a peer that read none of them before cutting it off; max_write_queue is %d", accepted, o.MaxWriteQueue)
+	}
 }
