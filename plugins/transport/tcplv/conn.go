@@ -81,6 +81,10 @@ type conn struct {
 	// idleWrite is when a request was last written with nobody reading,
 	// since clockBase (see quiet); at first, when the connection was made.
 	idleWrite atomic.Int64
+	// lastRecv is when a socket read last brought data, as time since
+	// clockBase: keepalive pings keepalive_interval after it, not after
+	// the first of its runs that saw nothing new (up to twice as late).
+	lastRecv atomic.Int64
 
 	// Write side. wmu is held by whoever writes to the socket.
 	wmu       sync.Mutex
@@ -148,6 +152,7 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 		done:   make(chan struct{}),
 	}
 	c.idleWrite.Store(int64(time.Since(clockBase)))
+	c.lastRecv.Store(c.idleWrite.Load())
 	c.pool.init(t.buffers)
 	c.sock.init(nc)
 	c.br = getReader(socketReader{c}, t.readBufferSize)
@@ -197,8 +202,9 @@ func (c *conn) releaseReader() {
 	c.br = nil
 }
 
-// socketReader counts the reads that brought data: that is all keepalive
-// needs, and it costs one atomic add per read syscall, not a clock read.
+// socketReader counts the reads that brought data and notes when the
+// last one came: keepalive needs both. The note is one monotonic clock
+// read per read syscall that brought data.
 type socketReader struct{ c *conn }
 
 func (r socketReader) Read(p []byte) (int, error) {
@@ -211,6 +217,7 @@ func (r socketReader) Read(p []byte) (int, error) {
 	}
 	if n > 0 {
 		r.c.received.Add(1)
+		r.c.lastRecv.Store(int64(time.Since(clockBase)))
 	}
 	return n, err
 }

@@ -168,3 +168,67 @@ func TestKeepaliveTimerComesWithTheFirstRequest(t *testing.T) {
 		t.Errorf("a keepalive timer on the server, which wrote only a response")
 	}
 }
+
+// TestAPeerThatDiesAfterSpeakingIsDetectedWithinIntervalPlusTimeout:
+// the peer sends something just after a keepalive run, then dies (stays
+// connected, answers nothing, not even Pings). The package doc and
+// docs/protocol.md promise a Ping once nothing has arrived for
+// keepalive_interval and death keepalive_timeout after it: within
+// interval+timeout of the last byte.
+func TestAPeerThatDiesAfterSpeakingIsDetectedWithinIntervalPlusTimeout(t *testing.T) {
+	// Before the fix this schedule had it declared dead 1.25 s after its
+	// last frame, against 0.7 s now: the slack takes a loaded machine.
+	const interval, kaTimeout = 600 * time.Millisecond, 100 * time.Millisecond
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := hole.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+		close(accepted)
+	}()
+	c := dial(t, newTransport(t, keepaliveOptions(interval, kaTimeout)), hole.Addr().String())
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("no connection accepted")
+	}
+	defer peer.Close()
+
+	t0 := time.Now()
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Say"}); err != nil {
+		t.Fatal(err)
+	}
+	lastSent := make(chan time.Time, 1)
+	go func() {
+		// Stream messages for the waiting call: signs of life that
+		// answer nothing, so the request stays unanswered.
+		msg := encode(&kernel.Frame{Type: kernel.FrameStreamData, CallID: 1, Payload: []byte("x")})
+		time.Sleep(time.Until(t0.Add(interval / 2)))
+		peer.Write(msg)
+		time.Sleep(time.Until(t0.Add(interval + 50*time.Millisecond)))
+		peer.Write(msg)
+		lastSent <- time.Now()
+		// Then the peer's process hangs: nothing more, no Pong.
+	}()
+	ctx := timeout(t, 10*time.Second)
+	for {
+		f, err := c.ReadFrame(ctx)
+		if err != nil {
+			if !errors.Is(err, kernel.ErrPeerGone) {
+				t.Fatalf("ReadFrame: %v; want peer gone", err)
+			}
+			break
+		}
+		f.Release()
+	}
+	silent := time.Since(<-lastSent)
+	if bound := interval + kaTimeout + 250*time.Millisecond; silent > bound {
+		t.Fatalf("a peer silent since its last frame was declared dead %v later; keepalive_interval+keepalive_timeout is %v (bound with slack %v)",
+			silent.Round(time.Millisecond), interval+kaTimeout, bound)
+	}
+}

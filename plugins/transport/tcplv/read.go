@@ -488,13 +488,17 @@ func (c *conn) keepalive() {
 			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: no answer to keepalive within %s", c.remote, kernel.ErrPeerGone, c.t.keepaliveTimeout))
 			return
 		}
-		c.kaSeen = now
+	}
+	c.kaSeen = now
+	if !c.reading.Load() || c.unanswered.Load() <= 0 {
 		c.kaTimer.Load().Reset(c.t.keepaliveInterval)
 		return
 	}
-	if now != c.kaSeen || !c.reading.Load() || c.unanswered.Load() <= 0 {
-		c.kaSeen = now
-		c.kaTimer.Load().Reset(c.t.keepaliveInterval)
+	// Ping keepalive_interval after the last byte heard, not after the
+	// first run that saw nothing new: data that came just after a run
+	// would otherwise put the Ping off by up to a whole interval more.
+	if quiet := time.Since(clockBase) - time.Duration(c.lastRecv.Load()); quiet < c.t.keepaliveInterval {
+		c.kaTimer.Load().Reset(c.t.keepaliveInterval - quiet)
 		return
 	}
 	_ = c.enqueue(&kernel.Frame{Type: kernel.FramePing}, nil) // an overflow kills the connection, which stops the timer
