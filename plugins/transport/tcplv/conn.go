@@ -245,8 +245,8 @@ func (c *conn) fail(level slog.Level, err error) error {
 	if !c.death.CompareAndSwap(nil, &err) {
 		return c.Err()
 	}
+	c.raw.Close() // before Done: a Close waiting on it returns with the socket shut
 	close(c.done)
-	c.raw.Close()
 	c.frameTimer.Stop()
 	c.stopKeepalive()
 	c.t.log.Log(context.Background(), level, "tcp-lv: connection closed", "local", c.local, "remote", c.remote, "err", err)
@@ -256,7 +256,14 @@ func (c *conn) fail(level slog.Level, err error) error {
 // Close sends what is already queued, closes the socket and waits for the
 // connection's goroutines. It is idempotent.
 func (c *conn) Close() error {
-	c.flushAndClose(&closedError{c.remote})
+	if !c.flushAndClose(&closedError{c.remote}) {
+		// Another path is ending the connection (a failure, or a GoAway
+		// the frame clock or the Ping limit sends), perhaps still flushing
+		// behind a write in flight: wait for it, so that Close returns with
+		// the connection closed, as it does when it ends it itself. That
+		// flush is bounded as Close's own is (cutWriteDeadline).
+		<-c.done
+	}
 	// A start in progress finishes before Wait; later ones see the death.
 	c.startMu.Lock()
 	//lint:ignore SA2001 empty on purpose: a barrier
@@ -296,8 +303,8 @@ func (c *conn) flushAndClose(err error) bool {
 	}
 	c.flushLocked()
 	c.wmu.Unlock()
+	c.raw.Close() // before Done: a Close waiting on it returns with the socket shut
 	close(c.done)
-	c.raw.Close()
 	c.frameTimer.Stop()
 	c.stopKeepalive()
 	return true

@@ -78,3 +78,45 @@ func wantRead(t *testing.T, c *conn, want kernel.FrameType) {
 	}
 	f.Release()
 }
+
+// TestCloseRacingAGoAwayFlushStillClosesTheConnection: the frame clock
+// ends a silent accepted connection with a GoAway, whose flush waits for a
+// write in flight to a peer that does not read. A Close meanwhile must
+// still close the connection before it returns: Done closed, the socket
+// shut, the blocked write failed.
+func TestCloseRacingAGoAwayFlushStillClosesTheConnection(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 64 << 20
+	o.MaxWriteQueue = 128 << 20
+	o.FirstFrameTimeout = kernel.Duration(200 * time.Millisecond)
+	raw, server := rawPair(t, o)
+	_ = raw // reads and sends nothing
+	wrote := make(chan error, 1)
+	go func() {
+		// Far more than loopback buffers: this direct write blocks.
+		payload := make([]byte, 48<<20)
+		wrote <- server.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1, Payload: payload})
+	}()
+	// The first-frame clock runs out at 200ms, queues its GoAway and waits
+	// for the write in flight (cut to end within a second).
+	time.Sleep(400 * time.Millisecond)
+	if server.Err() == nil {
+		t.Fatal("first_frame_timeout did not end the connection; nothing was tested")
+	}
+	start := time.Now()
+	server.Close()
+	returned := time.Since(start)
+	select {
+	case <-server.Done():
+	default:
+		t.Errorf("Close returned after %v, and Done is not closed", returned)
+	}
+	// The write failed before Close returned; give it a moment to report.
+	select {
+	case err := <-wrote:
+		t.Logf("the blocked write ended: %v", err)
+	case <-time.After(100 * time.Millisecond):
+		t.Errorf("Close returned after %v with a WriteFrame still blocked on the socket", returned)
+		<-wrote
+	}
+}
