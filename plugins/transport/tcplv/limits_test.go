@@ -426,3 +426,26 @@ func readRawFrame(br *bufio.Reader) (kernel.Frame, error) {
 	}
 	return f, kernel.DecodeFrame(body, &f, nil)
 }
+
+// TestPingsTooCloseOnlyNowAndThenAreNotStrikesInARow: the doc and
+// docs/reliability.md cut a peer off for Pings closer than
+// min_ping_interval "more than twice in a row". A peer whose Pings are
+// too close only every other time never has two in a row.
+func TestPingsTooCloseOnlyNowAndThenAreNotStrikesInARow(t *testing.T) {
+	o := testOptions()
+	o.MinPingInterval = kernel.Duration(100 * time.Millisecond)
+	raw, server := rawPair(t, o)
+	go readUntilDeadQuietly(server)
+	ping := encode(&kernel.Frame{Type: kernel.FramePing})
+	raw.Write(ping)
+	for range 2 * (maxPingStrikes + 1) {
+		time.Sleep(10 * time.Millisecond) // too soon: a strike
+		raw.Write(ping)
+		time.Sleep(150 * time.Millisecond) // well spaced
+		raw.Write(ping)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := server.Err(); err != nil {
+		t.Fatalf("the connection died, though no two Pings in a row came too close: %v", err)
+	}
+}

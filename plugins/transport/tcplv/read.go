@@ -321,6 +321,8 @@ func (c *conn) answerPing(pf *pooledFrame) error {
 			return c.goAwayAndFail(slog.LevelWarn, kernel.GoAwayUnknownLast, "too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
 				c.remote, kernel.ErrClosed, c.t.minPingInterval, c.pingStrike))
 		}
+	} else {
+		c.pingStrike = 0 // far enough apart: the row is broken
 	}
 	c.lastPing = now
 	body := pf.body
