@@ -60,8 +60,12 @@
 //   - never: record nothing; a trace context that comes in is passed on
 //     unchanged, so that a trace crossing this service stays whole and the
 //     services downstream decide by its sampled flag.
-//   - ratio: record ratio of the traces, chosen by trace ID (as the SDK's
-//     TraceIDRatioBased), whatever the parent decided.
+//   - ratio: record ratio of the traces, whatever the parent decided: a
+//     trace that comes in is chosen by its trace ID (as the SDK's
+//     TraceIDRatioBased), so that every service in mode ratio with the
+//     same ratio agrees on it; one this call starts is chosen at random,
+//     before its span (and its trace ID) exists, so the services it
+//     calls decide for themselves whether to record it.
 //   - parent-ratio: follow the sampled flag of the caller's trace context;
 //     a call that starts a trace is recorded with probability ratio, and
 //     one that is not still sends an unsampled trace context, so that the
