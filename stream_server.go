@@ -138,6 +138,10 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 	ss.core.init(c.id, sc.conn, flow, codec, s.streamWindow())
 	ss.core.ctx, ss.core.ctxStatus, ss.core.writeCtl = c, ss.ctxStatus, sc.send
 	ss.core.sendWin.announce(int64(f.Credit))
+	// Its filters and handler will run: its status can no longer promise
+	// it unprocessed. Set before sc.mu publishes the stream to a
+	// shutdown's abort, which reads it too.
+	c.handled = true
 	sc.mu.Lock()
 	c.stream = ss
 	sc.mu.Unlock()
@@ -250,7 +254,6 @@ func (sc *serverConn) runStream(ss *ServerStream) {
 	sc.srv.streamsOpen.Add(1)
 	defer sc.srv.streamsOpen.Add(-1)
 	defer sc.end(c)
-	c.handled = true // its status can no longer promise it unprocessed
 	err := sc.invokeStream(ss)
 	if ss.core.end(errStreamOver) {
 		if len(ss.core.header) > 0 && !ss.core.sent {
