@@ -27,8 +27,9 @@ func TestConformance(t *testing.T) {
 
 // echoService serves Echo.Say, which answers "hello, " + the request,
 // Echo.Fail, which fails with FailedPrecondition, and the stream Echo.Chat
-// (chatHandler), through the filter configured on both sides. It returns a client and the two sides' filters.
-func echoService(t *testing.T, yaml string) (*kernrpc.Server, *kernrpc.Client, *prometheus.Filter, *prometheus.Filter) {
+// (chatHandler), and what more registers, through the filter configured
+// on both sides. It returns a client and the two sides' filters.
+func echoService(t *testing.T, yaml string, more ...func(*kernrpc.Server)) (*kernrpc.Server, *kernrpc.Client, *prometheus.Filter, *prometheus.Filter) {
 	t.Helper()
 	cfg, err := kernrpc.ParseConfig([]byte(strings.ReplaceAll(yaml, "NS", t.Name())), "svc.yaml")
 	if err != nil {
@@ -45,6 +46,9 @@ func echoService(t *testing.T, yaml string) (*kernrpc.Server, *kernrpc.Client, *
 		return nil, kernel.Errorf(kernel.FailedPrecondition, "not now")
 	})
 	chatHandler(srv)
+	for _, register := range more {
+		register(srv)
+	}
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package prometheus_test
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
-	"github.com/kernrpc/kernrpc/plugins/filter/prometheus"
 )
 
 // A hedged call whose first attempt wins after the hedge was sent took
@@ -27,37 +25,21 @@ filters:
   - {name: prometheus, options: {go_metrics: false, process_metrics: false}}
   - {name: hedge, side: client, options: {max_attempts: 2, delay: 10ms}}
 `
-	cfg, err := kernrpc.ParseConfig([]byte(strings.ReplaceAll(yaml, "NS", t.Name())), "svc.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := kernrpc.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n atomic.Int32
-	kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		d := 100 * time.Millisecond // the first attempt: slow enough to be hedged, and wins
-		if n.Add(1) > 1 {
-			d = time.Second // the hedge: slower still
-		}
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return req, nil
+	_, cli, _, cf := echoService(t, yaml, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			d := 100 * time.Millisecond // the first attempt: slow enough to be hedged, and wins
+			if n.Add(1) > 1 {
+				d = time.Second // the hedge: slower still
+			}
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return req, nil
+		})
 	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	cli, err := kernrpc.NewClient(cfg, cfg.Service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	cf, _ := kernrpc.FindPlugin[*prometheus.Filter](cli.Plugins(), prometheus.Name)
 
 	var resp wrapperspb.StringValue
 	if err := cli.Call(context.Background(), "Echo.Slow", wrapperspb.String("x"), &resp); err != nil {
