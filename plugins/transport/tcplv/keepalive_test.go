@@ -18,35 +18,40 @@ func keepaliveOptions(interval, timeout time.Duration) *Options {
 	return o
 }
 
-// TestBlackholedPeerIsDetectedWhileACallWaits: the peer's TCP stack
-// accepts and acknowledges, but nothing ever answers.
-func TestBlackholedPeerIsDetectedWhileACallWaits(t *testing.T) {
-	const interval, keepaliveTimeout = 50 * time.Millisecond, 100 * time.Millisecond
+// dialSilentPeer dials, with o, a bare TCP listener whose accepted
+// socket it returns: nothing answers there unless the test writes to it.
+func dialSilentPeer(t *testing.T, o *Options) (*conn, net.Conn) {
+	t.Helper()
 	hole, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hole.Close()
-	held := make(chan net.Conn, 1)
+	t.Cleanup(func() { hole.Close() })
+	accepted := make(chan net.Conn, 1)
 	go func() {
-		nc, err := hole.Accept()
-		if err == nil {
-			held <- nc
-		}
-		close(held)
+		nc, _ := hole.Accept()
+		accepted <- nc
 	}()
-	c := dial(t, newTransport(t, keepaliveOptions(interval, keepaliveTimeout)), hole.Addr().String())
-	defer func() {
-		if nc := <-held; nc != nil {
-			nc.Close()
-		}
-	}()
+	c := dial(t, newTransport(t, o), hole.Addr().String())
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("no connection accepted")
+	}
+	t.Cleanup(func() { peer.Close() })
+	return c, peer
+}
+
+// TestBlackholedPeerIsDetectedWhileACallWaits: the peer's TCP stack
+// accepts and acknowledges, but nothing ever answers.
+func TestBlackholedPeerIsDetectedWhileACallWaits(t *testing.T) {
+	const interval, keepaliveTimeout = 50 * time.Millisecond, 100 * time.Millisecond
+	c, _ := dialSilentPeer(t, keepaliveOptions(interval, keepaliveTimeout))
 
 	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Say"}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = c.ReadFrame(timeout(t, 10*time.Second))
+	_, err := c.ReadFrame(timeout(t, 10*time.Second))
 	elapsed := time.Since(start)
 	if !errors.Is(err, kernel.ErrPeerGone) || !strings.Contains(err.Error(), "no answer to keepalive within 100ms") {
 		t.Fatalf("ReadFrame: %v, want peer gone: no answer to keepalive", err)
@@ -179,25 +184,7 @@ func TestAPeerThatDiesAfterSpeakingIsDetectedWithinIntervalPlusTimeout(t *testin
 	// Before the fix this schedule had it declared dead 1.25 s after its
 	// last frame, against 0.7 s now: the slack takes a loaded machine.
 	const interval, kaTimeout = 600 * time.Millisecond, 100 * time.Millisecond
-	hole, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hole.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, err := hole.Accept()
-		if err == nil {
-			accepted <- nc
-		}
-		close(accepted)
-	}()
-	c := dial(t, newTransport(t, keepaliveOptions(interval, kaTimeout)), hole.Addr().String())
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("no connection accepted")
-	}
-	defer peer.Close()
+	c, peer := dialSilentPeer(t, keepaliveOptions(interval, kaTimeout))
 
 	t0 := time.Now()
 	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "Echo.Say"}); err != nil {
