@@ -197,7 +197,10 @@ func (f *Filter) Admit(ctx context.Context, info *kernel.CallInfo) error {
 	maxWait := f.maxWait
 	if maxWait > 0 {
 		if dl, ok := ctx.Deadline(); ok {
-			maxWait = min(maxWait, int64(time.Until(dl))-1)
+			// Not below 0: a call whose deadline has passed still takes a
+			// token that is there now, as in mode reject, rather than being
+			// told the bucket is over its limit (retry after a negative time).
+			maxWait = max(0, min(maxWait, int64(time.Until(dl))-1))
 		}
 	}
 	wait, ok := b.take(now, maxWait)
