@@ -247,10 +247,13 @@ func (s *sharing) received(sk string, value []byte) {
 	if v.Origin == s.origin {
 		return
 	}
-	left := v.OpenUntil - s.f.wall()
-	if left <= 0 {
+	// Compared before subtracting: an open-until far in the past (a
+	// corrupt or foreign entry) would wrap around into a huge opening.
+	wall := s.f.wall()
+	if v.OpenUntil <= wall {
 		return
 	}
+	left := v.OpenUntil - wall
 	if c, ok := s.f.store.lookup(k).(*ratioCircuit); ok {
 		now := s.f.now()
 		c.peerOpen(now, now+left, v)
