@@ -167,12 +167,16 @@ func (b *Budget) refill() {
 		return
 	}
 	var add int64
+	to := now
 	if elapsed >= b.fillTime {
 		add = b.max // guards the multiplication below against overflow
 	} else {
 		add = elapsed * b.perSecond / int64(time.Second)
+		// The clock moves on by what the whole thousandths took, not to
+		// now: the remainder is kept for the next refill.
+		to = last + (add*int64(time.Second)+b.perSecond-1)/b.perSecond
 	}
-	if add == 0 || !b.last.CompareAndSwap(last, now) {
+	if add == 0 || !b.last.CompareAndSwap(last, to) {
 		return
 	}
 	for {
