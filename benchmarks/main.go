@@ -263,6 +263,12 @@ func parseList(s string, parse func(string) (int, error)) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Two equal values (16 and 16B too) would make two identical
+		// cells, which share one result: the rounds of both would add up
+		// in it, or the second's replace the first's.
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("%q repeats a value given before it", f)
+		}
 		out = append(out, v)
 	}
 	if len(out) == 0 {
@@ -290,7 +296,7 @@ func parseSize(s string) (int, error) {
 	if err != nil || v < 0 {
 		return 0, fmt.Errorf("bad size %q: want a byte count such as 16, 512B, 64KiB or 1MiB", s)
 	}
-	if v*mult > maxPayload {
+	if v > maxPayload/mult { // before multiplying, which could overflow into a small or negative size
 		return 0, fmt.Errorf("size %q is over %s, the most every system accepts by default", s, sizeName(maxPayload))
 	}
 	return v * mult, nil

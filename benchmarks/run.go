@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,13 @@ type benchmark struct {
 // the many mode's cells of one payload (turnGroups).
 func runBenchmarks(ctx context.Context, exe string, o options) (*benchmark, error) {
 	b := &benchmark{opts: o, cells: o.cells(), results: map[cell][]*result{}, started: time.Now()}
+	for i, c := range b.cells {
+		// Results are keyed by cell: a cell listed twice would share one
+		// result, and its rounds be added up twice (or dropped).
+		if slices.Contains(b.cells[:i], c) {
+			return nil, fmt.Errorf("cell %s is listed twice", c)
+		}
+	}
 	servers := make([]*childProcess, len(o.systems))
 	defer func() {
 		for _, s := range servers {
