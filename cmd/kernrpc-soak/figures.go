@@ -87,12 +87,12 @@ func progress(w io.Writer, f figures, total time.Duration, c *counts) {
 		f.at.Round(time.Second), total, f, c.ok.Load(), c.expected.Load(), c.faulted.Load(), c.failed.Load(), c.wrong.Load(), c.streams.Load(), c.opened.Load())
 }
 
-func report(w io.Writer, before, warm, end, after figures, bad []string) {
+func report(w io.Writer, k int, before, warm, end, after figures, bad []string) {
 	fmt.Fprintf(w, "\n%-24s %10s %12s %6s\n", "", "goroutines", "heap", "fds")
 	for _, r := range []struct {
 		name string
 		f    figures
-	}{{"before start", before}, {"start (max of first 3)", warm}, {"end (min of last 3)", end}, {"after shutdown", after}} {
+	}{{"before start", before}, {fmt.Sprintf("start (max of first %d)", k), warm}, {fmt.Sprintf("end (min of last %d)", k), end}, {"after shutdown", after}} {
 		fmt.Fprintf(w, "%-26s %10d %12s %6d\n", r.name, r.f.goroutines, mib(r.f.heap), r.f.fds)
 	}
 	if len(bad) == 0 {

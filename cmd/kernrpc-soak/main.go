@@ -38,7 +38,8 @@ place.
 Every -interval it pauses the calls, runs a GC and prints goroutines, heap
 in use, open file descriptors (/proc/self/fd) and the calls and streams so
 far. The start is the highest of the first 3 samples after -warmup, the
-end the lowest of the last 3 (the last taken after the traffic stopped),
+end the lowest of the last 3 (the last taken after the traffic stopped;
+fewer of each when there are under 6, so that the two share none),
 so that memory that comes and goes is not taken for a leak. It exits 1
 if, from start to end, goroutines grew by more than -goroutine-margin,
 open files by more than -fd-margin, or the heap by more than
@@ -140,6 +141,12 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 	}
 	start := time.Now()
 	steady, err := drive(ctx, t, o, start, stdout)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("interrupted after %s of %s: no verdict", time.Since(start).Round(time.Second), o.duration)
+	}
+	if err == nil && len(steady) < 2 {
+		err = fmt.Errorf("only %d sample after the warm-up (%s), too few to tell growth from noise: lengthen -duration or shorten -interval", len(steady), o.warmup)
+	}
 	if err != nil {
 		t.stop()
 		return err
@@ -158,7 +165,7 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 	}
 	warm, end := startAndEnd(steady)
 	bad := o.limits.verdict(before, warm, end, after, &t.counts)
-	report(stdout, before, warm, end, after, bad)
+	report(stdout, sampleWindow(len(steady)), before, warm, end, after, bad)
 	if len(bad) > 0 {
 		return errGrew
 	}
@@ -216,10 +223,17 @@ func drive(ctx context.Context, t *traffic, o *options, start time.Time, stdout 
 // early peaks; memory that comes and goes does not.
 const window = 3
 
-// startAndEnd returns each figure's maximum over the first window
-// samples and its minimum over the last window.
+// sampleWindow is how many of n samples the start and the end are each
+// taken from: window, or fewer so that the two never share a sample (with
+// shared samples the end, a minimum, could never exceed the start, a
+// maximum, and nothing could be seen to grow); one sample is both.
+func sampleWindow(n int) int { return max(1, min(window, n/2)) }
+
+// startAndEnd returns each figure's maximum over the first samples and its
+// minimum over the last ones (sampleWindow of them each).
 func startAndEnd(steady []figures) (start, end figures) {
-	first, last := steady[:min(window, len(steady))], steady[max(0, len(steady)-window):]
+	k := sampleWindow(len(steady))
+	first, last := steady[:k], steady[len(steady)-k:]
 	start, end = first[0], last[len(last)-1]
 	for _, f := range first {
 		start.goroutines, start.heap, start.fds = max(start.goroutines, f.goroutines), max(start.heap, f.heap), max(start.fds, f.fds)
