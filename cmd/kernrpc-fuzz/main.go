@@ -211,9 +211,16 @@ func fuzz(ctx context.Context, root string, t target, cfg *config, stdout io.Wri
 	}
 	var log []string
 	last := time.Now()
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
+	// Lines of any length: a bufio.Scanner stops at its first line over
+	// 64 KiB (a failure quoting a large input), leaving the rest unread,
+	// "Failing input written to" with it, and go test blocked writing it.
+	rd := bufio.NewReader(out)
+	for {
+		line, rerr := rd.ReadString('\n')
+		if rerr != nil && line == "" {
+			break
+		}
+		line = strings.TrimRight(line, "\r\n")
 		if !r.observe(line) {
 			log = append(log, line)
 		} else if time.Since(last) >= 10*time.Second {
