@@ -92,9 +92,8 @@ func (s *Server) SetServingStatus(ctx context.Context, service string, st Health
 		return fmt.Errorf("kernrpc: SetServingStatus %q: the server is shutting down", service)
 	}
 	s.health.status[service] = st
-	advertise := s.started && s.listener != nil && s.servingLocked()
 	s.mu.Unlock()
-	return s.advertise(ctx, advertise)
+	return s.syncRegistration(ctx)
 }
 
 // servingLocked is whether the instance should be in the registry.
@@ -102,9 +101,11 @@ func (s *Server) servingLocked() bool {
 	return s.health.status[""] == HealthServing && (s.cfg.Service == "" || s.health.status[s.cfg.Service] == HealthServing)
 }
 
-// advertise puts the instance in the registry or takes it out, if it is
-// not there already.
-func (s *Server) advertise(ctx context.Context, on bool) error {
+// syncRegistration puts the instance in the registry or takes it out, as
+// its health says once the registry lock is held: of status changes
+// racing each other, the one that writes the registry last reads the
+// status written last, so the registry ends up agreeing with it.
+func (s *Server) syncRegistration(ctx context.Context) error {
 	if s.cfg.Service == "" {
 		return nil
 	}
@@ -112,6 +113,9 @@ func (s *Server) advertise(ctx context.Context, on bool) error {
 		return s.registryError(err)
 	}
 	defer s.unlockRegistry()
+	s.mu.Lock()
+	on := s.started && s.listener != nil && s.servingLocked()
+	s.mu.Unlock()
 	return s.advertiseLocked(ctx, on)
 }
 

@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,6 +232,29 @@ func waitLoad(t *testing.T, sets <-chan []kernel.Instance, ok func(kernel.Load) 
 			}
 		case <-timeout:
 			t.Fatal("the load reported never matched")
+		}
+	}
+}
+
+// Two SetServingStatus calls racing must leave the registry agreeing with
+// the status that was written last: in the registry while SERVING, out of
+// it while NOT_SERVING.
+func TestRacingSetServingStatusLeavesTheRegistryAgreeing(t *testing.T) {
+	cfg := testConfig(t)
+	srv := startServer(t, cfg, nil)
+	ctx := context.Background()
+	for i := range 2000 {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		start := make(chan struct{})
+		go func() { defer wg.Done(); <-start; _ = srv.SetServingStatus(ctx, "", kernrpc.HealthNotServing) }()
+		go func() { defer wg.Done(); <-start; _ = srv.SetServingStatus(ctx, "", kernrpc.HealthServing) }()
+		close(start)
+		wg.Wait()
+		st, _ := srv.ServingStatus("")
+		in := resolveOf(t, cfg, "echo")
+		if (st == kernrpc.HealthServing) != (len(in) == 1) {
+			t.Fatalf("round %d: status %s, but the registry holds %d instances", i, st, len(in))
 		}
 	}
 }

@@ -256,7 +256,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.health.status[svc] = HealthServing
 	}
 	s.mu.Unlock()
-	if err := s.advertise(ctx, true); err != nil {
+	if err := s.syncRegistration(ctx); err != nil {
 		_ = ln.Close()
 		<-s.acceptDone
 		s.stopAdmin(ctx)
