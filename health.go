@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -42,6 +43,10 @@ type health struct {
 	// advertised is whether the instance is in the registry now; only
 	// Start, SetServingStatus and Shutdown change it, under Server.regLock.
 	advertised bool
+	// registrations counts the instance's registrations, each of which
+	// writes it with no load: the load reporter then writes its load anew.
+	// Written under Server.regLock.
+	registrations atomic.Uint64
 }
 
 func (s *Server) registerHealth() {
@@ -136,6 +141,7 @@ func (s *Server) advertiseLocked(ctx context.Context, on bool) error {
 		return s.registryError(fmt.Errorf("register %s at %s: %w", inst.Service, inst.Address, err))
 	}
 	s.health.advertised = true
+	s.health.registrations.Add(1)
 	if s.shutdownBegun() {
 		// Shutdown began while the registry took this registration (one
 		// that outlasted Shutdown's wait for it): it must not outlive the

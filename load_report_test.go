@@ -113,3 +113,33 @@ func TestConsoleShowsReportedLoad(t *testing.T) {
 		t.Errorf("instances.json: %d in flight, reported at %v; want the call held, reported just now", got.InFlight, got.Updated)
 	}
 }
+
+// An instance taken out of the registry (NOT_SERVING) and put back
+// (SERVING) is registered anew, without its load: the load reporter must
+// write the load again, even though it has not changed since.
+func TestLoadIsReportedAgainAfterTheInstanceIsRegisteredAgain(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
+	held := newHeldCall()
+	srv := startServer(t, cfg, held.register)
+	held.start(t, newClient(t, cfg))
+	inflightOne := func() bool {
+		in := resolveOf(t, cfg, "echo")
+		return len(in) == 1 && in[0].Load.InFlight == 1
+	}
+	if !eventually(5*time.Second, inflightOne) {
+		t.Fatal("no load report of the call in flight reached the registry")
+	}
+	ctx := context.Background()
+	if err := srv.SetServingStatus(ctx, "", kernrpc.HealthNotServing); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * cfg.Server.LoadReportInterval.D()) // ticks while out of the registry
+	if err := srv.SetServingStatus(ctx, "", kernrpc.HealthServing); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(2*time.Second, inflightOne) {
+		in := resolveOf(t, cfg, "echo")
+		t.Fatalf("registered again with one call still in flight, the registry shows %+v; want InFlight 1", in)
+	}
+}

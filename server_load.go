@@ -44,7 +44,11 @@ func (s *Server) stopLoadReports(ctx context.Context) {
 func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// last is the load the registration holds: none when registered, then
+	// each one written. A registration made again (SetServingStatus)
+	// writes the instance with no load, so last starts over with it.
 	var last kernel.Load
+	lastReg := s.health.registrations.Load()
 	lastCount, lastAt := s.completed.Load(), time.Now()
 	for {
 		select {
@@ -58,31 +62,39 @@ func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every 
 				Updated:  now,
 			}
 			lastCount, lastAt = count, now
+			if reg := s.health.registrations.Load(); reg != lastReg {
+				last, lastReg = kernel.Load{}, reg
+			}
 			if sameLoad(load, last) {
 				continue
 			}
-			if err := s.reportLoad(ctx, lr, load); err != nil {
+			reg, err := s.reportLoad(ctx, lr, load)
+			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("load report failed; trying again at the next interval", "registry", s.cfg.Registry.Name, "err", err)
 				}
 				continue
 			}
-			last = load
+			if reg == lastReg {
+				last = load
+			}
 		}
 	}
 }
 
 // reportLoad writes load, unless the instance is out of the registry (its
 // health says it is not serving): a report must not register it again.
-func (s *Server) reportLoad(ctx context.Context, lr kernel.LoadReporter, load kernel.Load) error {
+// reg is the registration the load was written into (see
+// health.registrations); one of none when the instance is out.
+func (s *Server) reportLoad(ctx context.Context, lr kernel.LoadReporter, load kernel.Load) (reg uint64, err error) {
 	if err := s.lockRegistry(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.unlockRegistry()
 	if !s.health.advertised {
-		return nil
+		return 0, nil
 	}
-	return lr.ReportLoad(ctx, s.Instance(), load)
+	return s.health.registrations.Load(), lr.ReportLoad(ctx, s.Instance(), load)
 }
 
 // sameLoad is whether a new load is not worth a registry write: the same
