@@ -20,8 +20,9 @@ import (
 // again cost more CPU than the call (docs/performance.md, "GC headroom").
 //
 // The headroom is a pointer-free allocation the process keeps reachable
-// and never writes. It counts as live heap, so the collector lets about
-// twice its size more grow between cycles; the collector has nothing to
+// and never writes. It counts as live heap, so the heap goal rises by
+// twice its size (the headroom itself and as much again) and about its
+// size more garbage grows between cycles; the collector has nothing to
 // scan in it; and memory fresh from the kernel is zero already, so its
 // pages are not made resident unless the runtime hands it memory it used
 // before (then up to its size of resident memory).
