@@ -144,7 +144,8 @@ func (r *Registry) HonoursTTL() bool { return true }
 // AbandonLeases stops passing TTL checks, writing loads and renewing
 // election sessions, without deregistering anything, as if the process had
 // died: its instances go critical within their ttl (and leave discovery),
-// and its leaderships end within session_ttl. It is for tests
+// its leaderships end at once (their Lost closes; another campaign wins
+// once the session expires, within session_ttl). It is for tests
 // (kernel.LeaseAbandoner).
 func (r *Registry) AbandonLeases() {
 	r.mu.Lock()

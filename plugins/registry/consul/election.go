@@ -69,6 +69,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	// is asked for half of session_ttl: a dead leader's session then ends
 	// within session_ttl.
 	sctx, scancel := r.opContext(ctx)
+	created := time.Now() // Consul's TTL of the session starts no earlier
 	session, _, err := r.client.Session().CreateNoChecks(&api.SessionEntry{
 		Name: "kernrpc election " + election, TTL: (r.cfg.sessionTTL / 2).String(),
 		Behavior: api.SessionBehaviorRelease, LockDelay: lockDelay,
@@ -83,7 +84,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	l := &leadership{r: r, key: electionPrefix + election, session: session, lost: make(chan struct{})}
 	life, stop := context.WithCancel(r.heartbeat)
 	l.stop = stop
-	l.done.Go(func() { l.renew(life) })
+	l.done.Go(func() { l.renew(life, created) })
 
 	if err := l.acquire(ctx, id); err != nil {
 		dctx, dcancel := context.WithTimeout(context.Background(), r.cfg.timeout)
@@ -173,13 +174,29 @@ func (l *leadership) acquire(ctx context.Context, id string) error {
 // closes) when the agent says the session is gone, or when no renewal
 // succeeded for 2/3 of session_ttl: Consul invalidates the session
 // session_ttl after its last renewal, and a leader must stop before another
-// can take over.
-func (l *leadership) renew(ctx context.Context) {
+// can take over. The 2/3 count from when the last successful renewal was
+// sent (Consul renews no earlier), and no renewal request or pause outlasts
+// them, however long the timeout option: a request that hangs (a network
+// partition) must not keep the leader past the point it gives up. Once
+// renewals stop for good (Resign, Close, AbandonLeases), the leadership
+// ends too: a session nobody renews is lost.
+func (l *leadership) renew(ctx context.Context, created time.Time) {
+	defer l.end()
 	r := l.r
 	ttl := r.cfg.sessionTTL
-	last := time.Now()
-	for sleep(ctx, ttl/4) {
-		rctx, cancel := r.opContext(ctx)
+	last := created
+	for {
+		deadline := last.Add(ttl * 2 / 3)
+		if !sleep(ctx, min(ttl/4, time.Until(deadline))) {
+			return
+		}
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			r.log.Warn("consul: election session not renewed in 2/3 of its TTL; leadership given up", "key", l.key)
+			l.end()
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, min(r.cfg.timeout, deadline.Sub(sent)))
 		entry, _, err := r.client.Session().Renew(l.session, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		switch {
@@ -190,8 +207,8 @@ func (l *leadership) renew(ctx context.Context) {
 			l.end()
 			return
 		case err == nil:
-			last = time.Now()
-		case time.Since(last) >= ttl*2/3:
+			last = sent
+		case !time.Now().Before(deadline):
 			r.log.Warn("consul: election session not renewed in 2/3 of its TTL; leadership given up", "key", l.key, "err", err)
 			l.end()
 			return
