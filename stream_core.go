@@ -414,13 +414,15 @@ func (s *streamCore) waitCredit(cost int64) error {
 			}
 			s.sendWin.refund(cost)
 		}
+		// Looked at with wait in place: an end from now on closes it
+		// (wakeSenders), and one before it closed none, so shows here.
+		if err := s.sendErr(); err != nil {
+			return err
+		}
 		select {
 		case <-wait:
 		case <-s.ctx.Done():
 			return s.ctxStatus()
-		}
-		if err := s.sendErr(); err != nil {
-			return err
 		}
 	}
 }
