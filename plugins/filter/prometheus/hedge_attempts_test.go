@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -25,19 +24,24 @@ filters:
   - {name: prometheus, options: {go_metrics: false, process_metrics: false}}
   - {name: hedge, side: client, options: {max_attempts: 2, delay: 10ms}}
 `
+	// The first attempt answers once the hedge has reached the server, so
+	// that it wins after the hedge was sent however late the hedge's
+	// timer fires; the hedge waits to be cancelled.
 	var n atomic.Int32
+	hedged := make(chan struct{})
 	_, cli, _, cf := echoService(t, yaml, func(srv *kernrpc.Server) {
 		kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-			d := 100 * time.Millisecond // the first attempt: slow enough to be hedged, and wins
 			if n.Add(1) > 1 {
-				d = time.Second // the hedge: slower still
+				close(hedged)
+				<-ctx.Done()
+				return nil, ctx.Err()
 			}
 			select {
-			case <-time.After(d):
+			case <-hedged:
+				return req, nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-			return req, nil
 		})
 	})
 
