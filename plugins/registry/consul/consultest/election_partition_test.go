@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // partitionProxy forwards to a stand-in agent until it is partitioned;
@@ -111,14 +109,7 @@ func TestElectionLeaderPartitionedGivesUpBeforeAnotherWins(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			won := make(chan kernel.Leadership, 1)
-			go func() {
-				lb, err := b.Campaign(ctx(t), "db-primary", "b")
-				if err != nil {
-					t.Errorf("b's campaign: %v", err)
-				}
-				won <- lb
-			}()
+			won := campaignAsync(t, b, "b")
 			time.Sleep(600 * time.Millisecond) // a renews meanwhile
 			select {
 			case <-la.Lost():

@@ -28,18 +28,25 @@ func electA(t *testing.T) (s *consultest.Server, la kernel.Leadership, a, b *con
 	return s, la, a, b
 }
 
+// campaignAsync campaigns for db-primary as id on a goroutine, and sends
+// the leadership won (nil if the campaign failed, which fails t).
+func campaignAsync(t *testing.T, r *consul.Registry, id string) chan kernel.Leadership {
+	won := make(chan kernel.Leadership, 1)
+	go func() {
+		l, err := r.Campaign(ctx(t), "db-primary", id)
+		if err != nil {
+			t.Errorf("%s's campaign: %v", id, err)
+		}
+		won <- l
+	}()
+	return won
+}
+
 // Campaign elects one leader; a leader that resigns hands over at once,
 // and a leader whose process dies is replaced within session_ttl.
 func TestElection(t *testing.T) {
 	s, la, a, b := electA(t)
-	won := make(chan kernel.Leadership, 1)
-	go func() {
-		lb, err := b.Campaign(ctx(t), "db-primary", "b")
-		if err != nil {
-			t.Errorf("b's campaign: %v", err)
-		}
-		won <- lb
-	}()
+	won := campaignAsync(t, b, "b")
 	select {
 	case <-won:
 		t.Fatal("b was elected while a leads")
@@ -72,14 +79,7 @@ func TestElection(t *testing.T) {
 	}
 	t.Run("resign hands over at once and closes Lost", func(t *testing.T) {
 		c := open(t, s.Addr(), nil)
-		elected := make(chan kernel.Leadership, 1)
-		go func() {
-			lc, err := c.Campaign(ctx(t), "db-primary", "c")
-			if err != nil {
-				t.Errorf("c's campaign: %v", err)
-			}
-			elected <- lc
-		}()
+		elected := campaignAsync(t, c, "c")
 		time.Sleep(100 * time.Millisecond)
 		if err := lb.Resign(ctx(t)); err != nil {
 			t.Fatal(err)
