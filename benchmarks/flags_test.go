@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -46,13 +44,7 @@ func TestACellListedTwiceIsRefused(t *testing.T) {
 		modes: []string{modeMany}, clients: []int{1, 1}, clientCallers: 1, manyPayloads: []int{modePayload},
 		systems: sys, progress: io.Discard,
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := runBenchmarks(ctx, exe, o); err == nil || !strings.Contains(err.Error(), "listed twice") {
+	if _, err := runWithin(t, 60*time.Second, o); err == nil || !strings.Contains(err.Error(), "listed twice") {
 		t.Fatalf("runBenchmarks with clients 1,1: %v; want the cell refused as listed twice", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"io/fs"
 	"os"
@@ -35,13 +34,7 @@ func TestGeneratedSystems(t *testing.T) {
 		duration: 400 * time.Millisecond, warmup: 250 * time.Millisecond, rounds: 1, modes: []string{modeLong},
 		payloads: []int{16, 64 << 10}, callers: []int{1, 64}, systems: sys, progress: io.Discard,
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := runBenchmarks(ctx, exe, o)
+	b, err := runWithin(t, 60*time.Second, o)
 	if err != nil {
 		t.Fatalf("runBenchmarks: %v", err)
 	}

@@ -31,6 +31,19 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// runWithin runs the harness on o, as the command does, within d: the
+// child processes are this test binary (TestMain).
+func runWithin(t *testing.T, d time.Duration, o options) (*benchmark, error) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return runBenchmarks(ctx, exe, o)
+}
+
 // TestTinyRunGivesSaneNumbers runs the whole harness at the smallest scale,
 // every built-in system in its own child process, and checks that every
 // number in the table was measured and is plausible.
@@ -47,13 +60,7 @@ func TestTinyRunGivesSaneNumbers(t *testing.T) {
 		duration: 200 * time.Millisecond, warmup: 50 * time.Millisecond, rounds: 1, modes: []string{modeLong},
 		payloads: []int{16}, callers: []int{1}, systems: sys, progress: io.Discard,
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := runBenchmarks(ctx, exe, o)
+	b, err := runWithin(t, 30*time.Second, o)
 	if err != nil {
 		t.Fatalf("runBenchmarks: %v", err)
 	}
@@ -162,13 +169,7 @@ func TestShortAndManyModes(t *testing.T) {
 		modes: []string{modeShort, modeMany}, shortCallers: []int{1, 2}, clients: []int{2}, clientCallers: 2, manyPayloads: []int{modePayload},
 		systems: sys, progress: io.Discard,
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := runBenchmarks(ctx, exe, o)
+	b, err := runWithin(t, 60*time.Second, o)
 	if err != nil {
 		t.Fatalf("runBenchmarks: %v", err)
 	}

@@ -43,15 +43,9 @@ func TestStreamMode(t *testing.T) {
 		modes: []string{modeStream}, streamSizes: []int{16, 64 << 10}, streams: []int{1, 2},
 		systems: sys, progress: io.Discard,
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// -duration (an hour here) must not apply to the stream mode: if it
 	// did, the context would end the run.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := runBenchmarks(ctx, exe, o)
+	b, err := runWithin(t, 60*time.Second, o)
 	if err != nil {
 		t.Fatalf("runBenchmarks: %v", err)
 	}
