@@ -193,7 +193,6 @@ func (l *leadership) renew(ctx context.Context, created time.Time) {
 		sent := time.Now()
 		if !sent.Before(deadline) {
 			r.log.Warn("consul: election session not renewed in 2/3 of its TTL; leadership given up", "key", l.key)
-			l.end()
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, min(r.cfg.timeout, deadline.Sub(sent)))
@@ -204,13 +203,11 @@ func (l *leadership) renew(ctx context.Context, created time.Time) {
 			return
 		case err == nil && entry == nil:
 			r.log.Warn("consul: election session is gone; leadership lost", "key", l.key)
-			l.end()
 			return
 		case err == nil:
 			last = sent
 		case !time.Now().Before(deadline):
 			r.log.Warn("consul: election session not renewed in 2/3 of its TTL; leadership given up", "key", l.key, "err", err)
-			l.end()
 			return
 		}
 	}
@@ -249,8 +246,9 @@ func (l *leadership) monitor(ctx context.Context) {
 
 func (l *leadership) end() { l.once.Do(func() { close(l.lost) }) }
 
-// Lost is closed when the leadership ends: resigned, the session lost, the
-// lock taken away, or the registry closed.
+// Lost is closed when the leadership ends: resigned, the session lost or
+// no longer renewed (AbandonLeases), the lock taken away, or the registry
+// closed.
 func (l *leadership) Lost() <-chan struct{} { return l.lost }
 
 // Resign releases the lock and destroys the session. It is idempotent.
