@@ -74,12 +74,23 @@ func (cs *callState) withDeadline(ctx context.Context, timeout time.Duration, by
 // it in place (withDeadline) carries that timeout as given, without a
 // clock read: it overstates what is left by the microseconds spent since,
 // which the request's transit, that no timeout counts, exceeds anyway.
-// Later attempts, and contexts derived from the chain's, read the clock.
+// Later attempts, contexts derived from the chain's, and a first request
+// that may have waited (for an instance, a dial, a pause, or in a filter:
+// whatever asked for the chain's Done or dialled, see waited) read the
+// clock.
 func (cs *callState) sentTimeout(ctx context.Context, dl time.Time) time.Duration {
 	if c, ok := ctx.(*chainCtx); ok && c == cs.chain && cs.sendGiven.CompareAndSwap(true, false) {
 		return cs.givenTimeout
 	}
 	return time.Until(dl)
+}
+
+// waited says the call may have waited since its deadline was given in
+// place: its first request reads the clock for the timeout it sends.
+func (cs *callState) waited() {
+	if cs != nil && cs.sendGiven.Load() {
+		cs.sendGiven.Store(false)
+	}
 }
 
 // deadlineIn is time.Now().Add(d) from one read of the monotonic clock,
@@ -107,6 +118,9 @@ func (d *callDeadline) doneFor(c *chainCtx, external bool) <-chan struct{} {
 	if d.chain.Load() != c || d.expired.Load() {
 		return closedChan
 	}
+	// Whoever asks may wait on it (a filter pausing, the engine waiting for
+	// an instance or a dial): c's call is live, so c.cs is its own.
+	c.cs.waited()
 	if d.done == nil {
 		d.done = make(chan struct{})
 	}

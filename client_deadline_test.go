@@ -185,23 +185,35 @@ func (d *callDeadline) waiterIs(at *attempt) bool {
 }
 
 // The first request under a deadline given in place carries the timeout
-// as given; a second attempt, and one under a derived context, carry
-// what the clock says is left.
+// as given; a second attempt, one under a derived context, and a first
+// one sent after something asked for the context's Done (and may have
+// waited on it) carry what the clock says is left.
 func TestGivenDeadlineSentAsGivenOnce(t *testing.T) {
 	cs := &callState{}
 	ctx := cs.withDeadline(context.Background(), 10*time.Second, "timeout")
 	dl, _ := ctx.Deadline()
+	if got := cs.sentTimeout(ctx, dl); got != 10*time.Second {
+		t.Errorf("first request: %v, want the 10s given", got)
+	}
 	derived, cancel := context.WithCancel(ctx)
 	defer cancel()
 	time.Sleep(2 * time.Millisecond)
 	if got := cs.sentTimeout(derived, dl); got >= 10*time.Second || got < 9*time.Second {
 		t.Errorf("under a derived context: %v, want what is left of 10s", got)
 	}
-	if got := cs.sentTimeout(ctx, dl); got != 10*time.Second {
-		t.Errorf("first request: %v, want the 10s given", got)
-	}
 	if got := cs.sentTimeout(ctx, dl); got >= 10*time.Second-time.Millisecond {
 		t.Errorf("second request: %v, want what is left of 10s, 2ms on", got)
+	}
+	cs.dl.end(ctx, false)
+
+	ctx = cs.withDeadline(context.Background(), 10*time.Second, "timeout")
+	dl, _ = ctx.Deadline()
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Millisecond): // a filter pausing the call
+	}
+	if got := cs.sentTimeout(ctx, dl); got >= 10*time.Second-time.Millisecond {
+		t.Errorf("first request after a wait on Done: %v, want what is left of 10s, 2ms on", got)
 	}
 	cs.dl.end(ctx, false)
 }

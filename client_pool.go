@@ -142,6 +142,7 @@ func (p *connPool) get(ctx context.Context, cs *callState) (*clientConn, error) 
 // ctx ends before the dial does, the caller gets its status and the dial
 // starts over without it.
 func (p *connPool) dialFor(ctx context.Context, cs *callState, i int, d *pendingDial) (*clientConn, error) {
+	cs.waited() // a dial may take up to dial_timeout
 	conn, err := p.connect(ctx)
 	if err != nil && ended(ctx) {
 		go p.dial(i, d)

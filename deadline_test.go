@@ -188,3 +188,31 @@ func TestServerDeadlineWithoutDoneReadsTheClock(t *testing.T) {
 		t.Errorf("call: %v; want DeadlineExceeded saying %q", err, want)
 	}
 }
+
+// A call whose deadline the client gave it (client.timeout) and that waited
+// for an instance before its first request left must not send the timeout
+// as given: the server would get more time than the call has left.
+func TestAGivenTimeoutSentAfterAWaitIsWhatIsLeft(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Client.Timeout = kernel.Duration(time.Second)
+	cli := newClient(t, cfg)
+	left := make(chan time.Duration, 1)
+	answered := make(chan error, 1)
+	go func() {
+		answered <- cli.Call(context.Background(), "Echo.Deadline", &echopb.Echo{}, &echopb.Echo{})
+	}()
+	time.Sleep(500 * time.Millisecond) // the call waits for an instance
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Deadline", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			dl, _ := ctx.Deadline()
+			left <- time.Until(dl)
+			return req, nil
+		})
+	})
+	if err := receive(t, answered, 5*time.Second, "the call"); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, left, time.Second, "the handler"); got > 600*time.Millisecond {
+		t.Errorf("the handler got %v to run a call with about 500ms left", got)
+	}
+}
