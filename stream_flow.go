@@ -181,6 +181,14 @@ func (fl *connFlow) announce(write func(*kernel.Frame) error) error {
 	return nil
 }
 
+// wasAnnounced reports whether our connection window went out: before it,
+// the peer has no credit to send stream data with.
+func (fl *connFlow) wasAnnounced() bool {
+	fl.announceMu.Lock()
+	defer fl.announceMu.Unlock()
+	return fl.announced
+}
+
 // accept counts a message received on any stream of the connection.
 func (fl *connFlow) accept(cost int64) bool {
 	fl.mu.Lock()

@@ -131,3 +131,33 @@ func TestStreamMisuse(t *testing.T) {
 		t.Errorf("RegisterStream with kind 9: %v", err)
 	}
 }
+
+// docs/reliability.md: "stream data no stream asked for" is a protocol
+// error: the connection is closed. A client sending StreamData on a
+// connection where no stream was ever opened was kept, and got a
+// WindowUpdate on call id 0 the server had never announced, which the
+// client would take for the window.
+func TestStreamDataBeforeAnyStreamClosesTheConnection(t *testing.T) {
+	srv := startServer(t, testConfig(t), nil)
+	conn := dialRaw(t, srv.Addr())
+	for range 160 {
+		if err := conn.WriteFrame(&kernel.Frame{Type: kernel.FrameStreamData, CallID: 7, Payload: make([]byte, 64<<10)}); err != nil {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for {
+		f, err := conn.ReadFrame(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the server kept a connection whose client sent stream data no stream asked for")
+			}
+			return // closed, as documented
+		}
+		if f.Type == kernel.FrameWindowUpdate {
+			t.Errorf("the server granted credit (call %d, %d bytes) for stream data no stream asked for", f.CallID, f.Credit)
+		}
+		f.Release()
+	}
+}

@@ -210,6 +210,17 @@ func (sc *serverConn) streamData(f *kernel.Frame) {
 	}
 	cost := kernel.StreamCost(len(f.Payload))
 	flow := sc.connFlow()
+	if !flow.wasAnnounced() {
+		// No stream was ever opened here, so no credit was ever granted:
+		// data no stream asked for. Granting its credit back would send a
+		// WindowUpdate on call id 0 before the announcement, which the
+		// client would take for the window.
+		f.Release()
+		sc.srv.log.Warn("closing a connection whose client sent stream data no stream asked for",
+			"call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+		_ = sc.conn.Close()
+		return
+	}
 	ok := flow.accept(cost)
 	switch {
 	case ok && ss == nil:
