@@ -367,3 +367,27 @@ func (b *balancerInFlight) Done(inst *kernel.Instance, _ error) {
 	defer b.mu.Unlock()
 	*b.inFlight[inst.ID]--
 }
+
+// metadataDropping returns a copy of each pick with the instance's
+// Metadata dropped: Service, ID and Address are right, but the metadata
+// the registry reported (zone, weight, codec hints, ...) is gone, so the
+// pick is not "an instance of the set, unchanged".
+type metadataDropping struct{ *roundrobin.Balancer }
+
+func (b metadataDropping) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
+	inst, err := b.Balancer.Pick(ctx, info)
+	if err != nil {
+		return nil, err
+	}
+	out := *inst
+	out.Metadata = nil
+	return &out, nil
+}
+
+// A pick must be one of the set's instances unchanged, metadata and all.
+func TestBalancerThatDropsMetadataIsCaught(t *testing.T) {
+	f := balancerBroken(func(b *roundrobin.Balancer) kernel.Balancer { return metadataDropping{b} })
+	rec := record(t, "Balancer", func(t tb) { balancerSuite(t, f, BalancerConfig{Spread: SpreadRoundRobin}) })
+	expectCaught(t, rec, "Balancer/Picks/FromSet")
+	expectCaught(t, rec, "Balancer/Picks/KeptAfterUpdate")
+}

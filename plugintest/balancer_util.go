@@ -2,6 +2,7 @@ package plugintest
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -69,12 +70,14 @@ func balancerCheckShares(t tb, counts map[string]int, set []kernel.Instance, cfg
 }
 
 // balancerSet returns n instances whose IDs start with prefix and whose
-// Address is derived from the ID, so that a mixed-up instance is noticed.
+// Address and Metadata are derived from the ID, so that a mixed-up
+// instance, or one whose metadata was dropped or changed, is noticed.
 func balancerSet(prefix string, n int) []kernel.Instance {
 	set := make([]kernel.Instance, n)
 	for i := range set {
 		id := fmt.Sprintf("%s%d", prefix, i)
-		set[i] = kernel.Instance{Service: "plugintest", ID: id, Address: id + ".plugintest.invalid:7000"}
+		set[i] = kernel.Instance{Service: "plugintest", ID: id, Address: id + ".plugintest.invalid:7000",
+			Metadata: map[string]string{"zone": "zone-" + id}}
 	}
 	return set
 }
@@ -101,16 +104,18 @@ func balancerPick(t tb, b kernel.Balancer, info *kernel.CallInfo, set []kernel.I
 	}
 	for i := range set {
 		if set[i].ID == balancerID(inst) {
-			t.Fatalf("Pick%s = %s, but the set's instance %s is %s: a pick must be one of the set's instances, unchanged",
-				when, balancerFormat(inst), set[i].ID, balancerFormat(&set[i]))
+			t.Fatalf("Pick%s = %s with metadata %v, but the set's instance %s is %s with metadata %v: a pick must be one of the set's instances, unchanged",
+				when, balancerFormat(inst), inst.Metadata, set[i].ID, balancerFormat(&set[i]), set[i].Metadata)
 		}
 	}
 	t.Fatalf("Pick%s = %s; want an instance of the current set %s", when, balancerFormat(inst), balancerFormatSet(set))
 	return nil
 }
 
+// balancerSame reports whether a is b unchanged: Service, ID, Address and
+// Metadata (the engine and PickObservers read the pick's metadata).
 func balancerSame(a, b *kernel.Instance) bool {
-	return a != nil && a.ID == b.ID && a.Address == b.Address && a.Service == b.Service
+	return a != nil && a.ID == b.ID && a.Address == b.Address && a.Service == b.Service && maps.Equal(a.Metadata, b.Metadata)
 }
 
 func balancerID(inst *kernel.Instance) string {
