@@ -36,7 +36,8 @@ func (s registryRun) notify(t tb) {
 
 // notified records what a Notify gives its fn.
 type notified struct {
-	sets    chan []kernel.Instance // every set, for registryAwait
+	sets    chan []kernel.Instance            // every set, for registryAwait
+	last    atomic.Pointer[[]kernel.Instance] // the set of fn's latest call
 	calls   atomic.Int64
 	running atomic.Int64
 	overlap atomic.Bool
@@ -51,6 +52,7 @@ func (n *notified) fn(set []kernel.Instance) {
 	}
 	defer n.running.Add(-1)
 	n.calls.Add(1)
+	n.last.Store(&set)
 	time.Sleep(n.delay)
 	select {
 	case n.sets <- set:
@@ -114,6 +116,23 @@ func (s registryRun) notifyNoOverlap(t tb) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	registryAwait(t, n.sets, s.cfg.tolerance()+time.Duration(len(want))*n.delay, "set with all 8 registered", want)
+	// The final set must be the last one fn is given: a set handed over
+	// after it is stale, and the client would keep calling it. Wait until
+	// fn has been quiet for a while, then read what it was given last.
+	// A registry that calls fn again and again (a periodic refresh) is
+	// read once Tolerance has passed.
+	for calls, deadline := n.calls.Load(), time.Now().Add(s.cfg.tolerance()); time.Now().Before(deadline); {
+		time.Sleep(5 * n.delay)
+		now := n.calls.Load()
+		if now == calls && n.running.Load() == 0 {
+			break
+		}
+		calls = now
+	}
+	if last := *n.last.Load(); !registrySame(last, want) {
+		t.Errorf("after the set with all 8 registered, fn was last given %s; want the final set %s%s: "+
+			"a set handed over after a later one must not be", registryFormat(last), registryFormat(want), registryDiff(last, want))
+	}
 	if n.overlap.Load() {
 		t.Errorf("fn was called while an earlier call of it still ran; calls must not overlap")
 	}

@@ -345,3 +345,38 @@ func (r registryNotifyEdit) Notify(ctx context.Context, service string, fn func(
 	}
 	return current, stop, err
 }
+
+// staleReplayingNotifier hands fn each set, then the set before it once
+// more: calls never overlap, every set arrives, but the last set fn is
+// given is a stale one, as a notifier that starts a goroutine per change
+// and serialises fn with a mutex gives when the goroutines run out of
+// order. A client fed by it keeps calling a set that is no longer current.
+type staleReplayingNotifier struct{ *memory.Registry }
+
+func (r staleReplayingNotifier) Notify(ctx context.Context, service string, fn func([]kernel.Instance)) ([]kernel.Instance, func(), error) {
+	var mu sync.Mutex
+	var prev []kernel.Instance
+	var havePrev bool
+	current, stop, err := r.Registry.Notify(ctx, service, func(set []kernel.Instance) {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(set)
+		if havePrev {
+			fn(prev)
+		}
+		prev, havePrev = set, true
+	})
+	if err == nil {
+		mu.Lock()
+		prev, havePrev = current, true
+		mu.Unlock()
+	}
+	return current, stop, err
+}
+
+// The last set fn is given must be the final one.
+func TestNotifierGivingAStaleLastSetIsCaught(t *testing.T) {
+	f := registryBroken(func(r *memory.Registry) kernel.Registry { return staleReplayingNotifier{r} })
+	rec := registryRecord(t, t.Name(), f, 500*time.Millisecond)
+	expectCaught(t, rec, "Registry/Notify/NoOverlap")
+}
