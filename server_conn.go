@@ -271,13 +271,26 @@ func (sc *serverConn) watch() {
 		return
 	}
 	if seq == sc.watchedSeq {
+		if h := watchLapseHook.Load(); h != nil {
+			(*h)()
+		}
 		// No inline call for a whole period: let the watchdog lapse.
 		sc.watchdogArmed.Store(false)
-		return
+		// An inline call that began since seq was read may have found the
+		// watchdog still armed and left it so: unless it arms it now, the
+		// watchdog must go on watching it, or it could keep the connection
+		// unread for as long as it runs.
+		if sc.inlineSeq.Load() == seq || !sc.watchdogArmed.CompareAndSwap(false, true) {
+			return
+		}
 	}
 	sc.watchedSeq = seq
 	sc.watchdog.Load().Reset(watchdogPeriod)
 }
+
+// watchLapseHook, set by tests only (export_test.go), runs as the watchdog
+// is about to lapse: the race it widens is a preemption wide otherwise.
+var watchLapseHook atomic.Pointer[func()]
 
 // begin records a request so a Cancel can find it. A duplicate call id is a
 // protocol error the client made: answer it without serving.
