@@ -53,6 +53,14 @@ func (h *hooks) Admit(_ context.Context, info *kernel.CallInfo) error {
 	return nil
 }
 
+// CallTimeout gives no call a timeout, but panics for one that asks it to.
+func (h *hooks) CallTimeout(info *kernel.CallInfo) time.Duration {
+	if info.Metadata["panic-on-timeout"] != "" {
+		panic("CallTimeout panics, as the test asked")
+	}
+	return 0
+}
+
 func (h *hooks) CallValue(info *kernel.CallInfo, key any) (any, bool) {
 	if key != (whoKey{}) {
 		return nil, false
@@ -76,6 +84,7 @@ var (
 	_ kernel.Admitter      = (*hooks)(nil)
 	_ kernel.ContextValuer = (*hooks)(nil)
 	_ kernel.CallObserver  = (*hooks)(nil)
+	_ kernel.Deadliner     = (*hooks)(nil)
 )
 
 func init() {
@@ -158,8 +167,9 @@ func TestServerFilterHooks(t *testing.T) {
 
 // A filter's hook that panics is a bug of that filter, not a crash of the
 // server. A CallObserver's costs a log line: the answer is already out. An
-// Admitter's fails that call with Internal, naming the panic. Both are
-// logged at ERROR with the stack, and the server keeps serving.
+// Admitter's or a Deadliner's fails that call with Internal, naming the
+// panic. All are logged at ERROR with the stack, and the server keeps
+// serving.
 func TestFilterHookPanicsKeepTheServerUp(t *testing.T) {
 	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
@@ -175,6 +185,10 @@ func TestFilterHookPanicsKeepTheServerUp(t *testing.T) {
 	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "a filter admitting Echo.Echo panicked: Admit panics, as the test asked") {
 		t.Errorf("the call whose Admit panics: %v; want Internal naming the panic", err)
 	}
+	err = cli.Call(kernrpc.WithMetadata(ctx, kernel.Metadata{"panic-on-timeout": "1"}), "Echo.Echo", &echopb.Echo{Text: "b"}, &out)
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "a filter timing Echo.Echo panicked: CallTimeout panics, as the test asked") {
+		t.Errorf("the call whose CallTimeout panics: %v; want Internal naming the panic", err)
+	}
 	for i := range 3 {
 		if err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "c"}, &out); err != nil {
 			t.Fatalf("call %d after the panics: %v", i, err)
@@ -182,7 +196,7 @@ func TestFilterHookPanicsKeepTheServerUp(t *testing.T) {
 	}
 	// CallEnded runs once the answer is sent: its line may come after it.
 	eventually(5*time.Second, func() bool { return strings.Contains(logs.String(), "CallEnded panicked") })
-	for _, want := range []string{`level=ERROR msg="filter's Admit panicked"`, `level=ERROR msg="filter's CallEnded panicked"`, "hooks_test.go"} {
+	for _, want := range []string{`level=ERROR msg="filter's Admit panicked"`, `level=ERROR msg="filter's CallTimeout panicked"`, `level=ERROR msg="filter's CallEnded panicked"`, "hooks_test.go"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, logs.String())
 		}

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -174,7 +175,11 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	if f.Timeout > 0 {
 		c.deadline = c.deadlineAfter(f.Timeout)
 	} else if len(desc.deadliners) > 0 {
-		if d, by := timeoutFrom(desc.deadliners, &c.info); d > 0 {
+		d, by, err := sc.callTimeout(c, desc)
+		if err != nil {
+			return nil, codec, nil, err
+		}
+		if d > 0 {
 			c.deadline, c.timeout, c.timeoutBy = c.deadlineAfter(d), d, by
 		}
 	}
@@ -219,6 +224,20 @@ func (sc *serverConn) admit(c *callCtx, desc *methodDesc) (err error) {
 		}
 	}
 	return nil
+}
+
+// callTimeout asks the method's Deadliners for the call's timeout, turning
+// a panic into status Internal as admit does: it runs on the read loop,
+// where a panic would take the server down.
+func (sc *serverConn) callTimeout(c *callCtx, desc *methodDesc) (d time.Duration, by string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.srv.log.Error("filter's CallTimeout panicked", "method", c.info.Method, "panic", r, "stack", string(debug.Stack()))
+			err = kernel.Errorf(kernel.Internal, "a filter timing %s panicked: %v", c.info.Method, r)
+		}
+	}()
+	d, by = timeoutFrom(desc.deadliners, &c.info)
+	return d, by, nil
 }
 
 // observe tells the method's CallObservers that c was answered, turning
