@@ -429,6 +429,12 @@ func (c *conn) frameExpired() {
 				return
 			}
 		default:
+			// dl may be stale: a reader that stopped the clock (claiming
+			// an accepted connection's first frame, which it now serves)
+			// after dl was loaded has cleared it first. Look again.
+			if c.clockDeadline.Load() != dl {
+				continue
+			}
 			c.fail(slog.LevelWarn, fmt.Errorf("tcp-lv: connection %s: %w: a frame it started did not arrive whole within frame_timeout %s", c.remote, kernel.ErrClosed, c.t.frameTimeout))
 			return
 		}
