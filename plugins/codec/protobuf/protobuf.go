@@ -102,7 +102,6 @@ type (
 		SizeVT() int
 		MarshalToSizedBufferVT([]byte) (int, error)
 	}
-	vtSizer       interface{ SizeVT() int }
 	vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 	vtInPlace     interface{ UnmarshalVTUnsafe([]byte) error }
 	vtResetter    interface{ ResetVT() }
@@ -260,7 +259,10 @@ func unmarshalVT(data []byte, v any, decode func([]byte) error) error {
 // Size returns the encoded size of v, or 0 when v is not a proto.Message
 // (Marshal then reports the error).
 func (Codec) Size(v any) int {
-	if m, ok := v.(vtSizer); ok {
+	// SizeVT only with MarshalToSizedBufferVT: MarshalSized encodes any
+	// other message through protobuf-go, from the sizes protobuf-go's Size
+	// caches in it, which SizeVT does not fill in.
+	if m, ok := v.(vtMarshaler); ok {
 		return m.SizeVT()
 	}
 	m, ok := v.(proto.Message)
