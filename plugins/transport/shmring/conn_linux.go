@@ -225,8 +225,17 @@ func (c *conn) watch() {
 	defer c.releaseRef()
 	c.readBell.ring()
 	c.space.open()
+	c.leftIfDrained()
+}
+
+// leftIfDrained kills the connection whose peer is gone when nobody reads
+// and nothing is left unread. A reader inside ReadFrame sees peerGone
+// itself, or, if it was on its way out, calls this again as it leaves:
+// otherwise a peer gone while a frame was being returned would leave the
+// connection alive until its next use.
+func (c *conn) leftIfDrained() {
 	if c.readMu.TryLock() {
-		if c.in.r.head.Load() == c.in.rd {
+		if c.Err() == nil && c.in.r.head.Load() == c.in.rd {
 			c.peerLeft("it closed the connection or its process exited")
 		}
 		c.readMu.Unlock()

@@ -31,6 +31,9 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 	// many for the compiler to open-code them, which costs every read.
 	defer func() {
 		c.readMu.Unlock()
+		if c.peerGone.Load() {
+			c.leftIfDrained() // the watcher may have found readMu held
+		}
 		c.releaseRef()
 	}()
 	in := &c.in
