@@ -75,15 +75,15 @@ type conn struct {
 	lastPing      time.Time    // when the peer's last Ping came (reader only)
 	pingStrike    int          // Pings too close together, with nothing between (reader only)
 
-	received   atomic.Uint64 // socket reads that brought data: the keepalive's sign of life
-	reading    atomic.Bool   // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
-	unanswered atomic.Int64  // requests written minus responses read
+	reading    atomic.Bool  // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
+	unanswered atomic.Int64 // requests written minus responses read
 	// idleWrite is when a request was last written with nobody reading,
 	// since clockBase (see quiet); at first, when the connection was made.
 	idleWrite atomic.Int64
 	// lastRecv is when a socket read last brought data, as time since
-	// clockBase: keepalive pings keepalive_interval after it, not after
-	// the first of its runs that saw nothing new (up to twice as late).
+	// clockBase: the keepalive's sign of life. It pings keepalive_interval
+	// after it, not after the first of its runs that saw nothing new (up
+	// to twice as late), and a Ping is answered once it moves.
 	lastRecv atomic.Int64
 
 	// Write side. wmu is held by whoever writes to the socket.
@@ -137,8 +137,8 @@ type conn struct {
 	// against stopping it and against its first run.
 	kaTimer  atomic.Pointer[time.Timer]
 	kaMade   sync.Mutex
-	kaSeen   uint64 // received when keepalive last looked (keepalive only)
-	kaPinged bool   // keepalive's last run sent a Ping (keepalive only)
+	kaSeen   int64 // lastRecv when keepalive last looked (keepalive only)
+	kaPinged bool  // keepalive's last run sent a Ping (keepalive only)
 }
 
 func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
@@ -202,9 +202,8 @@ func (c *conn) releaseReader() {
 	c.br = nil
 }
 
-// socketReader counts the reads that brought data and notes when the
-// last one came: keepalive needs both. The note is one monotonic clock
-// read per read syscall that brought data.
+// socketReader notes when a read last brought data, which is all
+// keepalive needs: one monotonic clock read per read syscall with data.
 type socketReader struct{ c *conn }
 
 func (r socketReader) Read(p []byte) (int, error) {
@@ -216,7 +215,6 @@ func (r socketReader) Read(p []byte) (int, error) {
 		n, err = r.c.nc.Read(p)
 	}
 	if n > 0 {
-		r.c.received.Add(1)
 		r.c.lastRecv.Store(int64(time.Since(clockBase)))
 	}
 	return n, err

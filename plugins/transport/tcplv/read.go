@@ -460,7 +460,7 @@ func (c *conn) startKeepalive() {
 	if c.kaTimer.Load() != nil || c.Err() != nil {
 		return
 	}
-	c.kaSeen = c.received.Load()
+	c.kaSeen = c.lastRecv.Load()
 	c.kaTimer.Store(time.AfterFunc(c.t.keepaliveInterval, c.keepalive))
 }
 
@@ -487,7 +487,7 @@ func (c *conn) keepalive() {
 	if c.Err() != nil {
 		return
 	}
-	now := c.received.Load()
+	now := c.lastRecv.Load()
 	if c.kaPinged {
 		c.kaPinged = false
 		// With nobody reading, an answer may be sitting unread in the
@@ -505,7 +505,7 @@ func (c *conn) keepalive() {
 	// Ping keepalive_interval after the last byte heard, not after the
 	// first run that saw nothing new: data that came just after a run
 	// would otherwise put the Ping off by up to a whole interval more.
-	if quiet := time.Since(clockBase) - time.Duration(c.lastRecv.Load()); quiet < c.t.keepaliveInterval {
+	if quiet := time.Since(clockBase) - time.Duration(now); quiet < c.t.keepaliveInterval {
 		c.kaTimer.Load().Reset(c.t.keepaliveInterval - quiet)
 		return
 	}
