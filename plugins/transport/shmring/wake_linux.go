@@ -100,8 +100,9 @@ func newPeerWaker(sock *net.UnixConn) peerWaker {
 	for _, msg := range []byte{wakeReader, wakeWriters} {
 		w.send[msg] = func(fd uintptr) bool {
 			// Never waits: a full socket buffer means wake-ups are queued
-			// already and the peer will wake anyway; a broken socket means
-			// the peer is gone, which the watching goroutine reports.
+			// already, and the peer wakes both its reader and its writers
+			// on any of them (conn.wakeUp); a broken socket means the peer
+			// is gone, which the watching goroutine reports.
 			unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&wakeMsgs[msg])), 1,
 				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 			return true
@@ -128,15 +129,17 @@ func (w *peerWaker) ifSleeping(word *atomic.Uint32, msg byte) {
 }
 
 // wakeUp passes on a wake-up from the peer and reports whether msg is one.
+// Either kind wakes the reader and the writers alike: the peer drops a
+// wake-up that finds the socket's buffer full, counting on those queued
+// to wake this side, and a queue of wake-writers bytes must then wake a
+// reader too (and the other way round), or it sleeps with a frame
+// waiting. A needless wake-up costs one more look at the ring.
 func (c *conn) wakeUp(msg byte) bool {
-	switch msg {
-	case wakeReader:
-		c.readBell.ring()
-	case wakeWriters:
-		c.space.open()
-	default:
+	if msg != wakeReader && msg != wakeWriters {
 		return false
 	}
+	c.readBell.ring()
+	c.space.open()
 	return true
 }
 

@@ -62,18 +62,25 @@ func waitWord(t *testing.T, word interface{ Load() uint32 }, want uint32, what s
 // can only reach it through a wake-up.
 func waitParked(t *testing.T, fn string) {
 	t.Helper()
+	waitGoroutine(t, "[select", fn)
+}
+
+// waitGoroutine waits until a goroutine whose state starts with state
+// ("[select", "[sync.Mutex.Lock") has fn on its stack.
+func waitGoroutine(t *testing.T, state, fn string) {
+	t.Helper()
 	buf := make([]byte, 1<<20)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		for _, g := range strings.Split(stacks, "\n\n") {
 			header, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(header, "[select") && strings.Contains(g, fn) {
+			if strings.Contains(header, state) && strings.Contains(g, fn) {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no goroutine parked in %s", fn)
+			t.Fatalf("no goroutine in state %s in %s", state, fn)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -308,5 +315,76 @@ func TestANappingReaderIsWokenByFutexNotTheSocket(t *testing.T) {
 		f.Release()
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wake-up byte did not wake the reader parked after its nap")
+	}
+}
+
+// A sender drops a wake-up when the socket's buffer is full, trusting the
+// wake-ups queued already to wake the peer. They must: a queue full of
+// wake-writers bytes (its writers slept many times while its watcher was
+// held up) has to wake a reader whose own wake-up found no room, or it
+// sleeps until its context ends although a frame waits for it.
+func TestAWakeUpDroppedOnAFullSocketIsNotLost(t *testing.T) {
+	c, s := connPair(t, testOptions())
+	// Hold up the server's watcher on the first wake-up it passes on, as
+	// a busy process that does not schedule it would.
+	s.space.mu.Lock()
+	unblocked := false
+	unblock := func() {
+		if !unblocked {
+			unblocked = true
+			s.space.mu.Unlock()
+		}
+	}
+	defer unblock()
+	raw, err := c.sock.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendWakeWriters := func(untilFull bool) {
+		t.Helper()
+		var serr error
+		raw.Write(func(fd uintptr) bool {
+			for {
+				serr = unix.Sendto(int(fd), []byte{wakeWriters}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+				if !untilFull || serr != nil {
+					return true
+				}
+			}
+		})
+		if untilFull && !errors.Is(serr, unix.EAGAIN) {
+			t.Fatalf("filling the socket: %v, want EAGAIN", serr)
+		} else if !untilFull && serr != nil {
+			t.Fatalf("sending a wake-up: %v", serr)
+		}
+	}
+	sendWakeWriters(false)
+	waitGoroutine(t, "[sync.Mutex.Lock", "shmring.(*gate).open")
+	sendWakeWriters(true) // the socket's buffer is full of wake-writers bytes
+
+	got := make(chan *kernel.Frame, 1)
+	go func() {
+		f, err := s.ReadFrame(timeout(t, 20*time.Second))
+		if err != nil {
+			t.Errorf("ReadFrame: %v", err)
+		}
+		got <- f
+	}()
+	waitWord(t, c.out.r.reader, sleeping, "the server's reader sleep word")
+	waitParked(t, "shmring.(*conn).waitData")
+	// The client publishes and finds the reader asleep; its wake-up finds
+	// the socket full and is dropped.
+	send(t, c, &kernel.Frame{Type: kernel.FrameRequest, CallID: 7}, []byte("wake up"))
+	if w := c.out.r.reader.Load(); w != awake {
+		t.Fatalf("the reader word is %d after the frame, want the writer to have swapped it to %d", w, awake)
+	}
+	unblock()
+	select {
+	case f := <-got:
+		if f == nil || f.CallID != 7 {
+			t.Fatalf("reader read %+v", f)
+		}
+		f.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader slept on with a frame published: the wake-up dropped on a full socket was lost, and the queued wake-ups did not wake it")
 	}
 }
