@@ -25,14 +25,21 @@ type faults struct {
 	o        *Options
 	affected [kernel.FrameWindowUpdate + 1]bool
 
-	mu      sync.Mutex
-	rng     *rand.Rand
+	mu  sync.Mutex
+	rng *rand.Rand
+	// at draws where truncate cuts and corrupt flips, and with what. It is
+	// a generator of its own because those draws are made only for the
+	// frames those faults hit: from rng, they would shift every later
+	// frame's draws, and turning truncate on would change which frames
+	// drop hits.
+	at      *rand.Rand
 	n       int // affected frames written so far
 	stalled bool
 }
 
 func newFaults(o *Options, side, seq uint64) *faults {
-	fs := &faults{o: o, rng: rand.New(rand.NewPCG(o.Seed, side<<32|seq))}
+	stream := side<<32 | seq
+	fs := &faults{o: o, rng: rand.New(rand.NewPCG(o.Seed, stream)), at: rand.New(rand.NewPCG(o.Seed, stream|1<<63))}
 	for _, name := range o.Frames {
 		fs.affected[frameNames[name]] = true
 	}
@@ -86,7 +93,7 @@ func (fs *faults) decide(t kernel.FrameType) action {
 func (fs *faults) intN(n int) int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.rng.IntN(n)
+	return fs.at.IntN(n)
 }
 
 // flip draws a non-zero byte to xor into another.

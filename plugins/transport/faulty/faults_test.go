@@ -56,6 +56,30 @@ func TestDropLosesAboutThatShareDeterministicallyBySeed(t *testing.T) {
 	}
 }
 
+// Turning a fault on must not change which frames the others hit: a test
+// that adds truncate or corrupt to a failing drop run must still lose the
+// same frames, or it no longer reproduces what it set out to debug.
+func TestAnotherFaultDoesNotChangeWhichFramesAreDropped(t *testing.T) {
+	arrived := func(options map[string]any) []uint64 {
+		t.Helper()
+		d, a := faultyDial(t, options)
+		sendRequests(t, d, frames)
+		got, err := readFor(a, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(got)
+	}
+	alone := arrived(map[string]any{"drop": 0.25})
+	for _, other := range []string{"truncate", "corrupt"} {
+		with := arrived(map[string]any{"drop": 0.25, other: 0.5})
+		if !slices.Equal(alone, with) {
+			t.Errorf("drop 0.25 with seed 7 let %d frames through alone and %d with %s 0.5: turning %s on changed which frames were dropped",
+				len(alone), len(with), other, other)
+		}
+	}
+}
+
 func TestDuplicateSendsSomeFramesTwiceIntact(t *testing.T) {
 	d, a := faultyDial(t, map[string]any{"duplicate": 0.3})
 	sendRequests(t, d, frames)
@@ -122,7 +146,7 @@ func TestCorruptFrameAltersTheHeaderOrEndsTheConnection(t *testing.T) {
 		t.Error("writes after the receiver closed the connection succeeded")
 	}
 	for _, r := range got {
-		if r.method == "Echo.Say" && r.typ == kernel.FrameRequest && bytes.Equal(r.payload, payloadOf(r.id)) {
+		if r.asSent() {
 			t.Errorf("call %d arrived unchanged with corrupt 1", r.id)
 		}
 	}

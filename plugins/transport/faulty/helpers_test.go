@@ -67,6 +67,17 @@ type received struct {
 	id      uint64
 	method  string
 	payload []byte
+	// The rest of the header, so that a test can tell a frame that
+	// arrived whole from one altered where it does not look.
+	flags    kernel.FrameFlags
+	codec    string
+	metadata kernel.Metadata
+}
+
+// asSent reports whether r is request id exactly as sendRequests wrote it.
+func (r received) asSent() bool {
+	return r.typ == kernel.FrameRequest && r.flags == kernel.FlagEndStream && r.method == "Echo.Say" && r.codec == "raw" &&
+		len(r.metadata) == 1 && r.metadata["k"] == "v" && bytes.Equal(r.payload, payloadOf(r.id))
 }
 
 // readFor reads frames until none arrives for quiet, or the connection
@@ -89,7 +100,8 @@ func readUpTo(c kernel.Conn, want int, quiet time.Duration) ([]received, error) 
 			}
 			return out, err
 		}
-		out = append(out, received{f.Type, f.CallID, f.Method, bytes.Clone(f.Payload)})
+		out = append(out, received{typ: f.Type, id: f.CallID, method: f.Method, payload: bytes.Clone(f.Payload),
+			flags: f.Flags, codec: f.Codec, metadata: f.Metadata.Clone()})
 		f.Release()
 	}
 	return out, nil
