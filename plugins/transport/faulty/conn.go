@@ -176,6 +176,13 @@ func (c *conn) send(f *kernel.Frame, delay time.Duration, queue bool) error {
 		c.dmu.Unlock()
 		return c.writeInner(f, queue)
 	}
+	if c.noSender {
+		// Close ran, after this writer found the connection alive: it has
+		// given back the frames it held, and would never see this one.
+		c.dmu.Unlock()
+		c.inner.Recycle(f.Payload)
+		return fmt.Errorf("faulty: connection to %s: %w", c.inner.RemoteAddr(), kernel.ErrClosed)
+	}
 	h := heldFrame{f: *f, due: time.Now().Add(delay)}
 	h.f.Metadata = h.f.Metadata.Clone() // the caller may reuse its map once we return
 	if h.due.Before(c.lastDue) {
