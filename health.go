@@ -35,9 +35,14 @@ func (h HealthStatus) valid() bool {
 }
 
 // health holds a server's statuses: "" (the whole server) and its service
-// start as HealthServing at Start.
+// start as HealthServing at Start, unless SetServingStatus set them.
 type health struct {
 	status map[string]HealthStatus // guarded by Server.mu
+	// set are the services SetServingStatus was called for: Start leaves
+	// their status alone, so that a server told before Start that it is
+	// not serving (warming up, say) is not registered because it started.
+	// Guarded by Server.mu.
+	set map[string]bool
 	// stopping is set once a shutdown has begun: nothing serves again.
 	stopping bool
 	// advertised is whether the instance is in the registry now; only
@@ -51,6 +56,7 @@ type health struct {
 
 func (s *Server) registerHealth() {
 	s.health.status = map[string]HealthStatus{"": HealthNotServing}
+	s.health.set = map[string]bool{}
 	if s.cfg.Service != "" {
 		s.health.status[s.cfg.Service] = HealthNotServing
 	}
@@ -86,7 +92,8 @@ func (s *Server) ServingStatus(service string) (HealthStatus, bool) {
 // is the whole server; another name adds a service to report on). When
 // the server's own service or the whole server stops serving, the
 // instance is deregistered, so that clients stop picking it; when both
-// serve again it is registered again. The error is the registry's.
+// serve again it is registered again. A status set before Start is kept:
+// Start turns SERVING only the ones nobody set. The error is the registry's.
 func (s *Server) SetServingStatus(ctx context.Context, service string, st HealthStatus) error {
 	if !st.valid() {
 		return fmt.Errorf("kernrpc: SetServingStatus %q: unknown status %q (want %s, %s or %s)", service, st, HealthServing, HealthNotServing, HealthUnknown)
@@ -97,6 +104,7 @@ func (s *Server) SetServingStatus(ctx context.Context, service string, st Health
 		return fmt.Errorf("kernrpc: SetServingStatus %q: the server is shutting down", service)
 	}
 	s.health.status[service] = st
+	s.health.set[service] = true
 	s.mu.Unlock()
 	return s.syncRegistration(ctx)
 }

@@ -258,3 +258,46 @@ func TestRacingSetServingStatusLeavesTheRegistryAgreeing(t *testing.T) {
 		}
 	}
 }
+
+// A status set before Start is the operator's word: a server told it is
+// not serving (still warming up, say) must not announce itself as serving
+// and register the instance because it started. The statuses nobody set
+// still turn SERVING at Start.
+func TestNotServingSetBeforeStartIsKept(t *testing.T) {
+	cfg := testConfig(t)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernrpc.Handle(srv, "Echo.Echo", echo)
+	ctx := context.Background()
+	if err := srv.SetServingStatus(ctx, "", kernrpc.HealthNotServing); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetServingStatus(ctx, "reports", kernrpc.HealthNotServing); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	for svc, want := range map[string]kernrpc.HealthStatus{"": kernrpc.HealthNotServing, "reports": kernrpc.HealthNotServing, "echo": kernrpc.HealthServing} {
+		if st, _ := srv.ServingStatus(svc); st != want {
+			t.Errorf("ServingStatus(%q) after Start = %s; want %s", svc, st, want)
+		}
+	}
+	if n := len(resolveOf(t, cfg, "echo")); n != 0 {
+		t.Errorf("told it is not serving before Start, yet %d instances registered", n)
+	}
+	// Serving once told so: registered then.
+	if err := srv.SetServingStatus(ctx, "", kernrpc.HealthServing); err != nil {
+		t.Fatal(err)
+	}
+	if got := resolveOf(t, cfg, "echo"); len(got) != 1 || got[0].Address != srv.Addr() {
+		t.Errorf("serving: registered %v, want the server at %s", got, srv.Addr())
+	}
+}

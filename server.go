@@ -253,7 +253,9 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.acceptLoop(ln)
 	s.mu.Lock()
 	for svc := range s.health.status {
-		s.health.status[svc] = HealthServing
+		if !s.health.set[svc] {
+			s.health.status[svc] = HealthServing
+		}
 	}
 	s.mu.Unlock()
 	if err := s.syncRegistration(ctx); err != nil {
