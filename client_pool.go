@@ -268,13 +268,15 @@ func (p *connPool) retire() {
 	}
 }
 
-// open counts the pool's connections that are up, and of those the
-// spares, dialled to spread large calls.
+// open counts the pool's connections that are open, and of those the
+// spares, dialled to spread large calls. One that takes no new calls (a
+// GoAway, a retired pool) is still held while it carries calls or
+// streams, and counts until it closes.
 func (p *connPool) open() (n, spare int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, cc := range p.conns {
-		if cc != nil && cc.usable() {
+		if cc != nil && cc.isOpen() {
 			n++
 			if cc.spare {
 				spare++
@@ -289,13 +291,8 @@ func (p *connPool) carries() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, cc := range p.conns {
-		if cc != nil {
-			cc.mu.Lock()
-			open := cc.dead == nil
-			cc.mu.Unlock()
-			if open {
-				return true
-			}
+		if cc != nil && cc.isOpen() {
+			return true
 		}
 	}
 	return false

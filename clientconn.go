@@ -147,6 +147,14 @@ func (cc *clientConn) usable() bool {
 	return cc.dead == nil && !cc.draining
 }
 
+// isOpen reports whether cc has not closed: it may take no new calls and
+// still carry calls or streams.
+func (cc *clientConn) isOpen() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.dead == nil
+}
+
 // retire lets the calls in flight finish, then closes.
 func (cc *clientConn) retire() {
 	cc.mu.Lock()

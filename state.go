@@ -58,10 +58,20 @@ var _ kernel.StateReporter = clientState{}
 func (st clientState) ReportState(emit func(kernel.Reading)) {
 	c := st.c
 	open, spare := 0, 0
-	for _, p := range *c.pools.Load() {
+	count := func(p *connPool) {
 		n, s := p.open()
 		open, spare = open+n, spare+s
 	}
+	for _, p := range *c.pools.Load() {
+		count(p)
+	}
+	// The pools of instances that left the registry hold connections too
+	// while calls or streams run on them.
+	c.poolsMu.Lock()
+	for p := range c.retired {
+		count(p)
+	}
+	c.poolsMu.Unlock()
 	labels := []kernel.Label{{Name: "service", Value: c.service}, {Name: "transport", Value: c.cfg.Transport.Name}}
 	emit(kernel.Reading{Name: "client_connections_open", Help: "Connections the client holds now, to all instances of the service.",
 		Kind: kernel.Gauge, Labels: labels, Value: float64(open)})

@@ -98,3 +98,42 @@ func TestPluginsObserverSeesEveryPluginAndTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// A connection to an instance that left the registry is still held while
+// a call runs on it (it closes once the call is answered): the client
+// counts it open until then, as the server counts it, and beside the
+// streams it reports on such connections.
+func TestConnectionsToAnInstanceThatLeftCountWhileTheyCarryCalls(t *testing.T) {
+	cfg := testConfig(t)
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			entered <- struct{}{}
+			<-release
+			return req, nil
+		})
+	})
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}
+	cli := newClient(t, cfg)
+	obs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
+	done := make(chan error, 1)
+	go func() { done <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{}, &echopb.Echo{}) }()
+	receive(t, entered, 5*time.Second, "the held call did not reach the handler")
+	if n := obs.readings(t)["client_connections_open"].Value; n != 1 {
+		t.Fatalf("client_connections_open = %v with a call running, want 1", n)
+	}
+	// The instance leaves the registry; its call runs on.
+	if err := srv.SetServingStatus(context.Background(), "", kernrpc.HealthNotServing); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return obs.readings(t)["client_instances"].Value == 0 }, "registry report of the instance leaving")
+	if n := obs.readings(t)["client_connections_open"].Value; n != 1 {
+		t.Errorf("client_connections_open = %v while a call runs on the connection to the instance that left, want 1", n)
+	}
+	close(release)
+	if err := receive(t, done, 5*time.Second, "the held call did not return"); err != nil {
+		t.Fatalf("the held call: %v", err)
+	}
+	waitFor(t, func() bool { return obs.readings(t)["client_connections_open"].Value == 0 }, "connection closed once its call was answered")
+}
