@@ -42,7 +42,10 @@
 // in-flight calls over its recent calls per second, by Little's law), and
 // without a report the latency of the other instance of the pair, so that
 // the two compare by in-flight calls alone. State is kept by instance ID
-// across Updates, and dropped for instances that leave the set.
+// and address across Updates, and dropped for instances that leave the
+// set: two instances listed under one ID at different addresses (Consul
+// lists a service another program registered on several nodes under one
+// ID) are two servers, each picked and judged on its own.
 //
 // Pick takes no lock and does not allocate: each instance keeps 64 slots
 // for the start times of its calls in flight, and Pick returns a copy of
@@ -115,8 +118,15 @@ type Balancer struct {
 type table struct {
 	set   []kernel.Instance
 	peers []*peer // peers[i] is set[i]'s
-	byID  map[string]*peer
+	byKey map[peerKey]*peer
 }
+
+// peerKey names an instance's state: its ID alone would merge instances
+// listed under one ID at different addresses, and every pick of them would
+// go to the first one's address (a peer's slots hold its first instance).
+type peerKey struct{ id, address string }
+
+func keyOf(in *kernel.Instance) peerKey { return peerKey{in.ID, in.Address} }
 
 // New builds a balancer from o, refusing a decay that is not positive.
 func New(o Options) (*Balancer, error) {
@@ -131,26 +141,26 @@ func New(o Options) (*Balancer, error) {
 func (b *Balancer) now() int64 { return int64(time.Since(b.epoch)) + 1 }
 
 // Update replaces the set picks are made from, keeping the state of the
-// instances that remain (by ID). The balancer keeps instances; the caller
-// must not change it afterwards.
+// instances that remain (by ID and address). The balancer keeps
+// instances; the caller must not change it afterwards.
 func (b *Balancer) Update(instances []kernel.Instance) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.table.Load()
-	t := &table{set: instances, peers: make([]*peer, len(instances)), byID: make(map[string]*peer, len(instances))}
+	t := &table{set: instances, peers: make([]*peer, len(instances)), byKey: make(map[peerKey]*peer, len(instances))}
 	for i := range instances {
 		in := &instances[i]
-		p := t.byID[in.ID] // an ID listed twice shares its state
+		p := t.byKey[keyOf(in)] // an instance listed twice shares its state
 		if p == nil {
 			if old != nil {
-				p = old.byID[in.ID]
+				p = old.byKey[keyOf(in)]
 			}
 			if p == nil {
 				p = newPeer(in)
 			} else {
 				p.refresh(in)
 			}
-			t.byID[in.ID] = p
+			t.byKey[keyOf(in)] = p
 		}
 		t.peers[i] = p
 	}
@@ -220,7 +230,7 @@ func (b *Balancer) Done(inst *kernel.Instance, err error) {
 	if t == nil || inst == nil {
 		return
 	}
-	p := t.byID[inst.ID]
+	p := t.byKey[keyOf(inst)]
 	if p == nil {
 		return
 	}
@@ -264,7 +274,7 @@ const (
 // word of busy bits.
 const slotCount = 64
 
-// peer is the state of one instance, by ID, kept across Updates.
+// peer is the state of one instance, by ID and address, kept across Updates.
 type peer struct {
 	inflight atomic.Int64 // calls picked and not yet Done, timed or not
 	untimed  atomic.Int64 // of those, the ones that found no free slot

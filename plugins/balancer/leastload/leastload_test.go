@@ -417,3 +417,57 @@ func TestPeakOption(t *testing.T) {
 		})
 	}
 }
+
+// Two instances listed under one ID at different addresses are two
+// servers (Consul lists a service another program registered as "web" on
+// each of its nodes under that one ID): each gets calls, and each is
+// judged by its own. One listed twice at one address is one instance.
+func TestInstancesSharingAnIDAtDifferentAddressesAreBothPicked(t *testing.T) {
+	b := build(t)
+	s := []kernel.Instance{
+		{Service: "web", ID: "web", Address: "10.0.0.1:80"},
+		{Service: "web", ID: "web", Address: "10.0.0.2:80"},
+	}
+	b.Update(s)
+	got := map[string]int{}
+	for range 400 {
+		p := pick(t, b, s)
+		got[p.Address]++
+		b.Done(p, context.Canceled)
+	}
+	for _, in := range s {
+		if got[in.Address] < 100 {
+			t.Errorf("picks by address: %v; want about half of 400 to each (%s got %d)", got, in.Address, got[in.Address])
+		}
+	}
+	// A slow one is judged apart from its twin.
+	slow := s[0]
+	for range 1000 {
+		p := pick(t, b, s)
+		if p.Address != slow.Address {
+			b.Done(p, context.Canceled)
+			continue
+		}
+		time.Sleep(30 * time.Millisecond)
+		b.Done(p, nil)
+		break
+	}
+	for range 1000 {
+		p := pick(t, b, s)
+		if p.Address == slow.Address {
+			b.Done(p, context.Canceled)
+			continue
+		}
+		b.Done(p, nil)
+		break
+	}
+	clear(got)
+	for range 300 {
+		p := pick(t, b, s)
+		got[p.Address]++
+		b.Done(p, context.Canceled)
+	}
+	if got[slow.Address] > 0 {
+		t.Errorf("picks by address after %s was slow: %v; want none to it", slow.Address, got)
+	}
+}
