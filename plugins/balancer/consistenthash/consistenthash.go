@@ -27,7 +27,11 @@
 // written out here and pinned by a test: instance ID's point r (0 ≤ r <
 // replicas) is at mix(fnv1a(ID) + (r+1)·0x9E3779B97F4A7C15), a key at
 // mix(fnv1a(key)), and a key goes to the first point at or after its hash,
-// wrapping around; points at the same place are ordered by ID.
+// wrapping around; points at the same place are ordered by ID, then
+// address. An ID the set lists at more than one address (Consul lists a
+// service another program registered on several nodes under one ID) names
+// several servers: each of them hashes as its ID, a zero byte and its
+// address instead, so that each owns keys of its own.
 //
 // Pick takes no lock and does not allocate: Update builds the ring behind
 // an atomic pointer, and Pick hashes the key and searches the ring.
@@ -127,21 +131,52 @@ func New(o Options) (*Balancer, error) {
 // caller must not change it afterwards.
 func (b *Balancer) Update(instances []kernel.Instance) {
 	r := &ring{set: instances, points: make([]point, 0, len(instances)*b.replicas)}
+	shared := sharedIDs(instances)
 	for i := range instances {
-		base := fnv1a(instances[i].ID)
+		in := &instances[i]
+		base := fnv1a(in.ID)
+		if shared[in.ID] {
+			// Points of their own: with the ID's, they would all tie, and
+			// one of them would own every key.
+			base = fnv1a(in.ID + "\x00" + in.Address)
+		}
 		for rep := range b.replicas {
 			r.points = append(r.points, point{hash: mix(base + uint64(rep+1)*golden), inst: int32(i)})
 		}
 	}
-	// By ID among equal hashes, so that the ring does not depend on the
-	// order of the set.
+	// By ID, then address, among equal hashes, so that the ring does not
+	// depend on the order of the set (an instance listed twice ties with
+	// itself, which makes no difference).
 	slices.SortFunc(r.points, func(a, c point) int {
 		if n := cmp.Compare(a.hash, c.hash); n != 0 {
 			return n
 		}
-		return cmp.Compare(instances[a.inst].ID, instances[c.inst].ID)
+		x, y := &instances[a.inst], &instances[c.inst]
+		if n := cmp.Compare(x.ID, y.ID); n != 0 {
+			return n
+		}
+		return cmp.Compare(x.Address, y.Address)
 	})
 	b.ring.Store(r)
+}
+
+// sharedIDs returns the IDs instances lists at more than one address; nil
+// when there are none, as in a set a kernrpc registry reports.
+func sharedIDs(instances []kernel.Instance) map[string]bool {
+	var shared map[string]bool
+	first := make(map[string]string, len(instances)) // ID: an address
+	for i := range instances {
+		in := &instances[i]
+		if a, ok := first[in.ID]; !ok {
+			first[in.ID] = in.Address
+		} else if a != in.Address {
+			if shared == nil {
+				shared = make(map[string]bool)
+			}
+			shared[in.ID] = true
+		}
+	}
+	return shared
 }
 
 // Pick returns a pointer into the current set: the owner of the first

@@ -407,3 +407,54 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// Two instances listed under one ID at different addresses are two servers
+// (Consul lists a service another program registered as "web" on each of
+// its nodes under that one ID): each owns its share of the keys, and every
+// client agrees which, whatever order its registry lists them in.
+func TestInstancesSharingAnIDAtDifferentAddressesShareTheKeys(t *testing.T) {
+	s := []kernel.Instance{
+		{Service: "web", ID: "web", Address: "10.0.0.1:80"},
+		{Service: "web", ID: "web", Address: "10.0.0.2:80"},
+		{Service: "web", ID: "web", Address: "10.0.0.3:80"},
+		{Service: "web", ID: "other", Address: "10.0.0.4:80"},
+	}
+	ks := keys(2000)
+	byAddress := func(b kernel.Balancer, s []kernel.Instance) map[string]string {
+		out := make(map[string]string, len(ks))
+		for _, k := range ks {
+			p, err := b.Pick(context.Background(), keyed(k))
+			if err != nil {
+				t.Fatalf("Pick for key %q: %v", k, err)
+			}
+			out[k] = p.Address
+		}
+		return out
+	}
+	b := build(t, consistenthash.DefaultOptions())
+	b.Update(s)
+	first := byAddress(b, s)
+	count := map[string]int{}
+	for _, a := range first {
+		count[a]++
+	}
+	for _, in := range s {
+		if n := count[in.Address]; n < 2000/len(s)/2 {
+			t.Errorf("keys by address: %v; %s owns %d of 2000, want about a quarter", count, in.Address, n)
+		}
+	}
+	for i := range 20 {
+		shuffled := slices.Clone(s)
+		r := rand.New(rand.NewPCG(uint64(i), 1))
+		r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		other := build(t, consistenthash.DefaultOptions()) // another client
+		other.Update(shuffled)
+		if got := byAddress(other, shuffled); !mapsEqual(first, got) {
+			order := make([]string, len(shuffled))
+			for j, in := range shuffled {
+				order[j] = in.ID + "@" + in.Address
+			}
+			t.Fatalf("a client given the same set in the order %v sends keys elsewhere", order)
+		}
+	}
+}
