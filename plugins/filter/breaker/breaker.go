@@ -111,7 +111,9 @@
 // path-escaped; the part the scope leaves out is empty) holding the
 // wall-clock time until which it is open and the failures that opened it,
 // for open_duration + 1s. Every client following
-// the namespace opens its own breaker for that key until that time, logs
+// the namespace opens its own breaker for that key until that time (but
+// for no longer than its own open_duration + 1s: a peer whose clock runs
+// ahead, or a corrupt entry, cannot shut an instance out for longer), logs
 // "breaker: opened by another client" once, and counts it in
 // breaker_opened_total and breaker_peer_opened_total; breaker_state says
 // open, as for an opening of its own. Then it probes on its own: half-open
@@ -120,7 +122,7 @@
 // published it, or whose time has passed, changes nothing, and so does
 // one of another scope. Clients that share must agree on scope; their
 // clocks are compared, so keep them in sync (NTP): a skew of s shortens or
-// lengthens a peer's opening by s.
+// lengthens a peer's opening by s, up to that bound.
 //
 // Publishing is off the call path: a goroutine per filter writes what a
 // bounded queue (64) holds, and an opening that finds the queue full is

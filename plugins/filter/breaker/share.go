@@ -229,7 +229,8 @@ func (s *sharing) closed(k key) {
 }
 
 // received is the watch's fn: an opening of another client opens this
-// filter's circuit for the same key until its time. Removals, expired
+// filter's circuit for the same key until its time, or for open_duration
+// + shareMargin if that is sooner. Removals, expired
 // openings, this filter's own and keys of another scope change nothing.
 func (s *sharing) received(sk string, value []byte) {
 	if value == nil {
@@ -253,7 +254,13 @@ func (s *sharing) received(sk string, value []byte) {
 	if v.OpenUntil <= wall {
 		return
 	}
-	left := v.OpenUntil - wall
+	// Capped at what an opening of this filter's own lasts, plus the
+	// margin its entry outlives it by: a peer whose wall clock runs ahead
+	// (a VM booted before NTP set its clock) or a corrupt entry would
+	// otherwise shut the instance out for as long as it says, years even,
+	// since removals change nothing and an open circuit keeps the later
+	// time.
+	left := min(v.OpenUntil-wall, s.f.cfg.open+int64(shareMargin))
 	if c, ok := s.f.store.lookup(k).(*ratioCircuit); ok {
 		now := s.f.now()
 		c.peerOpen(now, now+left, v)

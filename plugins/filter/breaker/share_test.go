@@ -229,3 +229,35 @@ func TestServerSideObservesNothing(t *testing.T) {
 		t.Errorf("server side: logged %q, active %v; want nothing", logs.String(), f.share.active.Load())
 	}
 }
+
+// A peer's opening holds this client's breaker no longer than an opening
+// of its own would, plus the margin its entry lives past it: a peer whose
+// wall clock runs years ahead (a VM booted before NTP set its clock), or
+// an entry saying so, must not shut an instance out for years, on an open
+// circuit as on a closed one.
+func TestPeerOpeningFarInTheFutureIsCapped(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "closed", true: "already open"}[open], func(t *testing.T) {
+			r := sharedRig(t, nil)
+			r.clock = time.Second
+			if open {
+				for range 4 {
+					r.call(hostA, errUnavailable)
+				}
+				r.wantState(hostA, Open, "4 failures")
+			}
+			r.peer(keyA, r.f.wall()+int64(365*24*time.Hour), "another")
+			r.wantState(hostA, Open, "a peer opened it")
+			limit := 5*time.Second + shareMargin // open_duration + the entry's margin
+			r.clock += limit - 1
+			if err := r.call(hostA, nil); !refused(err) {
+				t.Fatalf("1ns before open_duration + %s: %v, want a refusal", shareMargin, err)
+			}
+			r.clock++
+			if err := r.call(hostA, nil); err != nil {
+				t.Fatalf("open_duration + %s after a peer's opening a year long: %v, want a probe let through", shareMargin, err)
+			}
+			r.wantState(hostA, HalfOpen, "probing on its own")
+		})
+	}
+}
