@@ -23,6 +23,15 @@
 //     and a slice kept from the message's previous contents is overwritten;
 //   - string fields are not checked for valid UTF-8.
 //
+// vtprotobuf's decoders keep malformed unknown fields and field numbers out
+// of range, which protobuf-go refuses, and nest without limit. The codec
+// then parses the message's unknown fields, or, for a message that holds
+// others, reads its encoding once more, into every message it holds, and
+// refuses nesting deeper than protobuf-go allows. The two
+// decoders then accept the same inputs, but for strings that are not valid
+// UTF-8 (accepted) and a known field sent with another wire type (refused,
+// where protobuf-go keeps it as an unknown field).
+//
 // # alias_requests
 //
 // With alias_requests on, the server decodes requests whose messages have
@@ -43,7 +52,6 @@ import (
 	"runtime"
 	"slices"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -73,19 +81,22 @@ func init() { kernel.RegisterCodec(Factory) }
 
 // New builds the codec from o.
 func New(o *Options) (kernel.Codec, error) {
+	c := Codec{types: new(typeFacts)}
 	if o.AliasRequests {
-		return aliasingCodec{}, nil
+		return aliasingCodec{c}, nil
 	}
-	return Codec{}, nil
+	return c, nil
 }
 
-// Codec is the protobuf codec with default options. The zero value is
-// ready to use and safe for concurrent use. A type that embeds it to change
+// Codec is the protobuf codec with default options, safe for concurrent
+// use. The zero value is ready to use; New's codec also remembers what it
+// learns about each vtprotobuf message type it decodes, which the zero
+// value works out again on every call. A type that embeds it to change
 // Marshal or Unmarshal changes MarshalSized or UnmarshalFresh too, which
 // the engine calls in their place where it can (kernel.SizedMarshaler,
 // kernel.FreshUnmarshaler); or it embeds a kernel.Codec holding a Codec,
 // which hides them.
-type Codec struct{}
+type Codec struct{ types *typeFacts }
 
 var (
 	_ kernel.Codec              = Codec{}
@@ -186,9 +197,9 @@ func marshalVTSized(dst []byte, m vtMarshaler, v any, n int) (out []byte, err er
 
 // Unmarshal decodes data into v, a non-nil pointer to a generated message.
 // v is reset first.
-func (Codec) Unmarshal(data []byte, v any) error {
+func (c Codec) Unmarshal(data []byte, v any) error {
 	if u, ok := v.(vtUnmarshaler); ok {
-		return unmarshalVT(data, v, u.UnmarshalVT)
+		return c.unmarshalVT(data, v, u.UnmarshalVT)
 	}
 	m, err := target(v)
 	if err != nil {
@@ -203,7 +214,7 @@ func (Codec) Unmarshal(data []byte, v any) error {
 
 // UnmarshalFresh is Unmarshal into a message the engine has just made:
 // there is nothing to reset, and v cannot be a nil pointer.
-func (Codec) UnmarshalFresh(data []byte, v any) error {
+func (c Codec) UnmarshalFresh(data []byte, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return notMessage("unmarshal into", v)
@@ -211,7 +222,8 @@ func (Codec) UnmarshalFresh(data []byte, v any) error {
 	var err error
 	if u, ok := v.(vtUnmarshaler); ok { // vtprotobuf's decoders merge
 		if err = u.UnmarshalVT(data); err == nil {
-			err = checkUnknown(m)
+			pr := m.ProtoReflect()
+			err = c.types.checkUnknown(data, pr, c.types.lookup(pr.Descriptor()))
 		}
 	} else {
 		err = unmarshalMerge(data, m)
@@ -237,18 +249,21 @@ func target(v any) (proto.Message, error) {
 // unmarshalVT resets v, keeping the memory of its bytes fields when the
 // message knows how (ResetVT; vtprotobuf's decoders merge), and decodes
 // data into it with one of its vtprotobuf methods.
-func unmarshalVT(data []byte, v any, decode func([]byte) error) error {
+func (c Codec) unmarshalVT(data []byte, v any, decode func([]byte) error) error {
 	m, err := target(v)
 	if err != nil {
 		return err
 	}
+	pr := m.ProtoReflect()
+	md := pr.Descriptor()
+	facts := c.types.lookup(md)
 	if r, ok := v.(vtResetter); ok {
 		r.ResetVT()
 	} else {
 		proto.Reset(m)
 	}
 	if err = decode(data); err == nil {
-		err = checkUnknown(m)
+		err = c.types.checkUnknown(data, pr, facts)
 	}
 	if err != nil {
 		return fmt.Errorf("protobuf: unmarshal %d bytes into %T: %w", len(data), v, err)
@@ -280,29 +295,9 @@ type aliasingCodec struct{ Codec }
 // are decoded by copying, as Unmarshal does.
 func (c aliasingCodec) UnmarshalInPlace(data []byte, v any) error {
 	if u, ok := v.(vtInPlace); ok {
-		return unmarshalVT(data, v, u.UnmarshalVTUnsafe)
+		return c.unmarshalVT(data, v, u.UnmarshalVTUnsafe)
 	}
 	return c.Unmarshal(data, v)
-}
-
-// checkUnknown parses the unknown fields vtprotobuf's decoders kept, the
-// way protobuf-go would have: they let through malformed groups and field
-// numbers out of range, which protobuf-go refuses, and such bytes would
-// fail later, far from their cause (printing the message panics;
-// re-encoding sends them on).
-func checkUnknown(m proto.Message) error {
-	b := m.ProtoReflect().GetUnknown()
-	for len(b) > 0 {
-		num, _, n := protowire.ConsumeField(b)
-		if n < 0 {
-			return fmt.Errorf("unknown fields: %w", protowire.ParseError(n))
-		}
-		if !num.IsValid() {
-			return fmt.Errorf("unknown fields: field number %d is out of range", num)
-		}
-		b = b[n:]
-	}
-	return nil
 }
 
 // ErrNotMessage is wrapped by the error for a value that is not a protobuf

@@ -1,0 +1,171 @@
+package protobuf
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// vtFacts is what decoding through vtprotobuf's methods needs to know about
+// a message type, worked out once from its descriptor.
+type vtFacts struct {
+	// nested are the type's fields that hold messages (singular, repeated,
+	// maps, whose entries are messages): checkUnknown reads into them.
+	nested []nestedField
+}
+
+// nestedField is a field that holds messages of type md.
+type nestedField struct {
+	num   protowire.Number
+	md    protoreflect.MessageDescriptor
+	entry bool // md is a map's entry type
+}
+
+// typeFacts remembers the vtFacts of each message type a codec decodes.
+// A nil *typeFacts is the zero Codec's: it remembers nothing, so its
+// lookups return nil, and the functions taking a nil *vtFacts look at the
+// type's own fields instead, without allocating.
+type typeFacts struct{ m sync.Map } // protoreflect.MessageDescriptor → *vtFacts
+
+func (t *typeFacts) lookup(md protoreflect.MessageDescriptor) *vtFacts {
+	if t == nil {
+		return nil
+	}
+	if f, ok := t.m.Load(md); ok {
+		return f.(*vtFacts)
+	}
+	f, _ := t.m.LoadOrStore(md, factsOf(md))
+	return f.(*vtFacts)
+}
+
+func factsOf(md protoreflect.MessageDescriptor) *vtFacts {
+	f := new(vtFacts)
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if nf, ok := nestedOf(fields.Get(i)); ok {
+			f.nested = append(f.nested, nf)
+		}
+	}
+	return f
+}
+
+// nestedOf describes fd if it holds messages.
+func nestedOf(fd protoreflect.FieldDescriptor) (nestedField, bool) {
+	if messageValue(fd) == nil {
+		return nestedField{}, false
+	}
+	return nestedField{num: fd.Number(), md: fd.Message(), entry: fd.IsMap()}, true
+}
+
+// field returns the field numbered num if it holds messages.
+func (f *vtFacts) field(md protoreflect.MessageDescriptor, num protowire.Number) (nestedField, bool) {
+	if f == nil {
+		if fd := md.Fields().ByNumber(num); fd != nil {
+			return nestedOf(fd)
+		}
+		return nestedField{}, false
+	}
+	for _, nf := range f.nested {
+		if nf.num == num {
+			return nf, true
+		}
+	}
+	return nestedField{}, false
+}
+
+// holdsMessages reports whether md, whose facts are f, has fields that
+// hold messages.
+func holdsMessages(f *vtFacts, md protoreflect.MessageDescriptor) bool {
+	if f != nil {
+		return len(f.nested) > 0
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if messageValue(fields.Get(i)) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// messageValue returns the type of the messages fd holds, nil if none.
+func messageValue(fd protoreflect.FieldDescriptor) protoreflect.MessageDescriptor {
+	if fd.IsMap() {
+		return fd.MapValue().Message()
+	}
+	return fd.Message()
+}
+
+// checkUnknown checks data, which vtprotobuf's decoder has just decoded
+// into m, for what protobuf-go would have refused: vtprotobuf's decoders
+// keep malformed groups and field numbers out of range as unknown fields,
+// and nest without limit, and such bytes would fail later, far from their
+// cause (printing the message panics; re-encoding sends them on). A
+// message that holds no messages has its unknown fields parsed; any other
+// has data read once more, into every message it holds, which costs less
+// than reaching those messages by reflection. f is m's facts, or nil.
+func (t *typeFacts) checkUnknown(data []byte, m protoreflect.Message, f *vtFacts) error {
+	md := m.Descriptor()
+	if !holdsMessages(f, md) {
+		return parseUnknown(m.GetUnknown())
+	}
+	return t.scan(data, md, f, levelsBelowTop)
+}
+
+// levelsBelowTop is how deep messages may nest under the one decoded:
+// protobuf-go's recursion limit counts that one too.
+const levelsBelowTop = protowire.DefaultRecursionLimit - 1
+
+// scan reads b, a message of type md whose facts are f, under which depth
+// more levels may nest, and the messages it holds.
+func (t *typeFacts) scan(b []byte, md protoreflect.MessageDescriptor, f *vtFacts, depth int) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("in %s: %w", md.FullName(), protowire.ParseError(n))
+		}
+		if !num.IsValid() {
+			return fmt.Errorf("in %s: unknown fields: field number %d is out of range", md.FullName(), num)
+		}
+		b = b[n:]
+		if nf, ok := f.field(md, num); ok && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return fmt.Errorf("in %s: %w", md.FullName(), protowire.ParseError(n))
+			}
+			below := depth - 1
+			if nf.entry { // an entry is not a level of its own: its value is
+				below = depth
+			} else if depth == 0 {
+				return fmt.Errorf("messages nested more than %d deep exceed protobuf's maximum recursion depth", protowire.DefaultRecursionLimit)
+			}
+			if err := t.scan(v, nf.md, t.lookup(nf.md), below); err != nil {
+				return err
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return fmt.Errorf("in %s: %w", md.FullName(), protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func parseUnknown(b []byte) error {
+	for len(b) > 0 {
+		num, _, n := protowire.ConsumeField(b)
+		if n < 0 {
+			return fmt.Errorf("unknown fields: %w", protowire.ParseError(n))
+		}
+		if !num.IsValid() {
+			return fmt.Errorf("unknown fields: field number %d is out of range", num)
+		}
+		b = b[n:]
+	}
+	return nil
+}
