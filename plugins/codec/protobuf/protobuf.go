@@ -20,7 +20,12 @@
 // ways the generator's options decide:
 //   - with the pool feature (ResetVT), decoding into a reused message reuses
 //     the memory of its bytes fields: a large payload costs no allocation,
-//     and a slice kept from the message's previous contents is overwritten;
+//     and a slice kept from the message's previous contents is overwritten.
+//     ResetVT also hands the message's sub-messages back to vtprotobuf's
+//     pool, for any later decode to take: keep none of them either. A
+//     message that holds a bytes field with presence (optional bytes), at
+//     any depth, is reset with proto.Reset instead: ResetVT would leave
+//     that field set in a message that did not carry it;
 //   - string fields are not checked for valid UTF-8.
 //
 // vtprotobuf's decoders keep malformed unknown fields and field numbers out
@@ -247,8 +252,9 @@ func target(v any) (proto.Message, error) {
 }
 
 // unmarshalVT resets v, keeping the memory of its bytes fields when the
-// message knows how (ResetVT; vtprotobuf's decoders merge), and decodes
-// data into it with one of its vtprotobuf methods.
+// message knows how (ResetVT; vtprotobuf's decoders merge) and its
+// fields' presence survives it, and decodes data into it with one of its
+// vtprotobuf methods.
 func (c Codec) unmarshalVT(data []byte, v any, decode func([]byte) error) error {
 	m, err := target(v)
 	if err != nil {
@@ -257,7 +263,7 @@ func (c Codec) unmarshalVT(data []byte, v any, decode func([]byte) error) error 
 	pr := m.ProtoReflect()
 	md := pr.Descriptor()
 	facts := c.types.lookup(md)
-	if r, ok := v.(vtResetter); ok {
+	if r, ok := v.(vtResetter); ok && !resetPlainly(facts, md) {
 		r.ResetVT()
 	} else {
 		proto.Reset(m)

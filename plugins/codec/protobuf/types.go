@@ -11,6 +11,13 @@ import (
 // vtFacts is what decoding through vtprotobuf's methods needs to know about
 // a message type, worked out once from its descriptor.
 type vtFacts struct {
+	// plainReset is set when the type, or one it holds, has a bytes field
+	// with presence (proto3 optional, proto2 optional). ResetVT keeps such
+	// a field's memory as an empty non-nil slice, which reads as set, and
+	// returns sub-messages to vtprotobuf's pool in that state: decoding
+	// after it would leave the field present in a message that did not
+	// carry it. Such types are reset with proto.Reset instead.
+	plainReset bool
 	// nested are the type's fields that hold messages (singular, repeated,
 	// maps, whose entries are messages): checkUnknown reads into them.
 	nested []nestedField
@@ -41,7 +48,7 @@ func (t *typeFacts) lookup(md protoreflect.MessageDescriptor) *vtFacts {
 }
 
 func factsOf(md protoreflect.MessageDescriptor) *vtFacts {
-	f := new(vtFacts)
+	f := &vtFacts{plainReset: holdsBytesWithPresence(md, map[protoreflect.FullName]bool{})}
 	fields := md.Fields()
 	for i := range fields.Len() {
 		if nf, ok := nestedOf(fields.Get(i)); ok {
@@ -90,12 +97,53 @@ func holdsMessages(f *vtFacts, md protoreflect.MessageDescriptor) bool {
 	return false
 }
 
+// resetPlainly reports whether md's messages, whose facts are f, must be
+// reset with proto.Reset rather than ResetVT. Without facts, any type
+// that holds messages is, since finding presence in them would take
+// memory to break the cycles of recursive types.
+func resetPlainly(f *vtFacts, md protoreflect.MessageDescriptor) bool {
+	if f != nil {
+		return f.plainReset
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if fd := fields.Get(i); messageValue(fd) != nil || hasBytesPresence(fd) {
+			return true
+		}
+	}
+	return false
+}
+
 // messageValue returns the type of the messages fd holds, nil if none.
 func messageValue(fd protoreflect.FieldDescriptor) protoreflect.MessageDescriptor {
 	if fd.IsMap() {
 		return fd.MapValue().Message()
 	}
 	return fd.Message()
+}
+
+func hasBytesPresence(fd protoreflect.FieldDescriptor) bool {
+	return fd.Kind() == protoreflect.BytesKind && fd.HasPresence() && !fd.IsList()
+}
+
+// holdsBytesWithPresence reports whether md or a type it holds, at any
+// depth, has a bytes field with presence. seen breaks recursive types.
+func holdsBytesWithPresence(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if hasBytesPresence(fd) {
+			return true
+		}
+		if sub := messageValue(fd); sub != nil && holdsBytesWithPresence(sub, seen) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkUnknown checks data, which vtprotobuf's decoder has just decoded

@@ -151,7 +151,8 @@ func BenchmarkUnmarshalVT(b *testing.B) {
 }
 
 // FuzzUnmarshalNested is FuzzUnmarshal for messages that hold messages in
-// every container. What the codec accepts protobuf-go accepts too (but for invalid UTF-8) and decodes alike, and
+// every container. What the codec accepts, into a reused message,
+// protobuf-go accepts too (but for invalid UTF-8) and decodes alike, and
 // it re-encodes into bytes protobuf-go accepts. The other way round is not
 // checked: vtprotobuf refuses a known field sent with another wire type in
 // more ways than FuzzUnmarshal tells apart (a map entry's value reads a
@@ -170,26 +171,26 @@ func FuzzUnmarshalNested(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	reused := new(presencepb.Outer)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got := new(presencepb.Outer)
-		if err := c.Unmarshal(data, got); err != nil {
+		if err := c.Unmarshal(data, reused); err != nil {
 			return
 		}
-		again, err := proto.Marshal(got)
+		again, err := proto.Marshal(reused)
 		if err != nil {
-			t.Fatalf("the codec accepts %x as %v, which protobuf-go cannot encode: %v", data, got, err)
+			t.Fatalf("the codec accepts %x as %v, which protobuf-go cannot encode: %v", data, reused, err)
 		}
 		if err := proto.Unmarshal(again, new(presencepb.Outer)); err != nil && !strings.Contains(err.Error(), "invalid UTF-8") {
-			t.Fatalf("the codec accepts %x as %v, whose encoding %x protobuf-go refuses: %v", data, got, again, err)
+			t.Fatalf("the codec accepts %x as %v, whose encoding %x protobuf-go refuses: %v", data, reused, again, err)
 		}
 		var ref presencepb.Outer
 		switch refErr := proto.Unmarshal(data, &ref); {
 		case refErr == nil:
-			if a, b := knownOnly(got), knownOnly(&ref); !proto.Equal(a, b) {
-				t.Fatalf("protobuf-go decodes %x to %v; the codec to %v", data, b, a)
+			if a, b := knownOnly(reused), knownOnly(&ref); !proto.Equal(a, b) {
+				t.Fatalf("protobuf-go decodes %x to %v; the codec, into a reused message, to %v", data, b, a)
 			}
 		case !strings.Contains(refErr.Error(), "invalid UTF-8"):
-			t.Fatalf("the codec accepts %x as %v; protobuf-go refuses it: %v", data, got, refErr)
+			t.Fatalf("the codec accepts %x as %v; protobuf-go refuses it: %v", data, reused, refErr)
 		}
 	})
 }
