@@ -34,6 +34,17 @@
 // a later filter starts (a hedge's attempt) is that filter's to recover.
 // A client call that panicked inside the engine gives up that call's
 // pooled state, which is no leak: the garbage collector takes it.
+//
+// # Streams
+//
+// The filter is a kernel.StreamFilter: a panic in the rest of a stream's
+// chain (the stream filters after it, the handler) ends the stream with
+// the same Internal status and log line. On the client that is where it
+// matters most: a stream's filters run on a goroutine of their own, so a
+// panicking client stream filter would otherwise end the program; the
+// stream then fails to open with that status. A panic in a handler's own
+// goroutines, or in the caller's SendMsg and RecvMsg (which run on the
+// caller's goroutine, not the chain's), is not caught.
 package recovery
 
 import (
@@ -77,7 +88,10 @@ type Filter struct {
 	log   *slog.Logger // nil: slog.Default() at the time of the panic
 }
 
-var _ kernel.Filter = (*Filter)(nil)
+var (
+	_ kernel.Filter       = (*Filter)(nil)
+	_ kernel.StreamFilter = (*Filter)(nil)
+)
 
 // Invoke passes the call on, recovering a panic into Internal.
 func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (resp any, err error) {
@@ -87,6 +101,18 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 		}
 	}()
 	return next(ctx, info, req)
+}
+
+// InvokeStream passes the stream on, recovering a panic into Internal: on
+// the client a stream's filters run on a goroutine of their own, where a
+// panic nothing recovers ends the program.
+func (f *Filter) InvokeStream(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = f.recovered(ctx, info, p)
+		}
+	}()
+	return next(ctx, info, st)
 }
 
 // recovered logs the panic p and returns the call's error.
