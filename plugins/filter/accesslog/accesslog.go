@@ -30,7 +30,10 @@
 // message the key is left out. The bytes on the wire (framing, another
 // codec's encoding) are not visible at the filter level: the client
 // encodes after its filters ran, the server decoded before. The duration
-// is the time spent in the rest of the chain.
+// is the time spent in the rest of the chain. A call or stream whose rest
+// of the chain panics (a handler: the engine answers it Internal) is a
+// failure, logged with code=Internal as the panic goes on up; for a
+// call, a recover filter after this one puts the panic's value in err.
 //
 // A call that is not sampled costs two clock reads and a random draw, and
 // no allocation; the lines go to Options.Logger (slog.Default()).
@@ -137,7 +140,17 @@ var _ kernel.Filter = (*Filter)(nil)
 // sampled.
 func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	start := time.Now()
+	// A next that panics (a handler: the engine turns its panic into
+	// Internal above the chain) is a failed call, which is always logged;
+	// the panic goes on up. An open-coded defer: about a ns.
+	returned := false
+	defer func() {
+		if !returned {
+			f.line(ctx, f.errorLevel, info, req, nil, panicked(info), time.Since(start))
+		}
+	}()
 	resp, err := next(ctx, info, req)
+	returned = true
 	took := time.Since(start)
 	level := f.errorLevel
 	if err == nil {
@@ -176,6 +189,12 @@ func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallIn
 		attrs = append(attrs, slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
 	}
 	log.LogAttrs(ctx, level, "call", attrs...)
+}
+
+// panicked is the error a line gives a call or stream whose next
+// panicked: the engine answers it Internal.
+func panicked(info *kernel.CallInfo) error {
+	return kernel.Errorf(kernel.Internal, "%s panicked", info.Method)
 }
 
 // size is the encoded size a message reports of itself, if it does.

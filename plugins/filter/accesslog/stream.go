@@ -18,7 +18,17 @@ var _ kernel.StreamFilter = (*Filter)(nil)
 func (f *Filter) InvokeStream(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
 	start := time.Now()
 	counted := &countedStream{Stream: st, sizes: f.mayLog(ctx)}
+	// A next that panics (a handler: the engine turns its panic into
+	// Internal) is a failed stream, which is always logged; the panic
+	// goes on up.
+	returned := false
+	defer func() {
+		if !returned {
+			f.streamLine(ctx, f.errorLevel, info, counted, panicked(info), time.Since(start))
+		}
+	}()
 	err := next(ctx, info, counted)
+	returned = true
 	took := time.Since(start)
 	level := f.errorLevel
 	if err == nil {
