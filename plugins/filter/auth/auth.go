@@ -23,7 +23,9 @@
 //
 // Environment variables are read when the filter is built (when the
 // server or client is made); one that a config names but is unset or
-// empty is an error then. A server with neither tokens nor keys accepts
+// empty is an error then, and so is a token (static, or the client's)
+// too long to fit max_token_size as "Bearer <token>", which could never
+// be accepted. A server with neither tokens nor keys accepts
 // no call: the filter fails closed.
 //
 // A missing entry, one that is too large, not "Bearer <token>", an unknown
@@ -146,7 +148,9 @@ func New(o *Options) (kernel.Filter, error) {
 		tokens = append(tokens, strings.Split(v, ",")...)
 	}
 	for i, t := range tokens {
-		if err := checkToken(t, f.maxSize); err != nil {
+		// max_token_size bounds the whole entry, "Bearer <token>": a
+		// longer token could never be accepted.
+		if err := checkToken(t, f.maxSize-len(bearer)); err != nil {
 			return nil, fmt.Errorf(`%s: option "tokens": entry %d %v`, Name, i, err)
 		}
 		f.static = append(f.static, sha256.Sum256([]byte(t)))

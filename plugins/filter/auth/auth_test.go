@@ -310,3 +310,27 @@ func BenchmarkInvoke(b *testing.B) {
 		})
 	}
 }
+
+// max_token_size bounds the whole metadata entry, "Bearer <token>": a
+// static token too long to arrive within it could never be accepted, so
+// the server refuses it when it is built, as the client refuses its own,
+// instead of refusing every call that sends it.
+func TestStaticTokensThatCannotFitAreRefused(t *testing.T) {
+	long := strings.Repeat("t", 60) // "Bearer " + 60 bytes is 67, over 64
+	_, err := auth.Factory.Build(map[string]any{"max_token_size": 64, "tokens": []any{long}}, "svc.yaml")
+	if err == nil || !strings.Contains(err.Error(), `option "tokens"`) {
+		t.Errorf("a 60-byte static token with max_token_size 64: err = %v, want one naming option \"tokens\"", err)
+	}
+	if _, err := auth.Factory.Build(map[string]any{"max_token_size": 64, "token": long}, "svc.yaml"); err == nil {
+		t.Error("the client accepted a token its entry could not carry")
+	}
+	fits := strings.Repeat("t", 64-len("Bearer "))
+	f, err := auth.Factory.Build(map[string]any{"max_token_size": 64, "tokens": []any{fits}}, "svc.yaml")
+	if err != nil {
+		t.Fatalf("a static token that just fits: %v", err)
+	}
+	info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ServerSide, Metadata: kernel.Metadata{"authorization": "Bearer " + fits}}
+	if _, err := f.Invoke(t.Context(), info, "req", func(context.Context, *kernel.CallInfo, any) (any, error) { return "ok", nil }); err != nil {
+		t.Errorf("a static token that just fits was refused: %v", err)
+	}
+}
