@@ -59,6 +59,11 @@ type connPool struct {
 	conns   []*clientConn
 	dialing []*pendingDial // per slot, while a dial is under way
 	retired bool
+	// replaced are connections a new one took the slot of (they heard a
+	// GoAway, say) while they still carried calls or streams: they close
+	// once those end, and until then Close must end them and the
+	// connection count include them, as for those in slots.
+	replaced []*clientConn
 	// noSpread holds off dialling for spreading after such a dial failed:
 	// the instance still serves on the connections it has.
 	noSpread holdOff
@@ -245,8 +250,25 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 			idle: idleReading{seen: unlooked}}
 		if old := p.conns[i]; old != nil {
 			old.retire()
+			p.keepReplacedLocked(old)
 		}
 		p.conns[i] = d.cc
+	}
+}
+
+// keepReplacedLocked holds on to old, which has left its slot, while it
+// is open, dropping the replaced connections that closed meanwhile.
+func (p *connPool) keepReplacedLocked(old *clientConn) {
+	kept := p.replaced[:0]
+	for _, cc := range p.replaced {
+		if cc.isOpen() {
+			kept = append(kept, cc)
+		}
+	}
+	clear(p.replaced[len(kept):])
+	p.replaced = kept
+	if old.isOpen() {
+		p.replaced = append(p.replaced, old)
 	}
 }
 
@@ -275,24 +297,29 @@ func (p *connPool) retire() {
 func (p *connPool) open() (n, spare int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, cc := range p.conns {
-		if cc != nil && cc.isOpen() {
-			n++
-			if cc.spare {
-				spare++
+	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
+		for _, cc := range conns {
+			if cc != nil && cc.isOpen() {
+				n++
+				if cc.spare {
+					spare++
+				}
 			}
 		}
 	}
 	return n, spare
 }
 
-// carries reports whether a connection of the pool is still open.
+// carries reports whether a connection of the pool, in a slot or
+// replaced, is still open.
 func (p *connPool) carries() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, cc := range p.conns {
-		if cc != nil && cc.isOpen() {
-			return true
+	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
+		for _, cc := range conns {
+			if cc != nil && cc.isOpen() {
+				return true
+			}
 		}
 	}
 	return false
@@ -302,11 +329,14 @@ func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
-	for _, cc := range p.conns {
-		if cc != nil {
-			cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
+	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
+		for _, cc := range conns {
+			if cc != nil {
+				cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
+			}
 		}
 	}
+	p.replaced = nil
 }
 
 // dialFailure says why a dial failed, naming the transport and the address
