@@ -121,10 +121,11 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 }
 
 // Close closes every connection (calls in flight fail with Unavailable),
-// those to instances that left the registry but still carried calls or
-// streams included, and the plugins the client built. Dials under way end at once; calls
-// waiting for them, and later calls, fail with Canceled ("client … is
-// closed"). It is idempotent.
+// those that still carried calls or streams after they stopped taking
+// new ones (a GoAway, an instance that left the registry) included, and
+// the plugins the client built. Dials under way end at once; calls
+// waiting for them or for the registry to report an instance, and later
+// calls, fail with Canceled ("client … is closed"). It is idempotent.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil

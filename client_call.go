@@ -403,8 +403,8 @@ func (c *Client) send(ctx context.Context, cs *callState, at *attempt, p *connPo
 
 // pick asks the balancer for an instance. While there is none, the call
 // waits for the registry's next report, up to its deadline (or
-// dial_timeout without one): a client made just before its server has
-// registered then finds it.
+// dial_timeout without one) or until the client closes: a client made
+// just before its server has registered then finds it.
 func (c *Client) pick(ctx context.Context, cs *callState, info *kernel.CallInfo) (*kernel.Instance, error) {
 	var timeout <-chan time.Time
 	for {
@@ -436,6 +436,10 @@ func (c *Client) pick(ctx context.Context, cs *callState, info *kernel.CallInfo)
 			continue
 		case <-ctx.Done():
 		case <-timeout:
+		case <-c.life.Done():
+			// No report comes to a closed client: the call ends now, as
+			// one waiting for a dial or for readiness does.
+			return nil, c.closedStatus()
 		}
 		return nil, &kernel.Status{Code: kernel.Unavailable, Retryable: true, Message: fmt.Sprintf(
 			"no instance of %q to call %s: registry %q reported none %s; check that a server of %q is running and registers in the same registry (%s)",

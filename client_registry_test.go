@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,4 +180,51 @@ func TestCloseEndsStreamsOfAnInstanceThatLeft(t *testing.T) {
 		t.Errorf("a stream to an instance that left the registry still runs a second after Client.Close")
 		<-got
 	}
+}
+
+// A call waiting for the registry to report an instance ends when the
+// client closes, with Canceled ("client … is closed"), as a call waiting
+// for a dial or for readiness does, rather than waiting out its deadline.
+func TestCloseEndsACallWaitingForAnInstance(t *testing.T) {
+	picked := make(chan struct{}, 1)
+	emptyPicked.Store(&picked)
+	cfg := testConfig(t)
+	cfg.Balancer = kernrpc.PluginConfig{Name: "test-empty"}
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cli.Call(ctx, "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}) }()
+	receive(t, picked, 5*time.Second, "the call did not ask the balancer")
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := receive(t, done, 5*time.Second, "Close left a call waiting for an instance")
+	if kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), "is closed") {
+		t.Fatalf("the call Close ended: %v; want Canceled saying the client is closed", err)
+	}
+}
+
+// emptyPicked is told of every Pick of a test-empty balancer, which never
+// has an instance.
+var emptyPicked atomic.Pointer[chan struct{}]
+
+type emptyBalancer struct{}
+
+func (emptyBalancer) Update([]kernel.Instance) {}
+
+func (emptyBalancer) Pick(context.Context, *kernel.CallInfo) (*kernel.Instance, error) {
+	if ch := emptyPicked.Load(); ch != nil {
+		select {
+		case *ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil, kernel.ErrNoInstances
+}
+
+func init() {
+	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-empty", New: func(any) (kernel.Balancer, error) {
+		return emptyBalancer{}, nil
+	}})
 }
