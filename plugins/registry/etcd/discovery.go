@@ -210,17 +210,26 @@ func (r *Registry) follow(ctx context.Context, f follower) {
 		return // closed
 	}
 	prefix, what := f.watched()
-	wait := 100 * time.Millisecond
+	const firstWait = 100 * time.Millisecond
+	wait := firstWait
 	for ctx.Err() == nil {
 		from := f.revision() + 1
-		compacted, err := r.watchFrom(ctx, cli, f, prefix, from)
+		started := time.Now()
+		compacted, worked, err := r.watchFrom(ctx, cli, f, prefix, from)
 		if ctx.Err() != nil {
 			return
+		}
+		if worked || time.Since(started) >= time.Second {
+			// The pause grows while watches fail in a row; one that
+			// carried changes, or lasted longer than the longest pause,
+			// did not fail, and the next resume pauses the least again.
+			wait = firstWait
 		}
 		if compacted {
 			r.log.Info("etcd: watch revision compacted; reading the keys again", append(what, "revision", from)...)
 			for ctx.Err() == nil {
 				if err := f.readAll(ctx); err == nil {
+					wait = firstWait
 					break
 				} else {
 					r.log.Warn("etcd: reading the keys again failed; retrying", append(what, "err", err, "in", wait)...)
@@ -243,22 +252,23 @@ func (r *Registry) follow(ctx context.Context, f follower) {
 
 // watchFrom runs one watch of prefix from revision from until it ends,
 // applying its events to f; it reports whether it ended because from was
-// compacted.
-func (r *Registry) watchFrom(ctx context.Context, cli *clientv3.Client, f follower, prefix string, from int64) (compacted bool, err error) {
+// compacted, and whether it applied any response (it worked).
+func (r *Registry) watchFrom(ctx context.Context, cli *clientv3.Client, f follower, prefix string, from int64) (compacted, worked bool, err error) {
 	// WithRequireLeader: a member cut off from its cluster ends the watch
 	// instead of leaving it silently stale; the next one finds a leader.
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
-			return true, resp.Err()
+			return true, worked, resp.Err()
 		}
 		if err := resp.Err(); err != nil {
-			return false, err
+			return false, worked, err
 		}
 		f.apply(resp)
+		worked = true
 	}
-	return false, nil
+	return false, worked, nil
 }
 
 // apply brings the cache to the revision of resp and tells the
