@@ -167,3 +167,50 @@ func TestBadCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestCallerDeadlineBehindAnotherWrite: a Register or Deregister that
+// waits behind another write of the same registry's instances (here a
+// Register that waits out dial_timeout for a dead etcd) ends at its own
+// deadline, not once the other write has given up.
+func TestCallerDeadlineBehindAnotherWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(context.Context, kernel.Registry) error
+	}{
+		{"Register", func(ctx context.Context, reg kernel.Registry) error {
+			return reg.Register(ctx, kernel.Instance{Service: "svc", ID: "b", Address: "127.0.0.1:2"}, 0)
+		}},
+		{"Deregister", func(ctx context.Context, reg kernel.Registry) error {
+			return reg.Deregister(ctx, kernel.Instance{Service: "svc", ID: "b"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg, err := kernel.NewRegistry(etcd.Name, map[string]any{"endpoints": []any{deadEndpoint(t)}, "dial_timeout": "3s"}, "svc.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reg.Close()
+			first := make(chan error, 1)
+			go func() {
+				first <- reg.Register(context.Background(), kernel.Instance{Service: "svc", ID: "a", Address: "127.0.0.1:1"}, 0)
+			}()
+			// Time for the first Register to start its write; were it
+			// slower, the call below would write first, and end at its
+			// deadline anyway.
+			time.Sleep(200 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err = tc.call(ctx, reg)
+			if took := time.Since(start); took > 1500*time.Millisecond {
+				t.Errorf("%s with a 200ms deadline took %s: it waited for the other write", tc.name, took.Round(time.Millisecond))
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s with a 200ms deadline behind a write waiting for a dead etcd: %v; want the deadline's error", tc.name, err)
+			}
+			if err := <-first; err == nil {
+				t.Errorf("a Register with no etcd succeeded")
+			}
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -40,7 +39,9 @@ type ownedInstance struct {
 type leaseKeeper struct {
 	r *Registry
 
-	mu       sync.Mutex
+	// mu is held across requests to etcd, each up to dial_timeout: a
+	// caller waits for it with lockCtx, bounded by its own context.
+	mu       ctxMutex
 	owned    map[instanceKey]*ownedInstance
 	id       clientv3.LeaseID // 0 before the first Register, and while lost
 	ttl      int64            // seconds of id
@@ -57,6 +58,7 @@ type leaseKeeper struct {
 func newLeaseKeeper(r *Registry) *leaseKeeper {
 	return &leaseKeeper{
 		r:        r,
+		mu:       make(ctxMutex, 1),
 		owned:    make(map[instanceKey]*ownedInstance),
 		changed:  make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -93,7 +95,9 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 
 func (k *leaseKeeper) register(ctx context.Context, inst kernel.Instance, ttl int64) error {
 	what := fmt.Sprintf("register %s/%s", inst.Service, inst.ID)
-	k.mu.Lock()
+	if err := k.lockCtx(ctx, what); err != nil {
+		return err
+	}
 	defer k.mu.Unlock()
 	if k.stopped {
 		return k.stoppedError(what)
@@ -138,9 +142,11 @@ func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 		return err
 	}
 	k := r.keeper
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	what := fmt.Sprintf("deregister %s/%s", inst.Service, inst.ID)
+	if err := k.lockCtx(ctx, what); err != nil {
+		return err
+	}
+	defer k.mu.Unlock()
 	err := r.request(ctx, what, func(ctx context.Context, cli *clientv3.Client) error {
 		_, err := cli.Delete(ctx, r.key(inst.Service, inst.ID))
 		return err
@@ -154,6 +160,23 @@ func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 		delete(k.owned, key)
 	}
 	return nil
+}
+
+// ctxMutex is a mutex whose Lock a caller can give up on (lockCtx).
+type ctxMutex chan struct{}
+
+func (m ctxMutex) Lock()   { m <- struct{}{} }
+func (m ctxMutex) Unlock() { <-m }
+
+// lockCtx locks k.mu for what, unless ctx ends first: the write holding it
+// may wait on etcd far longer than the caller's deadline.
+func (k *leaseKeeper) lockCtx(ctx context.Context, what string) error {
+	select {
+	case k.mu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %s: waiting for another write of this registry's instances: %w", Name, what, context.Cause(ctx))
+	}
 }
 
 func (r *Registry) key(service, id string) string { return r.opts.Prefix + service + "/" + id }

@@ -26,7 +26,9 @@ func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load ke
 }
 
 func (k *leaseKeeper) reportLoad(ctx context.Context, what string, key instanceKey, load kernel.Load) error {
-	k.mu.Lock()
+	if err := k.lockCtx(ctx, what); err != nil {
+		return err
+	}
 	defer k.mu.Unlock()
 	if k.stopped {
 		return k.stoppedError(what)
