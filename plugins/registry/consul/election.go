@@ -113,6 +113,10 @@ func (l *leadership) acquire(ctx context.Context, id string) error {
 	r := l.r
 	var index uint64
 	var failures int
+	// delayed counts the acquires in a row refused while the key had no
+	// holder: a lock-delay is running, which no blocking query can wait
+	// out, as the key does not change when it ends.
+	var delayed int
 	for {
 		select {
 		case <-l.lost:
@@ -161,10 +165,16 @@ func (l *leadership) acquire(ctx context.Context, id string) error {
 			index = max(meta.LastIndex, 1)
 		}
 		if pair == nil || pair.Session == "" {
-			// Free: a short pause covers the lock-delay of a session that
-			// was invalidated.
-			sleep(ctx, 10*lockDelay)
+			// Free: a short pause covers the lock-delay of a session of
+			// ours that was invalidated. A session of another client may
+			// have set a longer one (Consul's default is 15s): the pause
+			// then doubles, up to a second, so that the wait costs a few
+			// requests instead of two every 10ms.
+			sleep(ctx, min(10*lockDelay<<min(delayed, 10), time.Second))
+			delayed++
 			index = 0
+		} else {
+			delayed = 0
 		}
 	}
 }

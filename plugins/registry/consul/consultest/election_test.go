@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/registry/consul"
 	"github.com/kernrpc/kernrpc/plugins/registry/consul/consultest"
@@ -194,5 +196,48 @@ func TestCampaignRefusals(t *testing.T) {
 	}
 	if n := s.Requests("PUT /v1/session/create"); n != 0 {
 		t.Errorf("%d sessions asked of the agent for refused campaigns, want 0", n)
+	}
+}
+
+// A lock released by the invalidation of a session of another client,
+// with a lock-delay of its own (Consul's default is 15s), is refused to
+// every acquire until the delay ends, while the key shows no holder. A
+// campaign then waits with a growing pause, as Consul's own lock does,
+// rather than asking the agent again every few milliseconds; and it wins
+// soon after the delay ends.
+func TestCampaignWaitsOutAForeignLockDelay(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	s := standIn(t, fast)
+	c := apiClient(t, s.Addr())
+	foreign, _, err := c.Session().Create(&api.SessionEntry{Name: "another tool", LockDelay: delay}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: "kernrpc/elections/db-primary", Value: []byte("other"), Session: foreign}, nil); err != nil || !ok {
+		t.Fatalf("the foreign acquire: %v, %v", ok, err)
+	}
+	if _, err := c.Session().Destroy(foreign, nil); err != nil {
+		t.Fatal(err)
+	}
+	invalidated := time.Now()
+	before := s.Requests("PUT /v1/kv")
+	l, err := open(t, s.Addr(), nil).Campaign(ctx(t), "db-primary", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(invalidated)
+	acquires := s.Requests("PUT /v1/kv") - before
+	t.Logf("won %s after the foreign session ended (lock-delay %s), in %d acquires", took.Round(time.Millisecond), delay, acquires)
+	if took < delay {
+		t.Errorf("won %s after the foreign session ended, within its lock-delay %s", took, delay)
+	}
+	if took > delay+time.Second {
+		t.Errorf("won %s after the foreign session ended; want within a second of its lock-delay (%s)", took, delay)
+	}
+	if acquires > 15 {
+		t.Errorf("%d acquires while a lock-delay of %s ran; want a few, not one every few milliseconds", acquires, delay)
+	}
+	if err := l.Resign(ctx(t)); err != nil {
+		t.Errorf("Resign: %v", err)
 	}
 }
