@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -17,11 +16,12 @@ import (
 // registration is one instance this registry registered. Its mutex
 // serialises the agent writes of the instance (registering, passing its
 // check, writing its load, deregistering), so that none lands after the
-// instance was deregistered.
+// instance was deregistered. A write holds it for up to the timeout
+// option: a caller waits for it bounded by its own context (lock).
 type registration struct {
 	id string // Consul service ID
 
-	mu            sync.Mutex
+	mu            ctxMutex
 	written       bool // registered with the agent at least once: the keeper may pass its check
 	gone          bool // deregistered: write nothing more
 	inst          kernel.Instance
@@ -60,22 +60,12 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 	inst.Metadata = maps.Clone(inst.Metadata)
 	id := serviceID(inst.Service, inst.ID)
 
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return fmt.Errorf("consul: register %s/%s: %w", inst.Service, inst.ID, kernel.ErrClosed)
+	reg, existed, err := r.claim(ctx, id)
+	if err != nil {
+		return fmt.Errorf("consul: register %s/%s: %w", inst.Service, inst.ID, err)
 	}
-	reg, existed := r.owned[id]
-	if !existed {
-		reg = &registration{id: id}
-		r.owned[id] = reg
-	}
-	r.startKeeperLocked()
-	r.mu.Unlock()
-
-	reg.mu.Lock()
 	reg.inst, reg.ttl = inst, ttl
-	err := r.writeRegistration(ctx, reg)
+	err = r.writeRegistration(ctx, reg)
 	reg.nextPass = time.Now().Add(ttl / 3)
 	if err == nil {
 		reg.written = true
@@ -95,6 +85,47 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 	}
 	r.wakeKeeper()
 	return nil
+}
+
+// claim returns id's registration in r.owned, made if there is none
+// (existed false), with its mu held. A registration a Deregister, Close or
+// failed first write marked gone while claim waited for it is (about to
+// be) out of r.owned: what Register wrote into it would stay on the agent
+// with nobody passing its check or deregistering it, so claim starts over.
+func (r *Registry) claim(ctx context.Context, id string) (reg *registration, existed bool, err error) {
+	var gone *registration
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, false, kernel.ErrClosed
+		}
+		if gone != nil && r.owned[id] == gone {
+			// Its Deregister (or failed Register) has yet to take it
+			// out; gone it stays, so do it here rather than spin.
+			delete(r.owned, id)
+		}
+		reg, existed = r.owned[id]
+		if !existed {
+			reg = newRegistration(id, kernel.Instance{})
+			r.owned[id] = reg
+		}
+		r.startKeeperLocked()
+		r.mu.Unlock()
+
+		if err := reg.lock(ctx); err != nil {
+			// A registration made here and never written stays in
+			// r.owned: another Register may be waiting for it. Unwritten,
+			// it is neither passed nor reported on, and deregistering it
+			// at Close finds nothing.
+			return nil, false, fmt.Errorf("waiting for another write of the instance: %w", err)
+		}
+		if !reg.gone {
+			return reg, existed, nil
+		}
+		reg.mu.Unlock()
+		gone = reg
+	}
 }
 
 // writeRegistration (re)registers reg with the agent; reg.mu is held.
@@ -133,25 +164,66 @@ func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 		return fmt.Errorf("consul: deregister %s/%s: %w", inst.Service, inst.ID, kernel.ErrClosed)
 	}
 	reg := r.owned[id]
-	delete(r.owned, id)
 	r.mu.Unlock()
 	if reg == nil {
-		reg = &registration{id: id, inst: inst}
+		reg = newRegistration(id, inst)
 	}
-	return r.deregisterOwned(ctx, reg)
+	op := fmt.Sprintf("deregister %s/%s", inst.Service, inst.ID)
+	if err := reg.lock(ctx); err != nil {
+		// Still in r.owned, still kept: a deregistration that did not
+		// happen leaves nothing half done.
+		return fmt.Errorf("consul: %s: waiting for another write of the instance: %w", op, err)
+	}
+	err := r.deregisterLocked(ctx, op, reg)
+	reg.mu.Unlock()
+	// Only now, gone: a Register that found reg meanwhile waited for it,
+	// and starts over with a registration of its own.
+	r.mu.Lock()
+	if r.owned[id] == reg {
+		delete(r.owned, id)
+	}
+	r.mu.Unlock()
+	return err
 }
 
+// deregisterOwned deregisters reg, which Close took out of r.owned.
 func (r *Registry) deregisterOwned(ctx context.Context, reg *registration) error {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
+	return r.deregisterLocked(ctx, fmt.Sprintf("deregister %s/%s", reg.inst.Service, reg.inst.ID), reg)
+}
+
+// deregisterLocked marks reg gone and removes it from the agent; reg.mu
+// is held.
+func (r *Registry) deregisterLocked(ctx context.Context, op string, reg *registration) error {
 	reg.gone = true
 	ctx, cancel := r.opContext(ctx)
 	defer cancel()
 	err := r.client.Agent().ServiceDeregisterOpts(reg.id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil && !notFound(err) {
-		return r.fail(fmt.Sprintf("deregister %s/%s", reg.inst.Service, reg.inst.ID), err)
+		return r.fail(op, err)
 	}
 	return nil
+}
+
+// ctxMutex is a mutex whose Lock a caller can give up on (lock).
+type ctxMutex chan struct{}
+
+func (m ctxMutex) Lock()   { m <- struct{}{} }
+func (m ctxMutex) Unlock() { <-m }
+
+func newRegistration(id string, inst kernel.Instance) *registration {
+	return &registration{id: id, inst: inst, mu: make(ctxMutex, 1)}
+}
+
+// lock locks reg.mu unless ctx ends first.
+func (reg *registration) lock(ctx context.Context) error {
+	select {
+	case reg.mu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // ReportLoad writes load into the Meta of an instance this registry
@@ -178,10 +250,15 @@ func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load ke
 	case abandoned:
 		return nil // as if dead: nothing is written
 	}
-	reg.mu.Lock()
+	if err := reg.lock(ctx); err != nil {
+		return fmt.Errorf("consul: report load of %s/%s: waiting for another write of the instance: %w", inst.Service, inst.ID, err)
+	}
 	defer reg.mu.Unlock()
-	if reg.gone {
+	switch {
+	case reg.gone:
 		return fmt.Errorf("consul: report load of %s/%s: deregistered", inst.Service, inst.ID)
+	case !reg.written:
+		return fmt.Errorf("consul: report load of %s/%s: its registration has not been written yet (register it first)", inst.Service, inst.ID)
 	}
 	if now := time.Now(); now.Sub(reg.lastLoadWrite) < r.cfg.loadEvery {
 		reg.pending = &load
