@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 	"github.com/kernrpc/kernrpc/plugins/codec/protobuf/internal/presencepb"
 )
 
@@ -41,5 +43,24 @@ func TestUnmarshalIntoAReusedMessageKeepsNoPresence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Which types are reset plainly: only a bytes field whose presence ResetVT
+// keeps makes one, so a bytes field of a real oneof (ResetVT clears the
+// oneof) does not.
+func TestOnlyBytesPresenceResetVTKeepsResetsPlainly(t *testing.T) {
+	for _, tc := range []struct {
+		m    proto.Message
+		want bool
+	}{
+		{&presencepb.Inner{}, true},      // optional bytes data
+		{&presencepb.Outer{}, true},      // optional bytes data, and Inner's
+		{&presencepb.OneofOnly{}, false}, // bytes only in a real oneof
+		{&echopb.Echo{}, false},          // plain bytes
+	} {
+		if got := protobuf.ResetsPlainly(tc.m); got != tc.want {
+			t.Errorf("%T: reset plainly = %v, want %v", tc.m, got, tc.want)
+		}
 	}
 }

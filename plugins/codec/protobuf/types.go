@@ -122,7 +122,13 @@ func messageValue(fd protoreflect.FieldDescriptor) protoreflect.MessageDescripto
 	return fd.Message()
 }
 
+// hasBytesPresence reports whether fd is a bytes field whose presence
+// ResetVT keeps: not one of a real oneof, which ResetVT clears (proto3
+// optional is a oneof of one, synthetic).
 func hasBytesPresence(fd protoreflect.FieldDescriptor) bool {
+	if o := fd.ContainingOneof(); o != nil && !o.IsSynthetic() {
+		return false
+	}
 	return fd.Kind() == protoreflect.BytesKind && fd.HasPresence() && !fd.IsList()
 }
 

@@ -191,6 +191,89 @@ func (x *Inner) GetNext() *Inner {
 	return nil
 }
 
+// OneofOnly has bytes only in a real oneof, which ResetVT clears.
+type OneofOnly struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*OneofOnly_Raw
+	//	*OneofOnly_Text
+	Body          isOneofOnly_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OneofOnly) Reset() {
+	*x = OneofOnly{}
+	mi := &file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OneofOnly) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OneofOnly) ProtoMessage() {}
+
+func (x *OneofOnly) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OneofOnly.ProtoReflect.Descriptor instead.
+func (*OneofOnly) Descriptor() ([]byte, []int) {
+	return file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OneofOnly) GetBody() isOneofOnly_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *OneofOnly) GetRaw() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*OneofOnly_Raw); ok {
+			return x.Raw
+		}
+	}
+	return nil
+}
+
+func (x *OneofOnly) GetText() string {
+	if x != nil {
+		if x, ok := x.Body.(*OneofOnly_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+type isOneofOnly_Body interface {
+	isOneofOnly_Body()
+}
+
+type OneofOnly_Raw struct {
+	Raw []byte `protobuf:"bytes,1,opt,name=raw,proto3,oneof"`
+}
+
+type OneofOnly_Text struct {
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+func (*OneofOnly_Raw) isOneofOnly_Body() {}
+
+func (*OneofOnly_Text) isOneofOnly_Body() {}
+
 var File_plugins_codec_protobuf_internal_presencepb_presence_proto protoreflect.FileDescriptor
 
 const file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc = "" +
@@ -211,7 +294,11 @@ const file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc = "
 	"\x05Inner\x12\x17\n" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x88\x01\x01\x125\n" +
 	"\x04next\x18\x02 \x01(\v2!.kernrpc.codectest.presence.InnerR\x04nextB\a\n" +
-	"\x05_dataBGZEgithub.com/kernrpc/kernrpc/plugins/codec/protobuf/internal/presencepbb\x06proto3"
+	"\x05_data\"=\n" +
+	"\tOneofOnly\x12\x12\n" +
+	"\x03raw\x18\x01 \x01(\fH\x00R\x03raw\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04textB\x06\n" +
+	"\x04bodyBGZEgithub.com/kernrpc/kernrpc/plugins/codec/protobuf/internal/presencepbb\x06proto3"
 
 var (
 	file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescOnce sync.Once
@@ -225,16 +312,17 @@ func file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescGZIP(
 	return file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescData
 }
 
-var file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_plugins_codec_protobuf_internal_presencepb_presence_proto_goTypes = []any{
-	(*Outer)(nil), // 0: kernrpc.codectest.presence.Outer
-	(*Inner)(nil), // 1: kernrpc.codectest.presence.Inner
-	nil,           // 2: kernrpc.codectest.presence.Outer.ByNameEntry
+	(*Outer)(nil),     // 0: kernrpc.codectest.presence.Outer
+	(*Inner)(nil),     // 1: kernrpc.codectest.presence.Inner
+	(*OneofOnly)(nil), // 2: kernrpc.codectest.presence.OneofOnly
+	nil,               // 3: kernrpc.codectest.presence.Outer.ByNameEntry
 }
 var file_plugins_codec_protobuf_internal_presencepb_presence_proto_depIdxs = []int32{
 	1, // 0: kernrpc.codectest.presence.Outer.inner:type_name -> kernrpc.codectest.presence.Inner
 	1, // 1: kernrpc.codectest.presence.Outer.items:type_name -> kernrpc.codectest.presence.Inner
-	2, // 2: kernrpc.codectest.presence.Outer.by_name:type_name -> kernrpc.codectest.presence.Outer.ByNameEntry
+	3, // 2: kernrpc.codectest.presence.Outer.by_name:type_name -> kernrpc.codectest.presence.Outer.ByNameEntry
 	1, // 3: kernrpc.codectest.presence.Outer.picked:type_name -> kernrpc.codectest.presence.Inner
 	1, // 4: kernrpc.codectest.presence.Inner.next:type_name -> kernrpc.codectest.presence.Inner
 	1, // 5: kernrpc.codectest.presence.Outer.ByNameEntry.value:type_name -> kernrpc.codectest.presence.Inner
@@ -255,13 +343,17 @@ func file_plugins_codec_protobuf_internal_presencepb_presence_proto_init() {
 		(*Outer_Raw)(nil),
 	}
 	file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes[1].OneofWrappers = []any{}
+	file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes[2].OneofWrappers = []any{
+		(*OneofOnly_Raw)(nil),
+		(*OneofOnly_Text)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc), len(file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
