@@ -3,6 +3,7 @@ package kernrpc
 import (
 	"context"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,6 +273,20 @@ func (p *connPool) keepReplacedLocked(old *clientConn) {
 	}
 }
 
+// everyConnLocked yields the pool's connections, in a slot or replaced;
+// p.mu is held.
+func (p *connPool) everyConnLocked() iter.Seq[*clientConn] {
+	return func(yield func(*clientConn) bool) {
+		for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
+			for _, cc := range conns {
+				if cc != nil && !yield(cc) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // avoided reports whether picks of this instance are passed over for now.
 func (p *connPool) avoided() bool { return p.down.on() }
 
@@ -297,13 +312,11 @@ func (p *connPool) retire() {
 func (p *connPool) open() (n, spare int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
-		for _, cc := range conns {
-			if cc != nil && cc.isOpen() {
-				n++
-				if cc.spare {
-					spare++
-				}
+	for cc := range p.everyConnLocked() {
+		if cc.isOpen() {
+			n++
+			if cc.spare {
+				spare++
 			}
 		}
 	}
@@ -315,11 +328,9 @@ func (p *connPool) open() (n, spare int) {
 func (p *connPool) carries() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
-		for _, cc := range conns {
-			if cc != nil && cc.isOpen() {
-				return true
-			}
+	for cc := range p.everyConnLocked() {
+		if cc.isOpen() {
+			return true
 		}
 	}
 	return false
@@ -329,12 +340,8 @@ func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
-	for _, conns := range [...][]*clientConn{p.conns, p.replaced} {
-		for _, cc := range conns {
-			if cc != nil {
-				cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
-			}
-		}
+	for cc := range p.everyConnLocked() {
+		cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
 	}
 	p.replaced = nil
 }
