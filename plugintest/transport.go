@@ -139,6 +139,17 @@ type TransportConfig struct {
 //     apply to every transport: one that does not declare
 //     kernel.TransportCapabilities.LendsMemory must not reuse its memory
 //     at all.
+//   - QueueFrame/Alone, QueueFrame/InOrder: for a connection that
+//     implements kernel.FrameQueuer, a frame queued with nothing written
+//     after it arrives (the server queues the last answer of a burst), and
+//     frames of one call queued and written in turn arrive in the order
+//     sent. Skipped for other connections.
+//   - HalfClose/SendsThenEnds, HalfClose/ReadsOn: for a connection that
+//     implements kernel.HalfCloser, CloseWrite sends every frame written
+//     or queued before it, then the peer's ReadFrame fails rather than
+//     waiting; frames from the peer can still be read after CloseWrite,
+//     and once the peer closes, Done closes (a draining server waits for
+//     it). Skipped for other connections.
 //
 // Errors wrap the sentinel or context error named, not a socket's own. A
 // ReadFrame that returns neither a frame nor an error fails whichever
@@ -173,6 +184,8 @@ func transportSuite(t tb, f kernel.Factory[kernel.Transport], cfg TransportConfi
 	t.Run("Idle", e.idleChecks)
 	t.Run("Leaks", e.leakChecks)
 	t.Run("Memory", e.memory)
+	t.Run("QueueFrame", e.queueFrame)
+	t.Run("HalfClose", e.halfClose)
 }
 
 // transportEnv builds what the subtests exercise: transports, listeners

@@ -33,6 +33,11 @@ type transportFaults struct {
 	err               func(c *transportFaultyConn) error
 	buffer            func(c *transportFaultyConn, n int) []byte
 	recycle           func(c *transportFaultyConn, b []byte)
+	// queue and closeWrite give the connections tcp-lv's QueueFrame and
+	// CloseWrite, with these defects; without either, the connections
+	// implement neither, and the checks of them are skipped.
+	queue      func(c *transportFaultyConn, f *kernel.Frame) error
+	closeWrite func(c *transportFaultyConn) error
 }
 
 // transportBroken returns a factory of tcp-lv transports with faults.
@@ -98,7 +103,7 @@ func (tr *transportFaulty) Dial(ctx context.Context, addr string) (kernel.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	return tr.wrap(c), nil
+	return tr.wrap(c).optional(), nil
 }
 
 // closeFiles closes what defects leaked on purpose.
@@ -183,7 +188,7 @@ func (l *transportFaultyListener) Accept(ctx context.Context) (kernel.Conn, erro
 		return nil, err
 	}
 	l.tr.markAccepted(c.RemoteAddr())
-	return l.tr.wrap(c), nil
+	return l.tr.wrap(c).optional(), nil
 }
 
 func (l *transportFaultyListener) Close() error {
@@ -205,9 +210,10 @@ type transportFaultyConn struct {
 	stash       *kernel.Frame
 	interrupted bool
 	shared      []byte
-	stale       []byte       // a recycled buffer, handed out again
-	refused     bool         // a frame over the maximum was refused last
-	active      atomic.Int64 // when a frame last went out or came in, in Unix nanoseconds
+	stale       []byte          // a recycled buffer, handed out again
+	refused     bool            // a frame over the maximum was refused last
+	held        []*kernel.Frame // queued frames a defect holds back
+	active      atomic.Int64    // when a frame last went out or came in, in Unix nanoseconds
 }
 
 func (c *transportFaultyConn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
@@ -224,6 +230,34 @@ func (c *transportFaultyConn) WriteFrame(f *kernel.Frame) error {
 		return c.tr.faults.write(c, f)
 	}
 	return c.Conn.WriteFrame(f)
+}
+
+// optional returns c with QueueFrame and CloseWrite when a defect is in
+// either, else c, which has neither.
+func (c *transportFaultyConn) optional() kernel.Conn {
+	if c.tr.faults.queue == nil && c.tr.faults.closeWrite == nil {
+		return c
+	}
+	return transportOptionalConn{c}
+}
+
+// transportOptionalConn is a connection with tcp-lv's QueueFrame and
+// CloseWrite, or the defects in their place.
+type transportOptionalConn struct{ *transportFaultyConn }
+
+func (c transportOptionalConn) QueueFrame(f *kernel.Frame) error {
+	c.touch()
+	if c.tr.faults.queue != nil {
+		return c.tr.faults.queue(c.transportFaultyConn, f)
+	}
+	return c.Conn.(kernel.FrameQueuer).QueueFrame(f)
+}
+
+func (c transportOptionalConn) CloseWrite() error {
+	if c.tr.faults.closeWrite != nil {
+		return c.tr.faults.closeWrite(c.transportFaultyConn)
+	}
+	return c.Conn.(kernel.HalfCloser).CloseWrite()
 }
 
 // touch records activity, for defects that act on idleness.

@@ -334,6 +334,7 @@ func TestTransportCatchesBrokenTransports(t *testing.T) {
 	cases = append(cases, transportEndingCases()...)
 	cases = append(cases, transportConcurrencyCases()...)
 	cases = append(cases, transportPhantomCases()...)
+	cases = append(cases, transportOptionalCases()...)
 	run := func(c transportCase) *recording {
 		var cleanups transportCleanupList
 		defer cleanups.run()
