@@ -131,12 +131,15 @@ type CodecConfig struct {
 //     for by it; a larger value is allowed, a smaller one defeats it).
 //     Skipped for codecs without Size.
 //   - Aliasing/<sample>: unless the codec declares kernel.AliasingCodec,
-//     overwriting the input after Unmarshal does not change the decoded
-//     value, since the kernel then recycles that input at once. Skipped for
-//     codecs that declare AliasesInput.
+//     overwriting the input after Unmarshal, and after UnmarshalFresh for a
+//     kernel.FreshUnmarshaler, does not change the decoded value, since
+//     the kernel then recycles that input at once. Skipped for codecs that
+//     declare AliasesInput.
 //   - InPlace/<sample>: if the codec is a kernel.InPlaceUnmarshaler,
-//     UnmarshalInPlace decodes every sample to a value equal to itself.
-//     Skipped for other codecs.
+//     UnmarshalInPlace decodes every sample to a value equal to itself,
+//     and refuses, without panicking, every input Unmarshal refuses of
+//     those Truncated, Trailing and Garbage try (the server decodes every
+//     request with it). Skipped for other codecs.
 //   - Sized/<sample>: if the codec is a kernel.SizedMarshaler, MarshalSized
 //     given the size Size just took appends an encoding of the sample, and
 //     given that size less or more by one (the value changed since Size)
@@ -144,8 +147,8 @@ type CodecConfig struct {
 //     one. Skipped for other codecs.
 //   - Fresh/<sample>: if the codec is a kernel.FreshUnmarshaler,
 //     UnmarshalFresh into a value New has just made decodes every sample,
-//     and refuses, without panicking, every prefix of its encoding that
-//     Unmarshal refuses. Skipped for other codecs.
+//     and refuses, without panicking, every input Unmarshal refuses of
+//     those Truncated, Trailing and Garbage try. Skipped for other codecs.
 //   - Lifecycle and Options, as for every plugin kind, using the codec to
 //     round-trip the first sample.
 func Codec(t *testing.T, f kernel.Factory[kernel.Codec], cfg CodecConfig) {
@@ -483,26 +486,31 @@ func codecAliasing(t tb, c kernel.Codec, s CodecSample) {
 	if err != nil {
 		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
 	}
-	in := append([]byte(nil), data...)
-	got, ok := codecDecode(t, c, s, in)
-	if !ok {
-		return
+	// UnmarshalFresh too: the kernel recycles the input of a typed
+	// handler's request and a typed stream's message as soon as it
+	// returns. (UnmarshalInPlace may alias: the server keeps its input.)
+	type decoder struct {
+		op        string
+		unmarshal func([]byte, any) error
 	}
-	for i := range in {
-		in[i] = ^in[i]
+	decoders := []decoder{{"Unmarshal", c.Unmarshal}}
+	if fu, ok := c.(kernel.FreshUnmarshaler); ok {
+		decoders = append(decoders, decoder{"UnmarshalFresh", fu.UnmarshalFresh})
 	}
-	if !codecEqual(s, s.Value, got) {
-		t.Errorf("overwriting the input after Unmarshal changed the decoded value to %s, want %s; "+
-			"copy what you decode, or implement kernel.AliasingCodec with AliasesInput true", codecShow(got), codecShow(s.Value))
+	for _, d := range decoders {
+		in := append([]byte(nil), data...)
+		got, ok := codecDecodeWith(t, d.op, d.unmarshal, s, in)
+		if !ok {
+			continue
+		}
+		for i := range in {
+			in[i] = ^in[i]
+		}
+		if !codecEqual(s, s.Value, got) {
+			t.Errorf("overwriting the input after %s changed the decoded value to %s, want %s; "+
+				"copy what you decode, or implement kernel.AliasingCodec with AliasesInput true", d.op, codecShow(got), codecShow(s.Value))
+		}
 	}
-}
-
-func codecInPlace(t tb, c kernel.Codec, s CodecSample) {
-	d, ok := c.(kernel.InPlaceUnmarshaler)
-	if !ok {
-		t.Skipf("%T does not implement kernel.InPlaceUnmarshaler", c)
-	}
-	codecRoundTripWith(t, c, "UnmarshalInPlace", d.UnmarshalInPlace, s)
 }
 
 // codecDistinctTypes keeps the first sample of each Go type.

@@ -1,6 +1,8 @@
 package plugintest
 
 import (
+	"fmt"
+
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -53,26 +55,74 @@ func codecSized(t tb, c kernel.Codec, s CodecSample) {
 
 // codecFresh checks a kernel.FreshUnmarshaler: UnmarshalFresh into a
 // value New has just made decodes every sample, and fails, without
-// panicking, on every prefix of its encoding that Unmarshal refuses.
+// panicking, on every input derived from its encoding that Unmarshal
+// refuses.
 func codecFresh(t tb, c kernel.Codec, s CodecSample) {
 	fu, ok := c.(kernel.FreshUnmarshaler)
 	if !ok {
 		t.Skipf("%T does not implement kernel.FreshUnmarshaler", c)
 	}
 	codecRoundTripWith(t, c, "UnmarshalFresh", fu.UnmarshalFresh, s)
+	codecRefusesAsUnmarshal(t, c, s, "UnmarshalFresh", fu.UnmarshalFresh)
+}
+
+// codecInPlace checks a kernel.InPlaceUnmarshaler: UnmarshalInPlace
+// decodes every sample, and, since the server decodes every request
+// with it, fails without panicking on every input derived from its
+// encoding that Unmarshal refuses.
+func codecInPlace(t tb, c kernel.Codec, s CodecSample) {
+	d, ok := c.(kernel.InPlaceUnmarshaler)
+	if !ok {
+		t.Skipf("%T does not implement kernel.InPlaceUnmarshaler", c)
+	}
+	codecRoundTripWith(t, c, "UnmarshalInPlace", d.UnmarshalInPlace, s)
+	codecRefusesAsUnmarshal(t, c, s, "UnmarshalInPlace", d.UnmarshalInPlace)
+}
+
+// codecRefusesAsUnmarshal fails t if unmarshal, an optional decoder
+// named op that stands in for Unmarshal, panics on, or accepts, an input
+// that Unmarshal refuses: a prefix of the sample's encoding (no spare
+// capacity, so that reading past len panics as in Truncated), the
+// encoding followed by junk or by itself, or garbage. Unmarshal being
+// right about them is for Truncated, Trailing and Garbage to check.
+func codecRefusesAsUnmarshal(t tb, c kernel.Codec, s CodecSample, op string, unmarshal func([]byte, any) error) {
+	t.Helper()
 	data, err := c.Marshal(nil, s.Value)
 	if err != nil {
 		t.Fatalf("Marshal(nil, %T): %v", s.Value, err)
 	}
-	for _, n := range codecPrefixLengths(len(data)) {
-		in := data[:n:n] // no spare capacity: reading past len panics, as in Truncated
+	check := func(in []byte, what string) bool {
 		want := codecCatch(func() error { return c.Unmarshal(in, s.New()) })
-		got := codecCatch(func() error { return fu.UnmarshalFresh(in, s.New()) })
+		got := codecCatch(func() error { return unmarshal(in, s.New()) })
 		switch {
 		case got.panicked:
-			t.Fatalf("UnmarshalFresh of the first %d of %d bytes panicked: %v; input %s", n, len(data), got.value, codecHex(in))
+			t.Errorf("%s of %s panicked: %v; input %s", op, what, got.value, codecHex(in))
 		case want.err != nil && got.err == nil:
-			t.Fatalf("UnmarshalFresh accepted the first %d of %d bytes, which Unmarshal refuses (%v); input %s", n, len(data), want.err, codecHex(in))
+			t.Errorf("%s accepted %s, which Unmarshal refuses (%v); input %s; it must refuse what Unmarshal does", op, what, want.err, codecHex(in))
+		default:
+			return true
+		}
+		return false
+	}
+	for _, n := range codecPrefixLengths(len(data)) {
+		if !check(data[:n:n], fmt.Sprintf("the first %d of %d bytes", n, len(data))) {
+			return
+		}
+	}
+	for _, junk := range codecJunk {
+		in := append(append([]byte(nil), data...), junk...)
+		if !check(in[:len(in):len(in)], fmt.Sprintf("sample %q followed by %x", s.Name, junk)) {
+			return
+		}
+	}
+	twice := append(append([]byte(nil), data...), data...)
+	if !check(twice[:len(twice):len(twice)], fmt.Sprintf("sample %q twice over", s.Name)) {
+		return
+	}
+	for _, in := range codecGarbageInputs {
+		in = append([]byte(nil), in...)
+		if !check(in[:len(in):len(in)], fmt.Sprintf("the garbage %x", in)) {
+			return
 		}
 	}
 }

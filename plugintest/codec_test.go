@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -358,6 +359,39 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 				return out, err
 			}}
 		}, "Codec/Sized"},
+		{"fresh decode aliases its input without saying so", func() kernel.Codec {
+			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
+				if err := pb.UnmarshalFresh(data, v); err != nil {
+					return err
+				}
+				// As Aliasing's unmarshal case: only UnmarshalFresh
+				// points into data, which the kernel recycles after it.
+				if m, ok := v.(*echopb.Echo); ok && len(m.Payload) > 0 {
+					if i := bytes.Index(data, m.Payload); i >= 0 {
+						m.Payload = data[i : i+len(m.Payload)]
+					}
+				}
+				return nil
+			}}
+		}, "Codec/Aliasing"},
+		{"fresh decode stops at what cannot be a field", func() kernel.Codec {
+			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
+				return pb.UnmarshalFresh(codecUpToBadTag(data), v)
+			}}
+		}, "Codec/Fresh"},
+		{"in-place decode trusts a length prefix", func() kernel.Codec {
+			return codecInPlaceFault{&codecFault{}, func(data []byte, v any) error {
+				if len(data) >= 2 && data[0] == 0x0a { // field 1, length-delimited
+					_ = data[2 : 2+int(data[1])] // panics when the request is cut short
+				}
+				return pb.Unmarshal(data, v)
+			}}
+		}, "Codec/InPlace"},
+		{"in-place decode stops at what cannot be a field", func() kernel.Codec {
+			return codecInPlaceFault{&codecFault{}, func(data []byte, v any) error {
+				return pb.Unmarshal(codecUpToBadTag(data), v)
+			}}
+		}, "Codec/InPlace"},
 		{"fresh decode takes a cut encoding for a message", func() kernel.Codec {
 			return codecFreshFault{&codecFault{}, func(data []byte, v any) error {
 				_ = pb.UnmarshalFresh(data, v)
@@ -374,6 +408,25 @@ func TestCodecCatchesBrokenCodecs(t *testing.T) {
 			expectCaught(t, rec, tc.path)
 		})
 	}
+}
+
+// codecUpToBadTag is data up to the first place where a protobuf field
+// should start and none can (field number 0, a tag cut short): a decoder
+// that takes that for the end of the message accepts junk after it, while
+// it still refuses a field cut short, as Unmarshal does.
+func codecUpToBadTag(data []byte) []byte {
+	for off := 0; off < len(data); {
+		num, typ, n := protowire.ConsumeTag(data[off:])
+		if n < 0 || num == 0 {
+			return data[:off]
+		}
+		m := protowire.ConsumeFieldValue(num, typ, data[off+n:])
+		if m < 0 {
+			return data // cut inside a field: left for the decoder to refuse
+		}
+		off += n + m
+	}
+	return data
 }
 
 // A Marshal that panics fails the round trip, saying so, instead of
