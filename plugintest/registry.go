@@ -75,6 +75,10 @@ const registryLongTTL = time.Minute
 //     service's instances come with them.
 //   - Deregister/Removes: a deregistered instance no longer resolves; the
 //     others still do.
+//   - Deregister/ByServiceAndID: two services each with an instance of
+//     the same ID (an ID is unique only among its service's instances)
+//     both resolve, each with its own address, and deregistering one
+//     leaves the other: instances are told apart by Service and ID.
 //   - Resolve/UnknownService: a service nobody registered resolves to an
 //     empty set, not an error.
 //   - Metadata/Resolve, Metadata/Watch: an instance's Metadata arrives
@@ -135,7 +139,10 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	lifecycle(t, f, cfg.Options, func(t tb, r kernel.Registry) { registryUse(t, r, cfg) })
 	s := registryRun{f: f, cfg: cfg}
 	t.Run("Register", func(t tb) { t.Run("Visible", s.registerVisible) })
-	t.Run("Deregister", func(t tb) { t.Run("Removes", s.deregisterRemoves) })
+	t.Run("Deregister", func(t tb) {
+		t.Run("Removes", s.deregisterRemoves)
+		t.Run("ByServiceAndID", s.deregisterByServiceAndID)
+	})
 	t.Run("Resolve", func(t tb) {
 		t.Run("UnknownService", s.resolveUnknown)
 		t.Run("KeptSet", s.keptResolve)
@@ -249,6 +256,27 @@ func (s registryRun) deregisterRemoves(t tb) {
 	a, b := s.registerTwo(t, r, service)
 	s.deregister(t, r, a)
 	registryResolveUntil(t, r, service, []kernel.Instance{b}, s.cfg.tolerance(), "after deregistering a")
+}
+
+// deregisterByServiceAndID registers an instance of the same ID in two
+// services, as servers given IDs by a scheduler ("pod-0") do: a registry
+// keeping instances by ID alone would let one replace or remove the other.
+func (s registryRun) deregisterByServiceAndID(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	other := service + "-other"
+	a := kernel.Instance{Service: service, ID: "plugintest-shared-id", Address: "127.0.0.1:20001"}
+	b := kernel.Instance{Service: other, ID: a.ID, Address: "127.0.0.1:20002"}
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, registryLongTTL)
+	// An ID is unique only among its service's instances.
+	both := "after registering ID " + a.ID + " in it and in service " + other + " too (IDs are unique per service only: keep instances by Service and ID)"
+	registryResolveUntil(t, r, service, []kernel.Instance{a}, s.cfg.tolerance(), both)
+	registryResolveUntil(t, r, other, []kernel.Instance{b}, s.cfg.tolerance(), strings.Replace(both, other, service, 1))
+	s.deregister(t, r, a)
+	registryResolveUntil(t, r, service, nil, s.cfg.tolerance(), "after deregistering ID "+a.ID)
+	registryResolveUntil(t, r, other, []kernel.Instance{b}, s.cfg.tolerance(),
+		"after deregistering ID "+a.ID+" of service "+service+" (Deregister matches by Service and ID)")
 }
 
 func (s registryRun) resolveUnknown(t tb) {

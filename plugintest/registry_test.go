@@ -116,6 +116,9 @@ func TestRegistryCatchesBrokenPlugins(t *testing.T) {
 			caught: []string{"Registry/Register/Visible"}},
 		{name: "DeregisterDoesNothing", f: broken(func(r *memory.Registry) kernel.Registry { return registryNoDeregister{r} }),
 			caught: []string{"Registry/Deregister/Removes"}},
+		{name: "InstancesKeptByIDAlone", f: broken(func(r *memory.Registry) kernel.Registry {
+			return &registryIDOnly{Registry: r, byID: make(map[string]kernel.Instance)}
+		}), caught: []string{"Registry/Deregister/ByServiceAndID"}},
 		{name: "ResolveDropsMetadata", f: broken(func(r *memory.Registry) kernel.Registry { return registryResolveNoMetadata{r} }),
 			caught: []string{"Registry/Metadata/Resolve"}},
 		{name: "WatchDropsMetadata", f: watchEdit(func(n int, prev, set []kernel.Instance) bool {
@@ -228,6 +231,37 @@ func (r *registryStaleResolve) Resolve(ctx context.Context, service string) ([]k
 type registryNoDeregister struct{ *memory.Registry }
 
 func (registryNoDeregister) Deregister(context.Context, kernel.Instance) error { return nil }
+
+// registryIDOnly keeps instances by ID alone, as a registry keyed by a
+// backend's global service ID would: an instance of another service with
+// the same ID replaces one, and deregistering it removes the other.
+type registryIDOnly struct {
+	*memory.Registry
+	mu   sync.Mutex
+	byID map[string]kernel.Instance
+}
+
+func (r *registryIDOnly) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
+	r.mu.Lock()
+	prev, ok := r.byID[inst.ID]
+	r.byID[inst.ID] = inst
+	r.mu.Unlock()
+	if ok && prev.Service != inst.Service {
+		_ = r.Registry.Deregister(ctx, prev)
+	}
+	return r.Registry.Register(ctx, inst, ttl)
+}
+
+func (r *registryIDOnly) Deregister(ctx context.Context, inst kernel.Instance) error {
+	r.mu.Lock()
+	prev, ok := r.byID[inst.ID]
+	delete(r.byID, inst.ID)
+	r.mu.Unlock()
+	if ok {
+		inst = prev
+	}
+	return r.Registry.Deregister(ctx, inst)
+}
 
 type registryResolveNoMetadata struct{ *memory.Registry }
 
