@@ -148,6 +148,11 @@ type FilterConfig struct {
 //     keep their own messages. Run with -race: one goroutine sends while
 //     another receives, as the engine allows, so a wrapper's counters must
 //     be safe for that.
+//   - Stream/AfterReturn: once InvokeStream returns, the filter neither
+//     calls SendMsg or RecvMsg on the stream nor writes into the CallInfo
+//     (the suite overwrites it then and watches a while): it must not
+//     keep info or st. A late SendMsg or RecvMsg fails any stream check
+//     it is seen in.
 //   - Stream/Leaks: once streams that passed, failed and were cancelled
 //     have ended and the filter is closed, no goroutine started while
 //     InvokeStream ran is left.

@@ -140,18 +140,26 @@ func filterAfterReturn(t tb, e *filterEnv) {
 	if !ok {
 		return
 	}
+	watchAfterReturn(t, info, "Invoke", o.call.report)
+}
+
+// watchAfterReturn overwrites info, whose call's Invoke or InvokeStream
+// (named by returned) has returned, as the kernel does when it reuses it
+// for another call, waits filterLateWindow, and fails t if the filter
+// wrote into it meanwhile; report then says what else it did late.
+func watchAfterReturn(t tb, info *kernel.CallInfo, returned string, report func(tb)) {
 	poisonMD := kernel.Metadata{filterMDKey: filterPoison}
 	poisonResp := kernel.Metadata{filterAttemptKey: filterPoison}
 	info.Method, info.Peer, info.Codec = filterPoison, filterPoison, filterPoison
 	info.Metadata, info.ResponseMetadata = poisonMD, poisonResp
 	info.Instance, info.Attempt = nil, -1
 	time.Sleep(filterLateWindow)
-	o.call.report(t)
+	report(t)
 	if info.Method != filterPoison || info.Peer != filterPoison || info.Codec != filterPoison ||
 		info.Instance != nil || info.Attempt != -1 ||
 		len(info.Metadata) != 1 || info.Metadata[filterMDKey] != filterPoison ||
 		len(info.ResponseMetadata) != 1 || info.ResponseMetadata[filterAttemptKey] != filterPoison {
-		t.Errorf("the filter wrote into the CallInfo after Invoke returned, when it belongs to another call: " +
-			"finish with info before returning")
+		t.Errorf("the filter wrote into the CallInfo after %s returned, when it belongs to another call: "+
+			"finish with info before returning", returned)
 	}
 }

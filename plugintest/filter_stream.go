@@ -50,6 +50,7 @@ func filterStreamSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) 
 		property(t, "During", passing(streamCancelledDuring))
 	})
 	property(t, "Concurrent", passing(streamConcurrentCheck))
+	property(t, "AfterReturn", passing(streamAfterReturnCheck))
 	property(t, "Leaks", streamLeaksCheck)
 }
 
@@ -91,6 +92,7 @@ func newStreamWire(ctx context.Context, call *streamCall, stream string, incomin
 }
 
 func (w *streamWire) SendMsg(m any) error {
+	w.call.lateUse("called SendMsg on the stream")
 	msg, ok := m.(*streamMsg)
 	switch {
 	case !ok:
@@ -109,6 +111,7 @@ func (w *streamWire) SendMsg(m any) error {
 }
 
 func (w *streamWire) RecvMsg(m any) error {
+	w.call.lateUse("called RecvMsg on the stream")
 	msg, ok := m.(*streamMsg)
 	if !ok || msg == nil {
 		w.call.problem(fmt.Sprintf("RecvMsg reached the stream with a %T, not the caller's message; pass the caller's m on, "+
@@ -165,6 +168,18 @@ func (c *streamCall) problem(p string) {
 	c.mu.Lock()
 	c.problems = append(c.problems, p)
 	c.mu.Unlock()
+}
+
+// lateUse records what the filter did to the stream, if it did it after
+// InvokeStream returned: by then the engine has ended the stream and may
+// reuse what it was made of for another.
+func (c *streamCall) lateUse(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.returned {
+		c.problems = append(c.problems, "the filter "+what+" after InvokeStream returned: it kept st, which must not "+
+			"outlive InvokeStream; finish with the stream (and any wrapper of it) before returning")
+	}
 }
 
 // next wraps the check's next: a second call, a call after InvokeStream

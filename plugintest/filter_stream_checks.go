@@ -292,6 +292,22 @@ func streamConcurrentCheck(t tb, e *streamEnv) {
 	}
 }
 
+// streamAfterReturnCheck: once InvokeStream returns, the filter neither
+// uses the stream nor writes into the CallInfo, as kernel.StreamFilter
+// requires. The suite overwrites the CallInfo then and watches a while,
+// as AfterReturn does for Invoke, so that under -race a later read is
+// reported as a race too; the wire records a late SendMsg or RecvMsg.
+func streamAfterReturnCheck(t tb, e *streamEnv) {
+	call := newStreamCall()
+	info := e.info()
+	w := newStreamWire(t.Context(), call, "stream", 3, io.EOF)
+	o, ok := e.invoke(t, t.Context(), call, info, w, e.streamApp(call, "stream", 3, 3, kernel.Metadata{"plugintest-trailer": "1"}))
+	if !ok || !e.reachedNext(t, o) {
+		return
+	}
+	watchAfterReturn(t, info, "InvokeStream", call.report)
+}
+
 // streamLeaksCheck runs streams that pass, fail and are cancelled, then
 // closes the filter, and expects every goroutine the filter started for
 // them to have ended: a stream filter runs for its stream's life, and

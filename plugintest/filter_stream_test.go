@@ -282,6 +282,22 @@ func TestFilterStreamCatchesBrokenStreamFilters(t *testing.T) {
 			}
 			return nil
 		}, FilterConfig{}, "Filter/Stream/Messages", "next was still running"},
+		{"sends a last message from a goroutine after returning", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			err := next(ctx, info, st)
+			go func() {
+				time.Sleep(filterLateWindow / 5)
+				_ = st.SendMsg(&streamMsg{stream: "stream", seq: -1}) // a summary, flushed in the background
+			}()
+			return err
+		}, FilterConfig{}, "Filter/Stream/AfterReturn", "called SendMsg on the stream after InvokeStream returned"},
+		{"drains the stream from a goroutine after returning", func(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+			err := next(ctx, info, st)
+			go func() {
+				time.Sleep(filterLateWindow / 5)
+				_ = st.RecvMsg(new(streamMsg)) // what the handler left unread
+			}()
+			return err
+		}, FilterConfig{}, "Filter/Stream/AfterReturn", "called RecvMsg on the stream after InvokeStream returned"},
 		{"returns nil without calling next", func(context.Context, *kernel.CallInfo, kernel.Stream, kernel.StreamInvoker) error {
 			return nil
 		}, FilterConfig{}, "Filter/Stream/Messages", "without calling next"},
