@@ -173,8 +173,12 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalJSON writes d as a string such as "5s".
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// UnmarshalJSON reads "5s"-style strings; a bare 0 is accepted too.
+// UnmarshalJSON reads "5s"-style strings; a bare 0 is accepted too. A
+// null leaves d as it was (isNull).
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		return nil
+	}
 	if string(b) == "0" {
 		*d = 0
 		return nil
@@ -190,6 +194,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// isNull reports whether b, a value an UnmarshalJSON is given, is null:
+// encoding/json hands it over rather than leave the field alone, and a
+// null (in YAML, a key left blank) must leave an option as it is for any
+// other type, at its default, not turn a Size into 0 nor a Duration into
+// an error about an empty string.
+func isNull(b []byte) bool { return string(b) == "null" }
 
 // Size is a byte count that config files write as 4194304 or "4MiB".
 type Size int64
@@ -218,8 +229,12 @@ func (s Size) String() string {
 }
 
 // UnmarshalJSON reads an integer or a string with a unit: B, KiB, MiB, GiB
-// (powers of 1024) or KB, MB, GB (powers of 1000).
+// (powers of 1024) or KB, MB, GB (powers of 1000). A null leaves s as it
+// was (isNull).
 func (s *Size) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		return nil
+	}
 	var n int64
 	if err := json.Unmarshal(b, &n); err == nil {
 		switch {

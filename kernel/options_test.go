@@ -121,3 +121,23 @@ func TestOptionKeysAreCaseSensitive(t *testing.T) {
 		t.Errorf("a map's keys of any case: %v, %v", err, o.Free)
 	}
 }
+
+// A null (in YAML, a key left blank) leaves an option as it was, as
+// encoding/json leaves a field it decodes null into: the plugin's default
+// stays, whatever the option's type. A Size must not turn into 0, nor a
+// Duration or a Code into an error about an empty string nobody wrote.
+func TestNullLeavesAnOptionAsItWas(t *testing.T) {
+	type opts struct {
+		Size   Size     `json:"size"`
+		Window Duration `json:"window"`
+		Code   Code     `json:"code"`
+		Count  int      `json:"count"`
+	}
+	defaults := opts{Size: 4 << 20, Window: Duration(5 * time.Second), Code: Unavailable, Count: 3}
+	for _, key := range []string{"size", "window", "code", "count"} {
+		got := defaults
+		if err := DecodeOptions(map[string]any{key: nil}, &got); err != nil || got != defaults {
+			t.Errorf("%s: null: %+v, %v; want the defaults %+v kept", key, got, err, defaults)
+		}
+	}
+}

@@ -60,8 +60,11 @@ func ParseCode(name string) (Code, error) {
 }
 
 // UnmarshalJSON lets config options name a code, as in `code:
-// PermissionDenied`.
+// PermissionDenied`. A null leaves c as it was (isNull).
 func (c *Code) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		return nil
+	}
 	var name string
 	if err := json.Unmarshal(b, &name); err != nil {
 		return valueError(reflect.TypeFor[Code](), "status code %s must be a name such as %q", b, PermissionDenied.String())
