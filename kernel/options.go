@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -58,9 +59,17 @@ func (e *decodeError) Unwrap() error { return e.err }
 func explainDecodeError(err error, opts any, tree map[string]any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
+		// encoding/json names the fields alone, "rules.tries": find the
+		// value's path, with the list index and map key that say which.
+		if path, ok := badValueKey(tree, reflect.TypeOf(opts), "", "", te.Field); ok {
+			te.Field = path
+		}
 		if te.Type == reflect.TypeFor[Duration]() || te.Type == reflect.TypeFor[Size]() || te.Type == reflect.TypeFor[Code]() {
 			// Their UnmarshalJSON put the whole explanation in Value.
 			return &decodeError{key: te.Field, err: err, msg: te.Value}
+		}
+		if msg, ok := outOfRange(te); ok {
+			return &decodeError{key: te.Field, err: err, msg: msg}
 		}
 		return &decodeError{key: te.Field, err: err,
 			msg: fmt.Sprintf("wrong type: got %s %s, want %s", article(te.Value), te.Value, describeType(te.Type))}
@@ -77,6 +86,44 @@ func explainDecodeError(err error, opts any, tree map[string]any) error {
 			msg: fmt.Sprintf("unknown key (known keys: %s)", strings.Join(knownKeys(reflect.New(in).Interface()), ", "))}
 	}
 	return err
+}
+
+// outOfRange explains te when it is a number of the right kind that its
+// field cannot hold: an integer too large for an int8 or negative for a
+// uint32, a number beyond a float32. encoding/json reports those as a
+// wrong type, which tells the user that 300 is no integer.
+func outOfRange(te *json.UnmarshalTypeError) (string, bool) {
+	lit, ok := strings.CutPrefix(te.Value, "number ")
+	if !ok {
+		return "", false
+	}
+	switch t := te.Type; t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if !integerLiteral(lit) {
+			return "", false
+		}
+		return fmt.Sprintf("%s is out of range: want an integer from %d to %d", lit, -1<<(t.Bits()-1), 1<<(t.Bits()-1)-1), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if !integerLiteral(lit) {
+			return "", false
+		}
+		return fmt.Sprintf("%s is out of range: want an integer from 0 to %d", lit, ^uint64(0)>>(64-t.Bits())), true
+	case reflect.Float32, reflect.Float64:
+		// Any number parses as a float but for its size.
+		max := math.MaxFloat64
+		if t.Kind() == reflect.Float32 {
+			max = math.MaxFloat32
+		}
+		return fmt.Sprintf("%s is out of range: want a number of magnitude at most %v", lit, max), true
+	}
+	return "", false
+}
+
+// integerLiteral reports whether s is a JSON number without a fraction or
+// an exponent.
+func integerLiteral(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 func article(noun string) string {

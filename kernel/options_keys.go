@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"encoding/json"
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
@@ -80,4 +82,96 @@ func joinKey(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// badValueKey finds in v, a tree decoded into a t, the first value (in
+// encoding/json's order) that lies at fields, the struct fields' names
+// joined by "." as a *json.UnmarshalTypeError's Field gives them, and
+// does not decode into its field, and returns its path: the same names
+// with the list indices and map keys that lead to it ("rules[1].tries").
+// path and at are v's own path, in both spellings.
+func badValueKey(v any, t reflect.Type, path, at, fields string) (string, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || fields == "" {
+		return "", false
+	}
+	if at == fields {
+		if decodesInto(v, t) {
+			return "", false
+		}
+		return badElement(v, t, path), true
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshalerType) {
+		return "", false
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if ft, field, _ := jsonField(t, k); field != "" {
+				if found, ok := badValueKey(m[k], ft, joinKey(path, k), joinKey(at, field), fields); ok {
+					return found, true
+				}
+			}
+		}
+	case reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if found, ok := badValueKey(m[k], t.Elem(), joinKey(path, k), at, fields); ok {
+				return found, true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		list, _ := v.([]any)
+		for i, e := range list {
+			if found, ok := badValueKey(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", at, fields); ok {
+				return found, true
+			}
+		}
+	}
+	return "", false
+}
+
+// badElement narrows path, a value v that does not decode into a t, to
+// the first element of a list or map in it that does not decode: a
+// value's type error is reported at its field, whichever element holds it.
+func badElement(v any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshalerType) {
+		return path
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		if m, ok := v.(map[string]any); ok {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				if !decodesInto(m[k], t.Elem()) {
+					return badElement(m[k], t.Elem(), joinKey(path, k))
+				}
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if list, ok := v.([]any); ok {
+			for i, e := range list {
+				if !decodesInto(e, t.Elem()) {
+					return badElement(e, t.Elem(), path+"["+strconv.Itoa(i)+"]")
+				}
+			}
+		}
+	}
+	return path
+}
+
+// decodesInto reports whether v decodes into a t without a type error;
+// unknown keys, which are not type errors, are left to firstKey.
+func decodesInto(v any, t reflect.Type) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	var te *json.UnmarshalTypeError
+	return !errors.As(json.Unmarshal(b, reflect.New(t).Interface()), &te)
 }

@@ -141,3 +141,62 @@ func TestNullLeavesAnOptionAsItWas(t *testing.T) {
 		}
 	}
 }
+
+// A number that is an integer, but too large (or negative) for its
+// option, is refused for its range, not as if it were no integer at all.
+func TestNumberOutOfRangeSaysSo(t *testing.T) {
+	type opts struct {
+		Small int8    `json:"small"`
+		UID   uint32  `json:"uid"`
+		Count int     `json:"count"`
+		Ratio float32 `json:"ratio"`
+	}
+	for _, tc := range []struct {
+		tree      map[string]any
+		key, want string
+	}{
+		{map[string]any{"small": 300}, "small", "300 is out of range: want an integer from -128 to 127"},
+		{map[string]any{"uid": -1}, "uid", "-1 is out of range: want an integer from 0 to 4294967295"},
+		{map[string]any{"count": json.Number("100000000000000000000")}, "count", "100000000000000000000 is out of range: want an integer from -9223372036854775808 to 9223372036854775807"},
+		{map[string]any{"ratio": 1e39}, "ratio", "1e+39 is out of range: want a number of magnitude at most 3.4028234663852886e+38"},
+		{map[string]any{"count": 1.5}, "count", "wrong type: got a number 1.5, want an integer"},
+	} {
+		err := DecodeOptions(tc.tree, &opts{})
+		if OptionKey(err) != tc.key || err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v (key %q); want key %q, %q", tc.tree, err, OptionKey(err), tc.key, tc.want)
+		}
+	}
+}
+
+// A value of the wrong type in a list or a map is named by its index or
+// its key, as an unknown key there is: in a config with several filters,
+// "filters.methods" does not say which filter.
+func TestWrongTypeNamesTheElement(t *testing.T) {
+	type rule struct {
+		Tries int `json:"tries"`
+	}
+	type opts struct {
+		Rules  []rule          `json:"rules"`
+		ByName map[string]rule `json:"by_name"`
+		Tags   []string        `json:"tags"`
+		Sizes  map[string]Size `json:"sizes"`
+		Nested [][]int         `json:"nested"`
+	}
+	for _, tc := range []struct {
+		tree map[string]any
+		key  string
+	}{
+		{map[string]any{"rules": []any{map[string]any{"tries": 1}, map[string]any{"tries": "x"}}}, "rules[1].tries"},
+		{map[string]any{"rules": []any{map[string]any{}, 5}}, "rules[1]"},
+		{map[string]any{"by_name": map[string]any{"a": map[string]any{"tries": 1}, "b": map[string]any{"tries": true}}}, "by_name.b.tries"},
+		{map[string]any{"tags": []any{"a", "b", 3}}, "tags[2]"},
+		{map[string]any{"sizes": map[string]any{"a": "1KiB", "b": "huge"}}, "sizes.b"},
+		{map[string]any{"nested": []any{[]any{1}, []any{2, "x"}}}, "nested[1][1]"},
+		{map[string]any{"tags": "a"}, "tags"},
+	} {
+		err := DecodeOptions(tc.tree, &opts{})
+		if err == nil || OptionKey(err) != tc.key {
+			t.Errorf("%v: %v (key %q); want key %q", tc.tree, err, OptionKey(err), tc.key)
+		}
+	}
+}

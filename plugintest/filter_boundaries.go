@@ -135,13 +135,14 @@ func filterMethodsCheck(t tb, e *filterEnv) {
 // does: as the Key of a *kernel.PluginError or a DecodeOptions error, or
 // in the text as option "key" (the shape kernel.PluginError prints). A key
 // that is an ordinary word ("size", "limit") appears in many messages
-// that do not name it.
+// that do not name it. A path inside key ("rules[1]") names it too, as
+// in optionNamed.
 func filterOptionNamed(err error, key string) bool {
 	var pe *kernel.PluginError
-	if errors.As(err, &pe) && pe.Key == key {
+	if errors.As(err, &pe) && keyOrInside(pe.Key, key) {
 		return true
 	}
-	return kernel.OptionKey(err) == key || strings.Contains(err.Error(), "option "+strconv.Quote(key))
+	return keyOrInside(kernel.OptionKey(err), key) || strings.Contains(err.Error(), "option "+strconv.Quote(key))
 }
 
 // filterOptionShape is what a BadOptions failure message asks for.

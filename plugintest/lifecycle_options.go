@@ -18,16 +18,24 @@ import (
 // Key), or, when the error carries none, by the kernel's own shape,
 // option "KEY", in its message. A message that merely contains the key's
 // name does not count: an option called "size" would be "named" by any
-// message with the word size in it.
+// message with the word size in it. A path inside the key names it too:
+// strict decoding names a bad element of a list option "zones[0]".
 func optionNamed(err error, key string) bool {
 	if k := kernel.OptionKey(err); k != "" {
-		return k == key
+		return keyOrInside(k, key)
 	}
 	var pe *kernel.PluginError
 	if errors.As(err, &pe) && pe.Key != "" {
-		return pe.Key == key
+		return keyOrInside(pe.Key, key)
 	}
 	return strings.Contains(err.Error(), "option "+strconv.Quote(key))
+}
+
+// keyOrInside reports whether path is key, or a path inside it: an element
+// ("key[2]") or a key of its mapping ("key.name").
+func keyOrInside(path, key string) bool {
+	rest, ok := strings.CutPrefix(path, key)
+	return ok && (rest == "" || rest[0] == '[' || rest[0] == '.')
 }
 
 // optionNamingRule says how an option error names its key, for messages.
