@@ -310,11 +310,13 @@ func (c *Config) validateFields() error {
 	if c.Server.DrainPeriod < 0 {
 		return c.errorf("server.drain_period", "must not be negative, got %s", c.Server.DrainPeriod)
 	}
+	// maxWindow is 2GiB less one byte (credit travels below 2^31): the
+	// message says "below 2GiB", since a user who writes 2GiB is refused.
 	if w := c.Streams.Window; w < 1<<10 || w > maxWindow {
-		return c.errorf("streams.window", "must be between 1KiB and 2GiB, got %s (0 means the default, 1MiB)", w)
+		return c.errorf("streams.window", "must be at least 1KiB and below 2GiB, got %s (0 means the default, 1MiB)", w)
 	}
 	if w := c.Streams.ConnectionWindow; w < c.Streams.Window || w > maxWindow {
-		return c.errorf("streams.connection_window", "must be between streams.window (%s) and 2GiB, got %s (0 means the default, 16MiB)", c.Streams.Window, w)
+		return c.errorf("streams.connection_window", "must be at least streams.window (%s) and below 2GiB, got %s (0 means the default, 16MiB)", c.Streams.Window, w)
 	}
 	for i, f := range c.Filters {
 		if f.Name == "" {

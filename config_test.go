@@ -89,8 +89,8 @@ func TestBadConfigs(t *testing.T) {
 		{"negative dial timeout", map[string]any{"client": map[string]any{"dial_timeout": "-1s"}}, []string{"svc.yaml", "client.dial_timeout", "got -1s (0 means the default, 5s)"}},
 		{"negative register ttl", map[string]any{"server": map[string]any{"register_ttl": "-1s"}}, []string{"svc.yaml", "server.register_ttl", "got -1s (0 means the default, 10s)"}},
 		{"negative drain period", map[string]any{"server": map[string]any{"drain_period": "-1s"}}, []string{"server.drain_period", "must not be negative"}},
-		{"stream window too small", map[string]any{"streams": map[string]any{"window": "512B"}}, []string{"streams.window", "between 1KiB and 2GiB"}},
-		{"connection window below the stream's", map[string]any{"streams": map[string]any{"window": "4MiB", "connection_window": "1MiB"}}, []string{"streams.connection_window", "between streams.window (4MiB)"}},
+		{"stream window too small", map[string]any{"streams": map[string]any{"window": "512B"}}, []string{"streams.window", "at least 1KiB and below 2GiB"}},
+		{"connection window below the stream's", map[string]any{"streams": map[string]any{"window": "4MiB", "connection_window": "1MiB"}}, []string{"streams.connection_window", "at least streams.window (4MiB)"}},
 		{"bad filter stage", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "stage": "later"}}}, []string{"filters[0].stage", `is "later"; want call or attempt`}},
 		{"filter method pattern with an inner *", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "methods": []any{"Echo.*", "Echo.*.Slow"}}}},
 			[]string{"filters[0].methods[1]", `is "Echo.*.Slow": has a * before its end; a * may only end a pattern, as in "Echo.*"; leave methods out for every method`}},
@@ -178,5 +178,26 @@ func TestMaxPoolSizeDefaults(t *testing.T) {
 		if c.Client.poolLimit() != tc.wantMax || c.Client.SpreadBytes != tc.wantSpread {
 			t.Errorf("client %v: up to %d connections, spread_bytes %d; want %d, %d", tc.client, c.Client.poolLimit(), c.Client.SpreadBytes, tc.wantMax, tc.wantSpread)
 		}
+	}
+}
+
+// The largest window is one below 2GiB (credit travels below 2^31): the
+// error for 2GiB itself must not say that 2GiB is allowed.
+func TestStreamWindowOfTwoGiBIsRefusedForWhatItIs(t *testing.T) {
+	for _, tc := range []struct {
+		streams map[string]any
+		want    string
+	}{
+		{map[string]any{"window": "2GiB"}, "streams.window must be at least 1KiB and below 2GiB, got 2GiB"},
+		{map[string]any{"connection_window": "2GiB"}, "streams.connection_window must be at least streams.window (1MiB) and below 2GiB, got 2GiB"},
+	} {
+		_, err := parseTree(map[string]any{"streams": tc.streams}, "svc.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("streams %v: %v; want an error saying %q", tc.streams, err, tc.want)
+		}
+	}
+	c, err := parseTree(map[string]any{"streams": map[string]any{"window": 1<<31 - 1, "connection_window": 1<<31 - 1}}, "svc.yaml")
+	if err != nil || c.Streams.Window != 1<<31-1 {
+		t.Errorf("the largest window: %v", err)
 	}
 }
