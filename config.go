@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -399,7 +400,7 @@ func (c *Config) errorf(key, format string, args ...any) error {
 // then KERNRPC_ADDRESS and KERNRPC_ADVERTISE override the addresses.
 // Unknown keys and wrong types are errors naming the key and source.
 func parseTree(tree map[string]any, source string) (*Config, error) {
-	expanded, err := expandEnv(tree)
+	expanded, err := expandEnv(tree, "")
 	if err != nil {
 		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
 	}
@@ -425,16 +426,22 @@ func parseTree(tree map[string]any, source string) (*Config, error) {
 	return c, nil
 }
 
-func expandEnv(v any) (any, error) {
+// expandEnv expands the strings of v, the value at path, naming the
+// key's full path ("filters[1].name") in an error, as decoding does.
+func expandEnv(v any, path string) (any, error) {
 	switch t := v.(type) {
 	case string:
-		return expandString(t)
+		s, err := expandString(t)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", path, err)
+		}
+		return s, nil
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, e := range t {
-			x, err := expandEnv(e)
+			x, err := expandEnv(e, join(path, k))
 			if err != nil {
-				return nil, fmt.Errorf("key %q: %w", k, err)
+				return nil, err
 			}
 			out[k] = x
 		}
@@ -442,7 +449,7 @@ func expandEnv(v any) (any, error) {
 	case []any:
 		out := make([]any, len(t))
 		for i, e := range t {
-			x, err := expandEnv(e)
+			x, err := expandEnv(e, path+"["+strconv.Itoa(i)+"]")
 			if err != nil {
 				return nil, err
 			}
@@ -479,6 +486,8 @@ func expandString(s string) (string, error) {
 			b.WriteString(val)
 		case hasDef:
 			b.WriteString(def)
+		case ok:
+			return "", fmt.Errorf("environment variable %s is empty (use ${%s:-default} for a fallback)", name, name)
 		default:
 			return "", fmt.Errorf("environment variable %s is not set (use ${%s:-default} for a fallback)", name, name)
 		}

@@ -201,3 +201,28 @@ func TestStreamWindowOfTwoGiBIsRefusedForWhatItIs(t *testing.T) {
 		t.Errorf("the largest window: %v", err)
 	}
 }
+
+// An environment reference that does not expand is named by its key's
+// full path, list indices included, as every other config error is; a
+// variable set to "" is not said to be unset.
+func TestEnvironmentErrorsNameTheKey(t *testing.T) {
+	t.Setenv("KERNRPC_TEST_EMPTY", "")
+	for _, tc := range []struct {
+		tree map[string]any
+		want string
+	}{
+		{map[string]any{"filters": []any{"test-pass", map[string]any{"name": "${KERNRPC_TEST_SURELY_UNSET}"}}},
+			`svc.yaml: key "filters[1].name": environment variable KERNRPC_TEST_SURELY_UNSET is not set`},
+		{map[string]any{"transport": map[string]any{"name": "tcp-lv", "options": map[string]any{"tls": map[string]any{"ca_file": "${KERNRPC_TEST_SURELY_UNSET}"}}}},
+			`svc.yaml: key "transport.options.tls.ca_file": environment variable KERNRPC_TEST_SURELY_UNSET is not set`},
+		{map[string]any{"filters": []any{map[string]any{"name": "test-pass", "methods": []any{"Echo.*", "${KERNRPC_TEST_SURELY_UNSET"}}}},
+			`svc.yaml: key "filters[0].methods[1]": unterminated ${`},
+		{map[string]any{"address": "${KERNRPC_TEST_EMPTY}"},
+			`svc.yaml: key "address": environment variable KERNRPC_TEST_EMPTY is empty`},
+	} {
+		_, err := parseTree(tc.tree, "svc.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want an error saying %q", tc.tree, err, tc.want)
+		}
+	}
+}
