@@ -192,17 +192,19 @@ type pluginView struct {
 }
 
 func (cn *console) effectivePlugins() []pluginView {
-	infos := map[kernel.Kind]map[string]kernel.PluginInfo{}
-	for _, in := range kernel.Plugins() {
-		if infos[in.Kind] == nil {
-			infos[in.Kind] = map[string]kernel.PluginInfo{}
-		}
-		infos[in.Kind][in.Name] = in
-	}
+	infos := pluginInfos()
 	var out []pluginView
 	for _, b := range cn.s.plugins.list() {
 		opts := b.options
-		in := infos[b.Kind][b.Name]
+		in, ok := infos[b.Kind][b.Name]
+		if !ok {
+			infos = pluginInfos()
+			in = infos[b.Kind][b.Name]
+		}
+		// The options are decoded into in.Defaults: another entry of this
+		// plugin (two token buckets, say) must start from fresh defaults,
+		// not from this one's options.
+		delete(infos[b.Kind], b.Name)
 		v := pluginView{Kind: string(b.Kind), Name: b.Name, Doc: in.Doc, Configured: slices.Sorted(maps.Keys(opts)), Options: json.RawMessage("null")}
 		if v.Configured == nil {
 			v.Configured = []string{}
@@ -230,6 +232,19 @@ func (cn *console) effectivePlugins() []pluginView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// pluginInfos is every registered plugin by kind and name, each with
+// defaults of its own.
+func pluginInfos() map[kernel.Kind]map[string]kernel.PluginInfo {
+	infos := map[kernel.Kind]map[string]kernel.PluginInfo{}
+	for _, in := range kernel.Plugins() {
+		if infos[in.Kind] == nil {
+			infos[in.Kind] = map[string]kernel.PluginInfo{}
+		}
+		infos[in.Kind][in.Name] = in
+	}
+	return infos
 }
 
 // hiddenSecret stands, in the plugins view, for the value of an option
