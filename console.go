@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -343,6 +344,8 @@ type stateView struct {
 	Kind     string        `json:"kind"`
 	Name     string        `json:"name"`
 	Readings []readingView `json:"readings"`
+	// Error says why the readings are missing: the report panicked.
+	Error string `json:"error,omitempty"`
 }
 
 type readingView struct {
@@ -350,13 +353,40 @@ type readingView struct {
 	Help   string            `json:"help"`
 	Kind   string            `json:"kind"`
 	Labels map[string]string `json:"labels"`
-	Value  float64           `json:"value"`
+	Value  readingValue      `json:"value"`
+}
+
+// readingValue is a reading's value in JSON: a number, or, for NaN and
+// the infinities, which JSON has no number for (encoding/json refuses
+// them, failing the whole document), the string Prometheus' HTTP API
+// writes: "NaN", "+Inf", "-Inf".
+type readingValue float64
+
+func (v readingValue) MarshalJSON() ([]byte, error) {
+	f := float64(v)
+	switch {
+	case math.IsNaN(f):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(f, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(f, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return json.Marshal(f)
 }
 
 func (cn *console) state() []stateView {
 	var out []stateView
 	read := func(kind kernel.Kind, name string, r kernel.StateReporter) {
 		v := stateView{Kind: string(kind), Name: name, Readings: []readingView{}}
+		// A report that panics loses its own readings, not every view:
+		// /status.json is one document.
+		defer func() {
+			if p := recover(); p != nil {
+				v.Readings, v.Error = []readingView{}, fmt.Sprintf("ReportState panicked: %v", p)
+				out = append(out, v)
+			}
+		}()
 		r.ReportState(func(rd kernel.Reading) {
 			kind := "gauge"
 			if rd.Kind == kernel.Counter {
@@ -366,7 +396,7 @@ func (cn *console) state() []stateView {
 			for _, l := range rd.Labels {
 				labels[l.Name] = l.Value
 			}
-			v.Readings = append(v.Readings, readingView{rd.Name, rd.Help, kind, labels, rd.Value})
+			v.Readings = append(v.Readings, readingView{rd.Name, rd.Help, kind, labels, readingValue(rd.Value)})
 		})
 		out = append(out, v)
 	}

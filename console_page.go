@@ -148,9 +148,11 @@ function render(st) {
   const state = [];
   for (const r of st.state) {
     for (const x of r.readings) {
-      state.push(row([r.kind + " " + r.name, el("td", "mono", x.name), el("td", "mono", kv(x.labels)), num(fmt(x.value, 3))]));
+      // NaN and the infinities come as strings.
+      state.push(row([r.kind + " " + r.name, el("td", "mono", x.name), el("td", "mono", kv(x.labels)), num(typeof x.value === "string" ? x.value : fmt(x.value, 3))]));
       state[state.length - 1].title = x.help;
     }
+    if (r.error) state.push(row([r.kind + " " + r.name, el("td", "bad", r.error), "", ""]));
   }
   fill("state", state, 4, "no plugin reports its state");
 

@@ -1,9 +1,15 @@
 package kernrpc_test
 
 import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // Two entries of one plugin are two plugins with options of their own:
@@ -34,6 +40,56 @@ func TestConsolePluginsOfOneNameHaveTheirOwnOptions(t *testing.T) {
 		for k, v := range w {
 			if got[i][k] != v {
 				t.Errorf("token-bucket #%d: %s = %v, want %v (options %v)", i+1, k, got[i][k], v, got[i])
+			}
+		}
+	}
+}
+
+// stateFilter is a filter whose state report the console shows: readings
+// JSON has no number for, or a report that panics.
+type stateFilter struct{ panics bool }
+
+func (stateFilter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	return next(ctx, info, req)
+}
+
+func (f stateFilter) ReportState(emit func(kernel.Reading)) {
+	emit(kernel.Reading{Name: "test_ratio", Kind: kernel.Gauge, Value: math.NaN()})
+	emit(kernel.Reading{Name: "test_limit", Kind: kernel.Gauge, Value: math.Inf(1)})
+	emit(kernel.Reading{Name: "test_floor", Kind: kernel.Gauge, Value: math.Inf(-1)})
+	if f.panics {
+		panic("report broken")
+	}
+}
+
+func init() {
+	for name, panics := range map[string]bool{"test-odd-state": false, "test-panicking-state": true} {
+		kernel.RegisterFilter(kernel.NewFactory(name, "reports odd state", func() *sidedOptions { return &sidedOptions{} },
+			func(*sidedOptions) (kernel.Filter, error) { return stateFilter{panics}, nil }))
+	}
+}
+
+// The console must serve its JSON whatever a plugin reports: a reading
+// that is NaN or infinite (which encoding/json refuses, failing the whole
+// document) is written as Prometheus' HTTP API writes it, a string; a
+// report that panics loses its own readings, not the views.
+func TestConsoleStateOfOddReadings(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.AdminAddress = "127.0.0.1:0"
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-odd-state"}, {Name: "test-panicking-state"}}
+	srv := startServer(t, cfg, nil)
+	for _, path := range []string{"/status.json", "/status/state.json"} {
+		code, body := get(t, "http://"+srv.AdminAddr()+path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, code, body)
+		}
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("GET %s: %v\n%s", path, err, body)
+		}
+		for _, want := range []string{`"value": "NaN"`, `"value": "+Inf"`, `"value": "-Inf"`, `"error": "ReportState panicked: report broken"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET %s has no %s:\n%s", path, want, body)
 			}
 		}
 	}
