@@ -366,3 +366,23 @@ func TestBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// Method names that differ but give one service and method label (the
+// two spellings of a gRPC-style name, names whose invalid bytes both read
+// as U+FFFD, a method named as the overflow series) must add up in one
+// series: two series with the same labels fail the whole scrape.
+func TestMethodNamesWithTheSameLabels(t *testing.T) {
+	f := build(t, map[string]any{"max_methods": 4, "go_metrics": false, "process_metrics": false})
+	for _, name := range []string{"pkg.Echo.Say", "/pkg.Echo/Say", "Bad.\xff", "Bad.\xfe", "_other._other", "M.A", "M.B"} {
+		_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: name, Side: kernel.ClientSide}, nil, answer(1, 1, nil))
+	}
+	_, fams := scrape(t, serve(t, f.Handler()))
+	for _, tc := range []struct {
+		service, method string
+		want            float64
+	}{{"pkg.Echo", "Say", 2}, {"Bad", "\uFFFD", 2}, {"_other", "_other", 3}} {
+		if got := value(t, fams, "kernrpc_client_calls_total", labels{"service": tc.service, "method": tc.method, "code": "OK"}); got != tc.want {
+			t.Errorf("service=%q method=%q: %g calls, want %g", tc.service, tc.method, got, tc.want)
+		}
+	}
+}

@@ -181,11 +181,17 @@ type methodTable[M any] struct {
 	full       atomic.Bool // max reached: unknown methods go to other, lock-free
 	other      atomic.Pointer[M]
 	mu         sync.Mutex
-	order      []*M // every method's, other last if any, for the scrape; under mu
+	order      []*M // every series' metrics, for the scrape; under mu
+	// byLabels finds the metrics of a service and method label pair:
+	// names that differ but split into the same labels ("pkg.Echo.Say"
+	// and "/pkg.Echo/Say", invalid bytes that both read as U+FFFD) share
+	// one series, since two with the same labels fail the scrape. Under mu.
+	byLabels map[[2]string]*M
 }
 
 func (t *methodTable[M]) init(newMetrics func(service, method string) *M, max int) {
 	t.newMetrics, t.max = newMetrics, max
+	t.byLabels = map[[2]string]*M{}
 	empty := map[string]*M{}
 	t.byKey.Store(&empty)
 }
@@ -210,22 +216,31 @@ func (t *methodTable[M]) add(method string) *M {
 	}
 	if len(old) >= t.max {
 		if t.other.Load() == nil {
-			o := t.newMetrics(otherMethod, otherMethod)
-			t.order = append(t.order, o)
-			t.other.Store(o)
+			t.other.Store(t.series(otherMethod, otherMethod))
 		}
 		t.full.Store(true)
 		return t.other.Load()
 	}
-	service, name := splitMethod(method)
-	m := t.newMetrics(service, name)
+	m := t.series(splitMethod(method))
 	next := make(map[string]*M, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
 	next[strings.Clone(method)] = m // the caller's string may be a connection's interned name
-	t.order = append(t.order, m)
 	t.byKey.Store(&next)
+	return m
+}
+
+// series returns the metrics of the service and method labels, making
+// them if no name had these labels yet; t.mu is held.
+func (t *methodTable[M]) series(service, method string) *M {
+	k := [2]string{service, method}
+	if m := t.byLabels[k]; m != nil {
+		return m
+	}
+	m := t.newMetrics(service, method)
+	t.byLabels[k] = m
+	t.order = append(t.order, m)
 	return m
 }
 
