@@ -209,11 +209,15 @@ func (s *stateSet) collect(ch chan<- prom.Metric) {
 				if d == nil {
 					continue
 				}
+				// The key is of the values as exposed (made valid UTF-8),
+				// so that readings the page would show alike are added up
+				// rather than fail the scrape; 0xff, never in valid UTF-8,
+				// parts them, so that no value runs into the next.
 				key = append(key[:0], r.Name...)
 				for _, l := range r.Labels {
-					key = append(append(key, 0), l.Value...)
+					key = append(append(key, 0xff), validLabel(l.Value)...)
 				}
-				key = append(append(key, 0), side...)
+				key = append(append(key, 0xff), side...)
 				if sr := all[string(key)]; sr != nil {
 					sr.value += r.Value
 					continue
@@ -258,16 +262,21 @@ func (s *stateSet) report(rep *reporter, buf []kernel.Reading) (out []kernel.Rea
 func labelValues(labels []kernel.Label, side string) []string {
 	vs := make([]string, 0, len(labels)+1)
 	for _, l := range labels {
-		v := l.Value
-		if !utf8.ValidString(v) { // a method name off the wire, say
-			v = strings.ToValidUTF8(v, "\uFFFD")
-		}
-		vs = append(vs, v)
+		vs = append(vs, validLabel(l.Value))
 	}
 	if side != "" {
 		vs = append(vs, side)
 	}
 	return vs
+}
+
+// validLabel is v as a label value: valid UTF-8, invalid bytes (a method
+// name off the wire, say) made U+FFFD.
+func validLabel(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
 }
 
 // descFor is the family of r, made from its first reading; nil, logged

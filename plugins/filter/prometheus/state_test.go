@@ -143,3 +143,26 @@ func TestReadingsBecomeMetrics(t *testing.T) {
 		t.Error("a closed filter's plugins are still read")
 	}
 }
+
+// Readings whose label values differ only in bytes that are not UTF-8
+// (method names off the wire) become the same series once their values
+// are made valid: they are added up, not collected twice, which would
+// fail the scrape. Nor do values holding the key's separator run into
+// each other.
+func TestReadingsAlikeOnceMadeValid(t *testing.T) {
+	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
+	r := &reporter{readings: []kernel.Reading{
+		gauge("test_utf8", 1, "method", "Echo.\xff"),
+		gauge("test_utf8", 2, "method", "Echo.\xfe"),
+		gauge("test_pair", 1, "a", "x\x00y", "b", "z"),
+		gauge("test_pair", 2, "a", "x", "b", "y\x00z"),
+	}}
+	f.ObservePlugins([]kernel.PluginRef{{Kind: kernel.KindFilter, Name: "r", Side: kernel.ServerSide, Plugin: r}})
+	_, fams := scrape(t, serve(t, f.Handler()))
+	if got := value(t, fams, "kernrpc_test_utf8", labels{"method": "Echo.\uFFFD", "side": "server"}); got != 3 {
+		t.Errorf("test_utf8 = %g, want the two readings added up (3)", got)
+	}
+	if got := value(t, fams, "kernrpc_test_pair", labels{"a": "x", "b": "y\x00z"}); got != 2 {
+		t.Errorf("test_pair{a=x, b=y\\0z} = %g, want 2", got)
+	}
+}
