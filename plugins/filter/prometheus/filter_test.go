@@ -346,7 +346,7 @@ func TestBadOptions(t *testing.T) {
 		{"no buckets", map[string]any{"buckets": []any{}}, "buckets", "at least one"},
 		{"a bucket not positive", map[string]any{"buckets": []any{"0s", "1s"}}, "buckets", "positive"},
 		{"buckets not increasing", map[string]any{"buckets": []any{"1ms", "1ms"}}, "buckets", "increase"},
-		{"a bucket not a duration", map[string]any{"buckets": []any{"fast"}}, "buckets", "duration"},
+		{"a bucket not a duration", map[string]any{"buckets": []any{"fast"}}, "buckets[0]", "duration"},
 		{"max_methods zero", map[string]any{"max_methods": 0}, "max_methods", "at least 1"},
 		{"an unknown registry", map[string]any{"registry": "global"}, "registry", `"global"`},
 		{"an address in use", map[string]any{"address": taken.Addr().String()}, "address", "in use"},
