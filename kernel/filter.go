@@ -170,10 +170,12 @@ type Admitter interface {
 // CallObserver is an optional Filter interface for server filters that
 // measure calls (metrics, consoles). The server calls CallEnded once for
 // every call of a method it serves, after it encoded the answer, with
-// info.ResponseSize set: for the calls that went through Invoke (handled
-// is true and err is what the chain returned), and for those answered
-// before it, which no filter's Invoke sees: refused by an Admitter, or
-// whose request did not decode (handled is false and err is the answer).
+// info.ResponseSize set and err the error the call was answered with:
+// for the calls that went through Invoke (handled is true; err is what the
+// chain returned, or the Internal status sent instead of an answer that
+// failed to encode), and for those answered before it, which no filter's
+// Invoke sees: refused by an Admitter, or whose request did not decode
+// (handled is false).
 // It runs on the call's goroutine, so it must be quick and must not block.
 type CallObserver interface {
 	CallEnded(info *CallInfo, err error, handled bool)
