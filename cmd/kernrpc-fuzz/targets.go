@@ -23,6 +23,7 @@ var targets = []target{
 	{"FuzzParseMessage", "./plugins/transport/shmring"},
 	{"FuzzStreamFrames", "."},
 	{"FuzzUnmarshal", "./plugins/codec/protobuf"},
+	{"FuzzUnmarshalNested", "./plugins/codec/protobuf"},
 	{"FuzzUnmarshal", "./plugins/codec/json"},
 	{"FuzzUnmarshal", "./plugins/codec/msgpack"},
 	{"FuzzUnmarshal", "./plugins/codec/flatbuffers"},
