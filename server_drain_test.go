@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"maps"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,5 +269,47 @@ func TestShutdownDoesNotWaitForAConnectionPastItsIdleDrain(t *testing.T) {
 	// Waiting for the answer would take drainAckWait, a second, at least.
 	if took := time.Since(start); took >= 900*time.Millisecond {
 		t.Errorf("Shutdown took %v; its only connection was past its idle drain, and its call ended after 100ms", took)
+	}
+}
+
+// Clients that stop reading while their answers are being written hold
+// those writes for the transport's write_timeout (here 20s). Shutdown's
+// context still bounds the shutdown: once it ends, the connections are
+// closed at once, all together (each closing takes tcp-lv up to a second
+// with its write cut short), not half-closed after the writes give up.
+func TestShutdownIsNotHeldByClientsThatDoNotRead(t *testing.T) {
+	cfg := testConfig(t)
+	maps.Copy(cfg.Transport.Options, map[string]any{"max_frame_size": "64MiB", "max_write_queue": "128MiB", "write_timeout": "20s"})
+	srv := startServer(t, cfg, nil)
+	// Each answer, as large as its request, is far more than the loopback
+	// buffers hold: the server's write blocks, since the client never reads.
+	req := echoRequest(t, 1, "Echo.Echo", make([]byte, 8<<20))
+	wire := append(kernel.AppendFrameHeader(nil, req), req.Payload...)
+	for range 6 {
+		raw, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = raw.Close() }) // ends the blocked writes, should the test fail
+		_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
+		if _, err := raw.Write(wire); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the answers' writes are under way
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	down := make(chan error, 1)
+	go func() { down <- srv.Shutdown(ctx) }()
+	// The context's 500ms, and a second for the transport's Close to cut
+	// the writes short: far less than write_timeout, or than six seconds
+	// one after another.
+	err := receive(t, down, 10*time.Second, "Shutdown outlived its context by more than 9.5s: clients that do not read held it")
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("Shutdown took %v; its context ended after 500ms", took)
+	}
+	if err == nil {
+		t.Errorf("Shutdown returned nil; the calls it could not answer in time should make it say so")
 	}
 }
