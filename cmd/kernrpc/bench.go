@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +28,8 @@ Calls a unary method from -c callers at once for -d (or -n calls), printing a
 progress line on standard error once a second, then the calls, QPS, latency
 percentiles (p50, p90, p99, max) and the calls by status code as a table, or
 as JSON with -o json. The request is built once, from JSON, through the
-server's reflection service (or -protoset). Exits 1 if no call succeeded.`
+server's reflection service (or -protoset). Ctrl-C ends the run early and
+prints the figures so far. Exits 1 if no call succeeded.`
 
 // benchRun is what one bench measures, and how.
 type benchRun struct {
@@ -84,7 +87,12 @@ func bench(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		return err
 	}
 	run.callers, run.duration, run.limit = *callers, *duration, *limit
-	res := run.run(ctx, stderr)
+	// Ctrl-C ends the run early, with the figures so far; without this it
+	// would kill the process and print nothing. A second one, once stop
+	// has given the signal back, kills as usual.
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	res := run.run(sctx, stderr)
+	stop()
 	res.Target, res.Codec = e.what, e.cfg.Codec.Name
 	if *output == "json" {
 		err = res.writeJSON(stdout)
@@ -195,6 +203,9 @@ func (b *benchRun) loop(ctx context.Context, c *caller, stop *atomic.Bool, start
 		t0 := time.Now()
 		err := b.cli.Call(ctx, b.method, b.req, resp, b.opts...)
 		took := time.Since(t0)
+		if err != nil && ctx.Err() != nil {
+			return // cut short by the run's end (Ctrl-C), not failed by the server
+		}
 		c.calls.Add(1)
 		code := kernel.CodeOf(err)
 		c.byCode[code]++
