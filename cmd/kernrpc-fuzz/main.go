@@ -32,10 +32,12 @@ with "go test -run '^$' -fuzz '^Target$' -fuzztime D -fuzzminimizetime M
 corpus entries (new interesting inputs, kept in the Go build cache) and
 the result. An input that fails is written by go test to the package's
 testdata/fuzz/<Target>/; commit it with the fix, and it becomes a
-regression test of the default run. Exits 1 if any target failed. Before
-Go 1.27, go test may fail a target with only "context deadline exceeded"
-as its -fuzztime ends (golang/go#75804): with no input written, that is
-reported as ok, saying so.
+regression test of the default run. Ctrl-C stops the target being fuzzed,
+go test's children with it, and prints the table so far. Exits 1 if any
+target failed or was interrupted. Before Go 1.27, go test may fail a
+target with only "context deadline exceeded" as its -fuzztime ends
+(golang/go#75804): with no input written, that is reported as ok, saying
+so.
 
 Flags:
 `
@@ -199,6 +201,9 @@ func fuzz(ctx context.Context, root string, t target, cfg *config, stdout io.Wri
 	r := result{target: t}
 	cmd := exec.CommandContext(ctx, "go", goTestArgs(t, cfg)...)
 	cmd.Dir = root
+	// Ctrl-C reaches go test's children too, not only go test.
+	release := ownGroup(cmd, 10*time.Second)
+	defer release()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		r.Err = err
@@ -231,6 +236,10 @@ func fuzz(ctx context.Context, root string, t target, cfg *config, stdout io.Wri
 	if err := cmd.Wait(); err != nil {
 		r.Failed = r.Failed || ctx.Err() == nil
 		r.Err = fmt.Errorf("go test: %w", err)
+	}
+	if ctx.Err() != nil && r.Crasher == "" {
+		// go test's FAIL after Ctrl-C is the interrupt's, not a finding.
+		r.Failed, r.Err = false, errors.New("interrupted")
 	}
 	if r.Failed {
 		fmt.Fprintln(stdout, strings.Join(log, "\n"))
