@@ -50,3 +50,22 @@ func TestBucketsAreOrderedAndContiguous(t *testing.T) {
 		prev = b
 	}
 }
+
+// A percentile is the nearest rank, rounded up: with 2 calls of 160 slow,
+// 1.25% of them, p99 is slow, since fewer than 99% of the calls were
+// fast. Rounding the rank to the nearest took the 158th call and hid the
+// tail.
+func TestPercentileRoundsTheRankUp(t *testing.T) {
+	var l latencies
+	for range 158 {
+		l.add(time.Millisecond)
+	}
+	l.add(100 * time.Millisecond)
+	l.add(100 * time.Millisecond)
+	if got := l.quantile(0.99); got < 99*time.Millisecond {
+		t.Errorf("p99 of 158 calls of 1ms and 2 of 100ms: %s, want 100ms", got)
+	}
+	if got := l.quantile(0.98); got > 2*time.Millisecond {
+		t.Errorf("p98 of 158 calls of 1ms and 2 of 100ms: %s, want 1ms", got)
+	}
+}
