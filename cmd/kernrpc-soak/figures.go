@@ -88,12 +88,15 @@ func progress(w io.Writer, f figures, total time.Duration, c *counts) {
 }
 
 func report(w io.Writer, k int, before, warm, end, after figures, bad []string) {
-	fmt.Fprintf(w, "\n%-24s %10s %12s %6s\n", "", "goroutines", "heap", "fds")
+	// The name column is as wide in the headings as in the rows, so that
+	// each heading sits over its figures.
+	const row = "%-26s %10v %12v %6v\n"
+	fmt.Fprintf(w, "\n"+row, "", "goroutines", "heap", "fds")
 	for _, r := range []struct {
 		name string
 		f    figures
 	}{{"before start", before}, {fmt.Sprintf("start (max of first %d)", k), warm}, {fmt.Sprintf("end (min of last %d)", k), end}, {"after shutdown", after}} {
-		fmt.Fprintf(w, "%-26s %10d %12s %6d\n", r.name, r.f.goroutines, mib(r.f.heap), r.f.fds)
+		fmt.Fprintf(w, row, r.name, r.f.goroutines, mib(r.f.heap), r.f.fds)
 	}
 	if len(bad) == 0 {
 		fmt.Fprintln(w, "\nPASS: no figure grew beyond its margin")
