@@ -311,6 +311,24 @@ func TestHistogramQuantilesWithinResolution(t *testing.T) {
 	}
 }
 
+// A percentile is the nearest rank rounded up: of 158 calls of 1 ms and
+// 2 of 100 ms, p99 is 100 ms (1.25% of the calls took that long), where
+// the nearest rank rounded to the nearest would say 1 ms.
+func TestQuantileRoundsTheRankUp(t *testing.T) {
+	var h histogram
+	for range 158 {
+		h.record(time.Millisecond)
+	}
+	h.record(100 * time.Millisecond)
+	h.record(100 * time.Millisecond)
+	if got := h.quantile(0.99); got < 99*time.Millisecond {
+		t.Errorf("p99 of 158 calls of 1ms and 2 of 100ms = %s, want about 100ms", got)
+	}
+	if got := h.quantile(0.5); got > 2*time.Millisecond {
+		t.Errorf("p50 = %s, want about 1ms", got)
+	}
+}
+
 func TestBucketsAreContiguous(t *testing.T) {
 	prev := -1
 	for v := uint64(0); v < 1<<20; v++ {
