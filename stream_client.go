@@ -320,7 +320,9 @@ func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kern
 	cs.core.sendStopped.Store(true)
 	inst := cs.inst
 	cs.core.mu.Unlock()
-	cs.gotHeader(nil)
+	// If no message carried the headers, the server sent them with its
+	// status, in the same metadata as the trailers (docs/protocol.md).
+	cs.gotHeader(trailer)
 	cs.core.wakeSenders() // a sender waiting for credit sees the end
 	cs.core.signal()
 	var err error
@@ -331,7 +333,8 @@ func (cs *ClientStream) finish(cc *clientConn, id uint64, st error, trailer kern
 }
 
 // gotHeader records the server's headers, once: from its first message,
-// or none when it ends the stream first.
+// or its final status when it ends the stream first (none if the
+// connection was lost).
 func (cs *ClientStream) gotHeader(md kernel.Metadata) {
 	cs.headerOnce.Do(func() {
 		cs.header = md

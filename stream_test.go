@@ -244,3 +244,26 @@ func TestStreamsOverADelayingTransport(t *testing.T) {
 		}
 	}
 }
+
+// A server that sends no message sends the headers it set with its
+// status (docs/protocol.md, "Streams"): Header returns them.
+func TestStreamHeaderComesWithTheStatusWhenNoMessageCarriedIt(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := st.Header(); err != nil || h["count"] != "0" {
+		t.Errorf("Header = %v, %v; want the count=0 the handler set", h, err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("Recv = %v, want io.EOF", err)
+	}
+	if tr := st.Trailer(); tr["sent"] != "0" {
+		t.Errorf("trailer = %v; want sent=0", tr)
+	}
+}
