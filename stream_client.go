@@ -16,8 +16,9 @@ import (
 // once, nor CloseSend while another sends.
 //
 // A stream frees itself once RecvMsg has returned its end (io.EOF or the
-// final status). Close, or cancelling the context it was opened with,
-// abandons it: call one of them when you stop reading a stream early.
+// final status), and its Context ends then. Close, or cancelling the
+// context it was opened with, abandons it: call one of them when you stop
+// reading a stream early.
 type ClientStream struct {
 	core   streamCore
 	client *Client
@@ -27,7 +28,7 @@ type ClientStream struct {
 	msgs   kernel.Stream
 	ctx    context.Context
 	cancel context.CancelFunc
-	stop   func() bool // stops watching ctx
+	stop   func() bool // stops watching ctx; set under core.mu
 
 	headerReady chan struct{} // closed once the headers are in
 	header      kernel.Metadata
@@ -87,6 +88,9 @@ func (c *Client) streamFilters(method string) []kernel.StreamFilter {
 // goroutine of its own: they return once the caller is done with it.
 func (cs *ClientStream) runFilters(chain kernel.StreamInvoker) {
 	err := chain(cs.ctx, &cs.info, clientMsgs{cs})
+	// Ended only now, not with the stream: the filters may still use it
+	// after next returned. See markOver.
+	cs.cancel()
 	if !cs.bound {
 		if err == nil {
 			err = kernel.Errorf(kernel.Internal, "a client stream filter returned without opening the stream of %s or an error; call next, or return a *kernel.Status", cs.info.Method)
@@ -148,7 +152,9 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 // request that opens it.
 func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *kernel.Instance, info *kernel.CallInfo) error {
 	c := cs.client
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+	// A context that ended is not sent: the server would run the handler
+	// only to have it cancelled by the Cancel that follows.
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
 		return c.ctxStatus(ctx, nil, "before the stream of "+info.Method+" was opened")
 	}
 	cc.mu.Lock()
@@ -221,7 +227,12 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 		cc.removeStream(id)
 		return lost
 	}
-	cs.stop = context.AfterFunc(ctx, cs.ctxDone)
+	// Under the core's lock: a ctx that ended meanwhile runs ctxDone at
+	// once, on a goroutine of its own, and markOver reads stop.
+	stop := context.AfterFunc(ctx, cs.ctxDone)
+	cs.core.mu.Lock()
+	cs.stop = stop
+	cs.core.mu.Unlock()
 	return nil
 }
 
@@ -260,11 +271,21 @@ func (cs *ClientStream) ctxStatus() error {
 	return cs.client.ctxStatus(cs.ctx, nil, "while the stream of "+cs.info.Method+" to "+cs.cc.conn.RemoteAddr()+" was open")
 }
 
-// markOver records that the caller is done with the stream.
+// markOver records that the caller is done with the stream, and ends its
+// context: until then the context stays registered with the one the
+// stream was opened with (and a Timeout option's timer runs), which a
+// long-lived parent would hold on to for every stream that ended.
+// With filters, runFilters ends it once they have returned.
 func (cs *ClientStream) markOver() {
 	cs.overOnce.Do(func() {
-		if cs.stop != nil {
-			cs.stop()
+		cs.core.mu.Lock()
+		stop := cs.stop
+		cs.core.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		if cs.opened == nil {
+			cs.cancel()
 		}
 		close(cs.over)
 	})
@@ -388,6 +409,13 @@ func (cs *ClientStream) CloseSend() error { return cs.core.closeSend() }
 // Header waits for the server's header metadata, sent with its first
 // message or its final status.
 func (cs *ClientStream) Header() (kernel.Metadata, error) {
+	// Looked at first: a stream that ended has its context ended too, and
+	// a select would pick either.
+	select {
+	case <-cs.headerReady:
+		return cs.header, nil
+	default:
+	}
 	select {
 	case <-cs.headerReady:
 		return cs.header, nil

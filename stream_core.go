@@ -422,6 +422,11 @@ func (s *streamCore) waitCredit(cost int64) error {
 		select {
 		case <-wait:
 		case <-s.ctx.Done():
+			// A client's stream context ends once the stream has (markOver):
+			// its end, if it came first, is the answer.
+			if err := s.sendErr(); err != nil {
+				return err
+			}
 			return s.ctxStatus()
 		}
 	}

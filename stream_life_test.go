@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -494,5 +495,127 @@ func TestStreamConfigErrors(t *testing.T) {
 				t.Fatalf("NewClient: %v, want an error naming %s", err, tc.key)
 			}
 		})
+	}
+}
+
+// A stream read to its end lets go of its context: one that stayed
+// registered with the context it was opened with would be held for as
+// long as that lives (an application's root context: for ever), one per
+// stream. With stream filters, the context ends once they returned.
+func TestStreamReadToItsEndLetsGoOfItsContext(t *testing.T) {
+	for _, filtered := range []bool{false, true} {
+		t.Run("filtered="+strconv.FormatBool(filtered), func(t *testing.T) {
+			cfg := testConfig(t)
+			if filtered {
+				cfg.Filters = []kernrpc.FilterConfig{{Name: "test-tap", Side: "client"}}
+			}
+			startServer(t, cfg, streamHandlers)
+			cli := newClient(t, cfg)
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			freed := make(chan struct{})
+			var streamCtx context.Context
+			func() {
+				// Reachable only through the stream's context, and that
+				// only through parent unless the stream ended it.
+				tag := new([64]byte)
+				runtime.SetFinalizer(tag, func(*[64]byte) { close(freed) })
+				ctx := context.WithValue(parent, streamTagKey{}, tag)
+				st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "3"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if _, err := st.Recv(); errors.Is(err, io.EOF) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+				}
+				streamCtx = st.Context()
+				if h, err := st.Header(); err != nil || h["count"] != "3" {
+					t.Errorf("Header after the end = %v, %v; want count=3", h, err)
+				}
+			}()
+			select {
+			case <-streamCtx.Done():
+			case <-time.After(3 * time.Second):
+				t.Fatal("the context of a stream read to its end did not end")
+			}
+			streamCtx = nil
+			if !eventually(5*time.Second, func() bool {
+				runtime.GC()
+				select {
+				case <-freed:
+					return true
+				default:
+					return false
+				}
+			}) {
+				t.Fatal("the context of a stream read to its end is still held by the one it was opened with")
+			}
+		})
+	}
+}
+
+type streamTagKey struct{}
+
+// CloseAndRecv on a stream whose connection was lost returns the loss,
+// and frees the stream as a Recv that returned its end would: its
+// filters return (and its context ends), though its CloseSend failed.
+func TestCloseAndRecvOnALostConnectionFreesTheStream(t *testing.T) {
+	ln := listenTCPLV(t)
+	served := make(chan struct{})
+	t.Cleanup(func() { <-served })
+	go func() {
+		defer close(served)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			f, err := c.ReadFrame(ctx)
+			if err != nil {
+				return
+			}
+			switch f.Type {
+			case kernel.FrameRequest:
+				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: 1 << 20})
+				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: f.CallID, Credit: 1 << 20})
+			case kernel.FrameStreamData:
+				f.Release()
+				return // the first message: the connection is lost
+			}
+			f.Release()
+		}
+	}()
+	cfg := testConfig(t)
+	cfg.Transport.Options = nil // the fake server's tcp-lv takes pings 1s apart at most
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{ln.Addr()}}
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-tap", Side: "client"}}
+	cli := newClient(t, cfg)
+	clientTap, _ := kernrpc.FindPlugin[*tap](cli.Plugins(), "test-tap")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Join")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sends until the client has seen the loss, so that CloseSend's
+	// write fails.
+	for st.Send(&echopb.Echo{Text: "one"}) == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the stream's sends still succeed after its connection was lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := st.CloseAndRecv(); kernel.CodeOf(err) != kernel.Unavailable {
+		t.Fatalf("CloseAndRecv = %v, want Unavailable", err)
+	}
+	if ended := clientTap.waitEnded(t, 1)[0]; kernel.CodeOf(ended.err) != kernel.Unavailable {
+		t.Errorf("the client filter saw the stream end with %v, want Unavailable", ended.err)
 	}
 }

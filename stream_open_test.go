@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,33 +73,46 @@ func TestStreamOpenWithNoInstance(t *testing.T) {
 
 // A stream whose deadline passed before it was opened is not sent: the
 // server never sees it, and the caller gets DeadlineExceeded saying when.
+// Nor is one whose context was cancelled: it gets Canceled.
 func TestStreamOpenAfterItsDeadline(t *testing.T) {
-	cfg := testConfig(t)
-	var opened atomic.Int32
-	startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.HandleServerStream(s, "Count.Up", func(ctx context.Context, req *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
-			opened.Add(1)
-			return nil
+	for _, cancelled := range []bool{false, true} {
+		t.Run("cancelled="+strconv.FormatBool(cancelled), func(t *testing.T) {
+			cfg := testConfig(t)
+			var opened atomic.Int32
+			startServer(t, cfg, func(s *kernrpc.Server) {
+				// Untyped: counted before it reads anything, which a
+				// Cancel following the opening would fail.
+				mustRegisterStream(s, "Count.Up", kernel.ServerStreaming, func(context.Context, *kernrpc.ServerStream) error {
+					opened.Add(1)
+					return nil
+				})
+			})
+			cli := newClient(t, cfg)
+			// One call first, so that the connection is up and the
+			// context, not a dial, is what the opening meets.
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+			want := kernel.DeadlineExceeded
+			if cancelled {
+				ctx, cancel = context.WithCancel(context.Background())
+				cancel()
+				want = kernel.Canceled
+			}
+			defer cancel()
+			_, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "1"})
+			if kernel.CodeOf(err) != want {
+				t.Fatalf("open: %v; want %v", err, want)
+			}
+			// The stream would have reached the server with the call below.
+			if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+				t.Fatal(err)
+			}
+			if n := opened.Load(); n != 0 {
+				t.Errorf("the server ran the handler of a stream opened after its context ended %d times; want none", n)
+			}
 		})
-	})
-	cli := newClient(t, cfg)
-	// One call first, so that the connection is up and the deadline, not
-	// a dial, is what the opening meets.
-	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
-	defer cancel()
-	_, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Up", &echopb.Echo{Text: "1"})
-	if kernel.CodeOf(err) != kernel.DeadlineExceeded {
-		t.Fatalf("open: %v; want DeadlineExceeded", err)
-	}
-	// The stream would have reached the server with the call below.
-	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
-		t.Fatal(err)
-	}
-	if n := opened.Load(); n != 0 {
-		t.Errorf("the server ran the handler of a stream opened after its deadline %d times; want none", n)
 	}
 }
 

@@ -125,6 +125,9 @@ func (s ClientStreamOf[Req, Resp]) Recv() (*Resp, error) {
 // returns the server's one response.
 func (s ClientStreamOf[Req, Resp]) CloseAndRecv() (*Resp, error) {
 	if err := s.CloseSend(); err != nil {
+		// The connection is lost: no Recv will return the end that would
+		// free the stream, so it is freed here.
+		s.Close()
 		return nil, err
 	}
 	resp, err := s.Recv()
