@@ -177,7 +177,10 @@ func FuzzUnmarshalNested(f *testing.F) {
 			return
 		}
 		again, err := proto.Marshal(reused)
-		if err != nil {
+		switch {
+		case err != nil && strings.Contains(err.Error(), "invalid UTF-8"):
+			return // vtprotobuf checks no strings: the documented difference
+		case err != nil:
 			t.Fatalf("the codec accepts %x as %v, which protobuf-go cannot encode: %v", data, reused, err)
 		}
 		if err := proto.Unmarshal(again, new(presencepb.Outer)); err != nil && !strings.Contains(err.Error(), "invalid UTF-8") {
