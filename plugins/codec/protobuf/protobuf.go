@@ -29,13 +29,16 @@
 //   - string fields are not checked for valid UTF-8.
 //
 // vtprotobuf's decoders keep malformed unknown fields and field numbers out
-// of range, which protobuf-go refuses, and nest without limit. The codec
-// then parses the message's unknown fields, or, for a message that holds
-// others, reads its encoding once more, into every message it holds, and
-// refuses nesting deeper than protobuf-go allows. The two
-// decoders then accept the same inputs, but for strings that are not valid
-// UTF-8 (accepted) and a known field sent with another wire type (refused,
-// where protobuf-go keeps it as an unknown field).
+// of range, which protobuf-go refuses, nest without limit, and read a map
+// entry's key and value whatever their wire type. The codec then parses
+// the message's unknown fields, or, for a message that holds others (a
+// map included), reads its encoding once more, into every message it
+// holds, refusing nesting deeper than protobuf-go allows and an entry's
+// field of another wire type than its kind's. The two decoders then
+// accept the same inputs, but for strings that are not valid UTF-8
+// (accepted) and a known field sent with another wire type (refused,
+// where protobuf-go keeps it as an unknown field, or skips it in a map
+// entry).
 //
 // # alias_requests
 //

@@ -19,7 +19,8 @@ type vtFacts struct {
 	// carry it. Such types are reset with proto.Reset instead.
 	plainReset bool
 	// nested are the type's fields that hold messages (singular, repeated,
-	// maps, whose entries are messages): checkUnknown reads into them.
+	// and maps, whose entries are messages whatever their values):
+	// checkUnknown reads into them.
 	nested []nestedField
 }
 
@@ -58,9 +59,10 @@ func factsOf(md protoreflect.MessageDescriptor) *vtFacts {
 	return f
 }
 
-// nestedOf describes fd if it holds messages.
+// nestedOf describes fd if it holds messages: a map's entries are
+// messages too, whatever its values, and are read for checkEntryField.
 func nestedOf(fd protoreflect.FieldDescriptor) (nestedField, bool) {
-	if messageValue(fd) == nil {
+	if !fd.IsMap() && fd.Message() == nil {
 		return nestedField{}, false
 	}
 	return nestedField{num: fd.Number(), md: fd.Message(), entry: fd.IsMap()}, true
@@ -83,14 +85,14 @@ func (f *vtFacts) field(md protoreflect.MessageDescriptor, num protowire.Number)
 }
 
 // holdsMessages reports whether md, whose facts are f, has fields that
-// hold messages.
+// hold messages, maps included.
 func holdsMessages(f *vtFacts, md protoreflect.MessageDescriptor) bool {
 	if f != nil {
 		return len(f.nested) > 0
 	}
 	fields := md.Fields()
 	for i := range fields.Len() {
-		if messageValue(fields.Get(i)) != nil {
+		if _, ok := nestedOf(fields.Get(i)); ok {
 			return true
 		}
 	}
@@ -184,6 +186,11 @@ func (t *typeFacts) scan(b []byte, md protoreflect.MessageDescriptor, f *vtFacts
 			return fmt.Errorf("in %s: unknown fields: field number %d is out of range", md.FullName(), num)
 		}
 		b = b[n:]
+		if md.IsMapEntry() {
+			if err := checkEntryField(md, num, typ); err != nil {
+				return err
+			}
+		}
 		if nf, ok := f.field(md, num); ok && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
@@ -208,6 +215,39 @@ func (t *typeFacts) scan(b []byte, md protoreflect.MessageDescriptor, f *vtFacts
 		b = b[n:]
 	}
 	return nil
+}
+
+// checkEntryField refuses a map entry's key or value sent with another
+// wire type than its kind's. vtprotobuf refuses that of an ordinary field,
+// but reads an entry's key and value whatever their wire type says (a
+// varint key's tag read as a string's length), decoding another key than
+// the one sent, where protobuf-go skips such a field.
+func checkEntryField(md protoreflect.MessageDescriptor, num protowire.Number, typ protowire.Type) error {
+	fd := md.Fields().ByNumber(num)
+	if fd == nil {
+		return nil
+	}
+	if want := wireType(fd.Kind()); typ != want {
+		return fmt.Errorf("in %s: field %s has wire type %d, want %d", md.FullName(), fd.Name(), typ, want)
+	}
+	return nil
+}
+
+// wireType is the wire type a field of kind k is encoded with (a packed
+// list aside, which no map entry holds).
+func wireType(k protoreflect.Kind) protowire.Type {
+	switch k {
+	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
+		return protowire.Fixed32Type
+	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
+		return protowire.Fixed64Type
+	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
+		return protowire.BytesType
+	case protoreflect.GroupKind:
+		return protowire.StartGroupType
+	default: // bool, enum and the varint integers
+		return protowire.VarintType
+	}
 }
 
 func parseUnknown(b []byte) error {

@@ -206,3 +206,21 @@ func knownOnly(m *presencepb.Outer) proto.Message {
 	_ = proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, &out)
 	return &out
 }
+
+// vtprotobuf reads a map entry's key and value whatever their wire type
+// says, so a key sent as a varint has its tag's value read as a string's
+// length: another key than the one sent, where protobuf-go skips the
+// field. The codec refuses such an entry, as vtprotobuf refuses an
+// ordinary field with another wire type, for a map of messages and of
+// strings alike.
+func TestUnmarshalRefusesAMapEntryFieldOfAnotherWireType(t *testing.T) {
+	entry := []byte{0x08, 0x03, 'a', 'b', 'c'} // key (field 1) as a varint 3, then "abc"
+	for name, num := range map[string]protowire.Number{"by_name": 4, "tags": 7} {
+		data := protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), entry)
+		for _, c := range codecs(t) {
+			if err := c.decode(data, new(presencepb.Outer)); err == nil || !strings.Contains(err.Error(), "wire type") {
+				t.Errorf("%s: %s of an entry whose key is a varint = %v; want an error naming the wire type", name, c.name, err)
+			}
+		}
+	}
+}

@@ -35,7 +35,8 @@ type Outer struct {
 	//
 	//	*Outer_Picked
 	//	*Outer_Raw
-	Choice        isOuter_Choice `protobuf_oneof:"choice"`
+	Choice        isOuter_Choice    `protobuf_oneof:"choice"`
+	Tags          map[string]string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -119,6 +120,13 @@ func (x *Outer) GetRaw() []byte {
 		if x, ok := x.Choice.(*Outer_Raw); ok {
 			return x.Raw
 		}
+	}
+	return nil
+}
+
+func (x *Outer) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
 	}
 	return nil
 }
@@ -278,17 +286,21 @@ var File_plugins_codec_protobuf_internal_presencepb_presence_proto protoreflect.
 
 const file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc = "" +
 	"\n" +
-	"9plugins/codec/protobuf/internal/presencepb/presence.proto\x12\x1akernrpc.codectest.presence\"\x9c\x03\n" +
+	"9plugins/codec/protobuf/internal/presencepb/presence.proto\x12\x1akernrpc.codectest.presence\"\x96\x04\n" +
 	"\x05Outer\x12\x17\n" +
 	"\x04data\x18\x01 \x01(\fH\x01R\x04data\x88\x01\x01\x127\n" +
 	"\x05inner\x18\x02 \x01(\v2!.kernrpc.codectest.presence.InnerR\x05inner\x127\n" +
 	"\x05items\x18\x03 \x03(\v2!.kernrpc.codectest.presence.InnerR\x05items\x12F\n" +
 	"\aby_name\x18\x04 \x03(\v2-.kernrpc.codectest.presence.Outer.ByNameEntryR\x06byName\x12;\n" +
 	"\x06picked\x18\x05 \x01(\v2!.kernrpc.codectest.presence.InnerH\x00R\x06picked\x12\x12\n" +
-	"\x03raw\x18\x06 \x01(\fH\x00R\x03raw\x1a\\\n" +
+	"\x03raw\x18\x06 \x01(\fH\x00R\x03raw\x12?\n" +
+	"\x04tags\x18\a \x03(\v2+.kernrpc.codectest.presence.Outer.TagsEntryR\x04tags\x1a\\\n" +
 	"\vByNameEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
-	"\x05value\x18\x02 \x01(\v2!.kernrpc.codectest.presence.InnerR\x05value:\x028\x01B\b\n" +
+	"\x05value\x18\x02 \x01(\v2!.kernrpc.codectest.presence.InnerR\x05value:\x028\x01\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
 	"\x06choiceB\a\n" +
 	"\x05_data\"`\n" +
 	"\x05Inner\x12\x17\n" +
@@ -312,25 +324,27 @@ func file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescGZIP(
 	return file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDescData
 }
 
-var file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_plugins_codec_protobuf_internal_presencepb_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_plugins_codec_protobuf_internal_presencepb_presence_proto_goTypes = []any{
 	(*Outer)(nil),     // 0: kernrpc.codectest.presence.Outer
 	(*Inner)(nil),     // 1: kernrpc.codectest.presence.Inner
 	(*OneofOnly)(nil), // 2: kernrpc.codectest.presence.OneofOnly
 	nil,               // 3: kernrpc.codectest.presence.Outer.ByNameEntry
+	nil,               // 4: kernrpc.codectest.presence.Outer.TagsEntry
 }
 var file_plugins_codec_protobuf_internal_presencepb_presence_proto_depIdxs = []int32{
 	1, // 0: kernrpc.codectest.presence.Outer.inner:type_name -> kernrpc.codectest.presence.Inner
 	1, // 1: kernrpc.codectest.presence.Outer.items:type_name -> kernrpc.codectest.presence.Inner
 	3, // 2: kernrpc.codectest.presence.Outer.by_name:type_name -> kernrpc.codectest.presence.Outer.ByNameEntry
 	1, // 3: kernrpc.codectest.presence.Outer.picked:type_name -> kernrpc.codectest.presence.Inner
-	1, // 4: kernrpc.codectest.presence.Inner.next:type_name -> kernrpc.codectest.presence.Inner
-	1, // 5: kernrpc.codectest.presence.Outer.ByNameEntry.value:type_name -> kernrpc.codectest.presence.Inner
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4, // 4: kernrpc.codectest.presence.Outer.tags:type_name -> kernrpc.codectest.presence.Outer.TagsEntry
+	1, // 5: kernrpc.codectest.presence.Inner.next:type_name -> kernrpc.codectest.presence.Inner
+	1, // 6: kernrpc.codectest.presence.Outer.ByNameEntry.value:type_name -> kernrpc.codectest.presence.Inner
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_plugins_codec_protobuf_internal_presencepb_presence_proto_init() }
@@ -353,7 +367,7 @@ func file_plugins_codec_protobuf_internal_presencepb_presence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc), len(file_plugins_codec_protobuf_internal_presencepb_presence_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
