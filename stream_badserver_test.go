@@ -13,7 +13,8 @@ import (
 )
 
 // fakeServer accepts one tcp-lv connection and answers each frame it
-// reads with the frames answer makes of it (none: no answer).
+// reads with the frames answer makes of it (none: no answer; hangUp
+// among them: it closes the connection there).
 func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) string {
 	t.Helper()
 	ln := listenTCPLV(t)
@@ -34,6 +35,10 @@ func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) stri
 				return
 			}
 			for _, out := range answer(f) {
+				if out == hangUp {
+					f.Release()
+					return
+				}
 				if c.WriteFrame(out) != nil {
 					break
 				}
@@ -43,6 +48,10 @@ func fakeServer(t *testing.T, answer func(f *kernel.Frame) []*kernel.Frame) stri
 	}()
 	return ln.Addr()
 }
+
+// hangUp, among the frames a fakeServer's answer returns, makes it close
+// the connection instead of writing on.
+var hangUp = &kernel.Frame{}
 
 // listenTCPLV listens on a free loopback port with tcp-lv, for a test
 // that plays the server with the transport alone; the listener closes

@@ -564,37 +564,18 @@ type streamTagKey struct{}
 // and frees the stream as a Recv that returned its end would: its
 // filters return (and its context ends), though its CloseSend failed.
 func TestCloseAndRecvOnALostConnectionFreesTheStream(t *testing.T) {
-	ln := listenTCPLV(t)
-	served := make(chan struct{})
-	t.Cleanup(func() { <-served })
-	go func() {
-		defer close(served)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := ln.Accept(ctx)
-		if err != nil {
-			return
+	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
+		switch f.Type {
+		case kernel.FrameRequest:
+			return []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 20}, {Type: kernel.FrameWindowUpdate, CallID: f.CallID, Credit: 1 << 20}}
+		case kernel.FrameStreamData:
+			return []*kernel.Frame{hangUp} // the first message: the connection is lost
 		}
-		defer c.Close()
-		for {
-			f, err := c.ReadFrame(ctx)
-			if err != nil {
-				return
-			}
-			switch f.Type {
-			case kernel.FrameRequest:
-				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: 1 << 20})
-				_ = c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: f.CallID, Credit: 1 << 20})
-			case kernel.FrameStreamData:
-				f.Release()
-				return // the first message: the connection is lost
-			}
-			f.Release()
-		}
-	}()
+		return nil
+	})
 	cfg := testConfig(t)
 	cfg.Transport.Options = nil // the fake server's tcp-lv takes pings 1s apart at most
-	cfg.Registry.Options["static"] = map[string]any{"echo": []any{ln.Addr()}}
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-tap", Side: "client"}}
 	cli := newClient(t, cfg)
 	clientTap, _ := kernrpc.FindPlugin[*tap](cli.Plugins(), "test-tap")
