@@ -542,6 +542,7 @@ func (s *Server) closeConns(ctx context.Context) {
 // the transport lets a write wait (tcp-lv: write_timeout), so it is waited
 // for only until ctx ends, and Close then cuts that write short.
 func (s *Server) closeConn(ctx context.Context, sc *serverConn, graceEnd time.Time) {
+	sc.awaitGoAways(ctx)
 	if hc, ok := sc.conn.(kernel.HalfCloser); ok {
 		shut := make(chan error, 1)
 		go func() { shut <- hc.CloseWrite() }()

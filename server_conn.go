@@ -111,6 +111,9 @@ type serverConn struct {
 	clientCount   uint64
 	drained       chan struct{}
 	drainedClosed bool
+	// goAwaysSent closes once a shutdown's GoAways are written, or could
+	// not be (drainConns); nil until it drains.
+	goAwaysSent chan struct{}
 }
 
 // idleTimeoutReason is the GoAway's reason when a connection idled for

@@ -45,12 +45,25 @@ const (
 // reader starts, so the wait (drainAckWait at most) also serves a call an
 // idle client makes as the shutdown begins.
 func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
-	for _, sc := range conns {
-		sc.askToDrain("") // one ending for its idleness has asked already
+	// Each connection's two GoAways are written, in order, on a goroutine
+	// of its own: a transport without a write queue (shm-ring) lets a
+	// write wait up to its wait_timeout for room a client that stopped
+	// reading never makes, and one connection after another, those waits
+	// would add up far past ctx. closeConn waits for them, until ctx ends.
+	goAways := make([]chan *kernel.Frame, len(conns))
+	for i, sc := range conns {
+		goAways[i] = make(chan *kernel.Frame, 2)
+		if f := sc.askToDrain(""); f != nil { // nil: one ending for its idleness has asked already
+			goAways[i] <- f
+		}
+		sc.sendGoAways(goAways[i])
 	}
 	unanswered := awaitDrained(ctx, conns)
-	for _, sc := range conns {
-		sc.refuseNew("")
+	for i, sc := range conns {
+		if f := sc.refuseNew(""); f != nil {
+			goAways[i] <- f
+		}
+		close(goAways[i])
 	}
 	// unanswered says why a shutdown took a second longer: clients that
 	// read only when they call (another engine's, or a kernrpc client
@@ -59,21 +72,49 @@ func (s *Server) drainConns(ctx context.Context, conns []*serverConn) error {
 	return s.waitInFlight(ctx)
 }
 
-// askToDrain sends the first GoAway, saying why (reason: empty for a
-// shutdown, idleTimeoutReason), unless one was sent already: then it
-// reports false.
-func (sc *serverConn) askToDrain(reason string) bool {
+// askToDrain begins the first step and returns its GoAway, for the
+// caller to send, saying why (reason: empty for a shutdown,
+// idleTimeoutReason); nil if the step had begun already.
+func (sc *serverConn) askToDrain(reason string) *kernel.Frame {
 	sc.mu.Lock()
+	defer sc.mu.Unlock()
 	if sc.drain != drainNone {
-		sc.mu.Unlock()
-		return false
+		return nil
 	}
 	sc.drain = drainAsked
 	sc.drained = make(chan struct{})
 	sc.checkDrainedLocked()
+	return &kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: reason}
+}
+
+// sendGoAways writes frames, in order, on a goroutine of its own, and
+// closes sc.goAwaysSent once they are written or failed to be.
+func (sc *serverConn) sendGoAways(frames <-chan *kernel.Frame) {
+	sent := make(chan struct{})
+	sc.mu.Lock()
+	sc.goAwaysSent = sent
 	sc.mu.Unlock()
-	sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: kernel.GoAwayUnknownLast, Message: reason})
-	return true
+	go func() {
+		defer close(sent)
+		for f := range frames {
+			sc.queue(f)
+		}
+	}()
+}
+
+// awaitGoAways waits until a shutdown's GoAways to sc are written, or ctx
+// ends: a connection closed earlier would lose them.
+func (sc *serverConn) awaitGoAways(ctx context.Context) {
+	sc.mu.Lock()
+	sent := sc.goAwaysSent
+	sc.mu.Unlock()
+	if sent == nil {
+		return
+	}
+	select {
+	case <-sent:
+	case <-ctx.Done():
+	}
 }
 
 // clientGoingAway takes in the client's GoAway: it sends no more than
@@ -100,12 +141,13 @@ func (sc *serverConn) checkDrainedLocked() {
 
 // refuseNew ends the first step: from now on requests are refused. A
 // connection whose client has not said it stopped gets the GoAway naming
-// the last call served, so that it sends the later ones elsewhere.
-func (sc *serverConn) refuseNew(reason string) {
+// the last call served, so that it sends the later ones elsewhere:
+// refuseNew returns it, for the caller to send, or nil.
+func (sc *serverConn) refuseNew(reason string) *kernel.Frame {
 	sc.mu.Lock()
 	if sc.drain == drainRefusing {
 		sc.mu.Unlock()
-		return
+		return nil
 	}
 	done := sc.drainedClosed
 	if sc.drain == drainAsked && !done {
@@ -118,9 +160,10 @@ func (sc *serverConn) refuseNew(reason string) {
 	sc.drain = drainRefusing
 	last := sc.lastAccepted
 	sc.mu.Unlock()
-	if !done {
-		sc.queue(&kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason})
+	if done {
+		return nil
 	}
+	return &kernel.Frame{Type: kernel.FrameGoAway, CallID: last, Message: reason}
 }
 
 // refusesLocked reports whether a request arriving now is refused rather
@@ -135,9 +178,11 @@ func (sc *serverConn) refusesLocked() bool {
 // same two steps: a call or stream the client sent as the first GoAway
 // left is served, and the connection is closed once it is idle again.
 func (sc *serverConn) endIdle() {
-	if !sc.askToDrain(idleTimeoutReason) {
+	f := sc.askToDrain(idleTimeoutReason)
+	if f == nil {
 		return // the shutdown has it
 	}
+	sc.queue(f) // on the idle timer's goroutine: waiting here holds up no other
 	wait := time.NewTimer(drainAckWait)
 	select {
 	case <-sc.drained:
@@ -145,7 +190,9 @@ func (sc *serverConn) endIdle() {
 	case <-sc.srv.baseCtx.Done():
 	}
 	wait.Stop()
-	sc.refuseNew(idleTimeoutReason) // names the last call served, unless the client answered
+	if f := sc.refuseNew(idleTimeoutReason); f != nil { // names the last call served, unless the client answered
+		sc.queue(f)
+	}
 	sc.mu.Lock()
 	calls := len(sc.calls) > 0
 	sc.mu.Unlock()
