@@ -155,7 +155,7 @@ func (c *call) hedge(i int) {
 func (c *call) fire() {
 	c.mu.Lock()
 	c.fired = true
-	if c.decided || c.over || c.launched >= c.f.maxAttempts || c.ctx.Err() != nil {
+	if c.decided || c.over || c.launched >= c.f.maxAttempts || c.ctx.Err() != nil || c.pastDeadline() {
 		c.mu.Unlock()
 		return
 	}
@@ -171,6 +171,18 @@ func (c *call) fire() {
 	}
 	c.mu.Unlock()
 	go c.hedge(i)
+}
+
+// pastDeadline reports whether the call's deadline has passed, which
+// c.ctx's Err may not say yet: the engine's in-place deadline
+// (client.timeout, the timeout filter) ends the contexts derived from the
+// call's on a goroutine of its own, and a hedge due at about the deadline
+// (a delay observed from calls that ran out of it) can fire first. Sent,
+// it could only fail, yet it would spend a token of the budget and could
+// decide the call with its own error.
+func (c *call) pastDeadline() bool {
+	dl, ok := c.ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // launchLocked prepares the next attempt; its caller starts it.

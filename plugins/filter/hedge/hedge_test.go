@@ -338,3 +338,32 @@ func BenchmarkInvoke(b *testing.B) {
 		})
 	}
 }
+
+// lateCtx is a context whose deadline has passed before its Done closes,
+// as a context derived from the engine's in-place deadline (client.timeout,
+// the timeout filter) is for a moment: that deadline's end reaches it on
+// a goroutine of its own.
+type lateCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// A hedge due once the call's deadline has passed is not sent, even if
+// the call's context does not say it ended yet: it could only fail, and
+// would spend the budget's token and decide the call with its own error.
+func TestNoHedgeAfterTheCallsDeadline(t *testing.T) {
+	f := build(t, func(o *hedge.Options) { o.Delay = kernel.Duration(200 * time.Millisecond) })
+	in := &instances{delays: []time.Duration{time.Second}}
+	done, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ctx := lateCtx{done, time.Now().Add(50 * time.Millisecond)}
+	_, resp, err := call(f, ctx, in.next)
+	if err != nil || resp != "answer 1" {
+		t.Fatalf("got (%v, %v), want the first attempt's answer", resp, err)
+	}
+	if attempts, _ := in.counts(); attempts != 1 || f.Hedges() != 0 {
+		t.Errorf("%d attempts, Hedges() = %d; want 1 and 0: the hedge was due after the deadline", attempts, f.Hedges())
+	}
+}
