@@ -51,7 +51,7 @@ type reflectionFiles struct {
 // server's reflection service, for methods served from descriptors rather
 // than generated code (the generic package's Register does it). A file
 // already known by its path is skipped; one declaring a name another file
-// declares is refused.
+// declares is refused. It may be called while the server serves.
 func (s *Server) RegisterFileDescriptor(fd protoreflect.FileDescriptor) error {
 	r := &s.reflection
 	r.mu.Lock()
@@ -71,18 +71,28 @@ func (s *Server) RegisterFileDescriptor(fd protoreflect.FileDescriptor) error {
 }
 
 // findDescriptor looks a full name up in the server's own files, then in
-// the global ones.
+// the global ones. The lookup holds the lock: RegisterFileDescriptor may
+// add to the same protoregistry.Files while the server answers, and a
+// Files other than GlobalFiles is not safe to read while written.
 func (s *Server) findDescriptor(name protoreflect.FullName) (protoreflect.Descriptor, error) {
-	r := &s.reflection
-	r.mu.Lock()
-	files := r.files
-	r.mu.Unlock()
-	if files != nil {
-		if d, err := files.FindDescriptorByName(name); err == nil {
-			return d, nil
-		}
+	if d := s.findOwnDescriptor(name); d != nil {
+		return d, nil
 	}
 	return protoregistry.GlobalFiles.FindDescriptorByName(name)
+}
+
+func (s *Server) findOwnDescriptor(name protoreflect.FullName) protoreflect.Descriptor {
+	r := &s.reflection
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.files == nil {
+		return nil
+	}
+	d, err := r.files.FindDescriptorByName(name)
+	if err != nil {
+		return nil
+	}
+	return d
 }
 
 // withImports is fd followed by every file it imports, transitively, each

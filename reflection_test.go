@@ -2,10 +2,12 @@ package kernrpc_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -286,5 +288,47 @@ func TestRegisterFileDescriptorRefusesAConflictingFile(t *testing.T) {
 	err = srv.RegisterFileDescriptor(other)
 	if err == nil || !strings.Contains(err.Error(), "elsewhere/gateway.proto") || !strings.Contains(err.Error(), "kernrpc.gatewaytest.v1") {
 		t.Fatalf("registering a second file declaring the same names: %v, want an error naming the file and the name", err)
+	}
+}
+
+// RegisterFileDescriptor may run while the server answers reflection
+// requests (a gateway loading another descriptor set): the files it adds
+// are read by none of them half written.
+func TestRegisterFileDescriptorWhileServing(t *testing.T) {
+	var srv *kernrpc.Server
+	cfg := notesServer(t, true, func(s *kernrpc.Server) { srv = s })
+	cli := newClient(t, cfg)
+	stop := make(chan struct{})
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var resp reflectpb.FileContainingResponse
+			_ = cli.Call(context.Background(), kernrpc.ReflectionFileContainingMethod, &reflectpb.FileContainingRequest{Symbol: "late.v1.M"}, &resp)
+		}
+	}()
+	for i := range 200 {
+		name := fmt.Sprintf("M%d", i)
+		fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+			Name: proto.String(name + ".proto"), Package: proto.String("late.v1"), Syntax: proto.String("proto3"),
+			MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String(name)}},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.RegisterFileDescriptor(fd); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	close(stop)
+	<-asked
+	if _, _, err := fileContaining(t, cli, "late.v1.M199"); err != nil {
+		t.Errorf("FileContaining(late.v1.M199) once registered: %v", err)
 	}
 }
