@@ -111,7 +111,7 @@ func (s *ReflectionSource) lookup(name protoreflect.FullName) protoreflect.Descr
 	return d
 }
 
-// add decodes the files sent and resolves them with those sent before:
+// add decodes the files sent and resolves them against those sent before:
 // a file's imports may have come in an earlier answer.
 func (s *ReflectionSource) add(raw [][]byte) error {
 	s.mu.Lock()
@@ -126,27 +126,74 @@ func (s *ReflectionSource) add(raw [][]byte) error {
 			return fmt.Errorf("the server sent a file descriptor that does not decode: %w", err)
 		}
 	}
-	var added []string
+	added := map[string]*descriptorpb.FileDescriptorProto{}
+	var order []string
 	for _, fd := range fds {
-		if _, ok := s.protos[fd.GetName()]; !ok {
-			s.protos[fd.GetName()] = fd
-			added = append(added, fd.GetName())
+		if _, ok := s.protos[fd.GetName()]; ok {
+			continue
+		}
+		if _, ok := added[fd.GetName()]; !ok {
+			added[fd.GetName()] = fd
+			order = append(order, fd.GetName())
 		}
 	}
 	if len(added) == 0 {
 		return nil
 	}
-	set := &descriptorpb.FileDescriptorSet{}
-	for _, fd := range s.protos {
-		set.File = append(set.File, fd)
-	}
-	files, err := protodesc.NewFiles(set)
-	if err != nil {
-		for _, name := range added { // so that the next answer is resolved without them
-			delete(s.protos, name)
+	// The files resolved before are kept as they are, in a new set with the
+	// new ones: a descriptor handed out earlier stays the one found for its
+	// name (dynamicpb tells fields apart by descriptor), and the set
+	// lookups read is never written, nor replaced unless all resolve.
+	next := new(protoregistry.Files)
+	if s.files != nil {
+		var err error
+		s.files.RangeFiles(func(f protoreflect.FileDescriptor) bool {
+			err = next.RegisterFile(f)
+			return err == nil
+		})
+		if err != nil {
+			return fmt.Errorf("the files the server sent do not resolve: %w", err)
 		}
-		return fmt.Errorf("the files the server sent do not resolve: %w", err)
 	}
-	s.files = files
+	// Each new file is resolved after the new files it imports.
+	const (
+		resolving = iota + 1
+		resolved
+	)
+	state := map[string]int{}
+	var resolve func(name string) error
+	resolve = func(name string) error {
+		fd := added[name]
+		if fd == nil || state[name] == resolved {
+			return nil // sent before (or never: NewFile says so)
+		}
+		if state[name] == resolving {
+			return fmt.Errorf("import cycle through %q", name)
+		}
+		state[name] = resolving
+		for _, dep := range fd.GetDependency() {
+			if err := resolve(dep); err != nil {
+				return err
+			}
+		}
+		f, err := protodesc.NewFile(fd, next)
+		if err == nil {
+			err = next.RegisterFile(f)
+		}
+		if err != nil {
+			return err
+		}
+		state[name] = resolved
+		return nil
+	}
+	for _, name := range order {
+		if err := resolve(name); err != nil {
+			return fmt.Errorf("the files the server sent do not resolve: %w", err)
+		}
+	}
+	for name, fd := range added {
+		s.protos[name] = fd
+	}
+	s.files = next
 	return nil
 }
