@@ -72,7 +72,7 @@ func (g *Client) CallJSON(ctx context.Context, method string, reqJSON []byte, op
 	if err != nil {
 		return nil, err
 	}
-	req, err := requestFromJSON(md, reqJSON)
+	req, err := g.requestFromJSON(ctx, md, reqJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -80,11 +80,25 @@ func (g *Client) CallJSON(ctx context.Context, method string, reqJSON []byte, op
 	if err != nil {
 		return nil, err
 	}
-	return MarshalJSON(resp)
+	return g.EncodeJSON(ctx, resp)
 }
 
-func requestFromJSON(md protoreflect.MethodDescriptor, reqJSON []byte) (*dynamicpb.Message, error) {
-	req, err := UnmarshalJSON(md.Input(), reqJSON)
+// DecodeJSON is the package's UnmarshalJSON, with the type a
+// google.protobuf.Any names looked up in the client's Source too (asking
+// it with ctx).
+func (g *Client) DecodeJSON(ctx context.Context, desc protoreflect.MessageDescriptor, data []byte) (*dynamicpb.Message, error) {
+	return unmarshalJSON(sourceTypes{ctx, g.src}, desc, data)
+}
+
+// EncodeJSON is the package's MarshalJSON, with the type a
+// google.protobuf.Any names looked up in the client's Source too (asking
+// it with ctx).
+func (g *Client) EncodeJSON(ctx context.Context, m proto.Message) ([]byte, error) {
+	return marshalJSON(sourceTypes{ctx, g.src}, m)
+}
+
+func (g *Client) requestFromJSON(ctx context.Context, md protoreflect.MethodDescriptor, reqJSON []byte) (*dynamicpb.Message, error) {
+	req, err := g.DecodeJSON(ctx, md.Input(), reqJSON)
 	if err != nil {
 		return nil, fmt.Errorf("generic: request of %s: %w", md.FullName(), err)
 	}
@@ -200,12 +214,12 @@ func (g *Client) ServerStreamJSON(ctx context.Context, method string, reqJSON []
 	if err != nil {
 		return err
 	}
-	req, err := requestFromJSON(md, reqJSON)
+	req, err := g.requestFromJSON(ctx, md, reqJSON)
 	if err != nil {
 		return err
 	}
 	return g.serverStream(ctx, md, req, func(m *dynamicpb.Message) error {
-		b, err := MarshalJSON(m)
+		b, err := g.EncodeJSON(ctx, m)
 		if err != nil {
 			return kernel.Errorf(kernel.Internal, "%v", err)
 		}

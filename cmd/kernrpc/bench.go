@@ -149,15 +149,16 @@ func (d *dialFlags) dialPool(target string, pool int) (*endpoint, error) {
 // prepareBench finds the method and builds its request once.
 func prepareBench(ctx context.Context, e *endpoint, d *dialFlags, method string, data []byte) (*benchRun, error) {
 	lctx, cancel := context.WithTimeout(ctx, d.timeout)
-	md, err := generic.FindMethod(lctx, e.source, method)
-	cancel()
+	defer cancel()
+	g := generic.NewClient(e.cli, e.source)
+	md, err := g.Method(lctx, method)
 	if err != nil {
 		return nil, err
 	}
 	if k := generic.KindOf(md); k != generic.Unary {
 		return nil, fmt.Errorf("%s is %s: bench calls unary methods", method, k)
 	}
-	req, err := generic.UnmarshalJSON(md.Input(), data)
+	req, err := g.DecodeJSON(lctx, md.Input(), data)
 	if err != nil {
 		return nil, fmt.Errorf("request of %s: %w", method, err)
 	}

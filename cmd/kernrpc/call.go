@@ -97,7 +97,7 @@ func callGeneric(ctx context.Context, e *endpoint, d *dialFlags, method string, 
 		}
 		return nil
 	}
-	msgs, err := jsonValues(md.Input(), req)
+	msgs, err := jsonValues(ctx, g, md.Input(), req)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func callGeneric(ctx context.Context, e *endpoint, d *dialFlags, method string, 
 
 // jsonValues splits a client stream's messages: JSON values one after
 // another ({"a":1} {"a":2}), each checked against the input message.
-func jsonValues(in protoreflect.MessageDescriptor, data []byte) ([][]byte, error) {
+func jsonValues(ctx context.Context, g *generic.Client, in protoreflect.MessageDescriptor, data []byte) ([][]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var out [][]byte
 	for {
@@ -121,7 +121,7 @@ func jsonValues(in protoreflect.MessageDescriptor, data []byte) ([][]byte, error
 		if err != nil {
 			return nil, fmt.Errorf("message %d of the stream: %w: %v", len(out)+1, generic.ErrBadJSON, err)
 		}
-		if _, err := generic.UnmarshalJSON(in, raw); err != nil {
+		if _, err := g.DecodeJSON(ctx, in, raw); err != nil {
 			return nil, fmt.Errorf("message %d of the stream: %w", len(out)+1, err)
 		}
 		out = append(out, raw)
@@ -139,7 +139,7 @@ func stream(ctx context.Context, g *generic.Client, method string, msgs [][]byte
 	sent := make(chan error, 1)
 	go func() {
 		for _, b := range msgs {
-			m, _ := generic.UnmarshalJSON(st.Method().Input(), b) // checked by jsonValues
+			m, _ := g.DecodeJSON(ctx, st.Method().Input(), b) // checked by jsonValues
 			if err := st.Send(m); err != nil {
 				if errors.Is(err, io.EOF) { // the server ended the stream: Recv says how
 					err = nil
@@ -160,7 +160,7 @@ func stream(ctx context.Context, g *generic.Client, method string, msgs [][]byte
 			<-sent
 			return err
 		}
-		b, err := generic.MarshalJSON(m)
+		b, err := g.EncodeJSON(ctx, m)
 		if err == nil {
 			err = print(b)
 		}
