@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,21 +18,13 @@ import (
 // does: it waits out the interrupt for its child, a long sleep standing
 // for the test binary.
 func TestInterruptStopsGoTestAndItsChildren(t *testing.T) {
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("needs /bin/sh for a fake go command")
-	}
-	dir := t.TempDir()
-	script := `#!/bin/sh
+	fakeGo(t, `#!/bin/sh
 trap ':' INT
 echo "fuzz: elapsed: 0s, execs: 1 (1/sec), new interesting: 0 (total: 1)"
 sleep 20
 echo "FAIL"
 exit 1
-`
-	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+`)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(500*time.Millisecond, cancel) // Ctrl-C
 	cfg := &config{fuzzTime: time.Minute, minimizeTime: time.Second}

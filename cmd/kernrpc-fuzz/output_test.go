@@ -16,11 +16,7 @@ import (
 // go test with more than a pipe's worth left blocks on its write, so
 // cmd.Wait never returns.
 func TestLongOutputLineDoesNotHangOrLoseTheCrasher(t *testing.T) {
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("needs /bin/sh for a fake go command")
-	}
-	dir := t.TempDir()
-	script := `#!/bin/sh
+	fakeGo(t, `#!/bin/sh
 echo "fuzz: elapsed: 3s, execs: 100 (33/sec), new interesting: 1 (total: 2)"
 echo "--- FAIL: FuzzX (3.00s)"
 head -c 300000 /dev/zero | tr '\0' 'x'
@@ -28,11 +24,7 @@ echo
 echo "    Failing input written to testdata/fuzz/FuzzX/abcdef"
 echo "FAIL"
 exit 1
-`
-	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg := &config{fuzzTime: time.Second, minimizeTime: time.Second}
@@ -43,4 +35,18 @@ exit 1
 	if r.passed() || r.Crasher != "testdata/fuzz/FuzzX/abcdef" || !strings.HasPrefix(r.verdict(), "FAIL: ") {
 		t.Errorf("verdict %q, crasher %q: want FAIL naming the input written", r.verdict(), r.Crasher)
 	}
+}
+
+// fakeGo puts a go command that runs script first on PATH, for the rest
+// of t, skipping t where there is no /bin/sh to run it.
+func fakeGo(t *testing.T, script string) {
+	t.Helper()
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("needs /bin/sh for a fake go command")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
