@@ -99,10 +99,11 @@ func (s *Status) Error() string {
 	return "kernrpc: " + s.Code.String() + ": " + s.Message
 }
 
-// Is makes errors.Is(err, &Status{Code: c}) match on the code alone.
+// Is makes errors.Is(err, &Status{Code: c}) match on the code alone. A nil
+// *Status, on either side, carries no code and matches nothing else.
 func (s *Status) Is(target error) bool {
 	t, ok := target.(*Status)
-	return ok && t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
+	return ok && s != nil && t != nil && t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
 }
 
 // Errorf returns a *Status with the given code and a formatted message.

@@ -44,6 +44,18 @@ func TestStatusIsMatchesOnCode(t *testing.T) {
 	}
 }
 
+// A nil *Status, as a target or wrapped in the chain, must not panic
+// errors.Is: a caller checking for "any status" may well write it so.
+func TestStatusIsNilStatus(t *testing.T) {
+	var none *Status
+	if errors.Is(Errorf(NotFound, "x"), none) {
+		t.Error("a nil *Status target matched a NotFound")
+	}
+	if errors.Is(fmt.Errorf("w: %w", error(none)), &Status{Code: OK}) {
+		t.Error("a wrapped nil *Status matched OK")
+	}
+}
+
 func TestCodeString(t *testing.T) {
 	if Unauthenticated.String() != "Unauthenticated" || Code(99).String() != "Code(99)" {
 		t.Errorf("got %q and %q", Unauthenticated.String(), Code(99).String())
