@@ -135,12 +135,7 @@ func TestBurstOverTheEngine(t *testing.T) {
 			body, fams := scrape(t, url)
 			p := "kernrpc_" + side.name + "_"
 			if side.name == "server" {
-				// The server tells its filters the answer's size once it
-				// is written (CallEnded), which may be just after the
-				// client read the last one.
-				body, fams = scrapeUntil(t, url, func(fams map[string]*dto.MetricFamily) bool {
-					return value(t, fams, p+"response_bytes_total", labels{"method": "Say"}) >= float64(respBytes)
-				})
+				body, fams = scrapeAnswered(t, url, 2*n)
 			}
 			for _, c := range []struct{ method, code string }{{"Say", "OK"}, {"Fail", "FailedPrecondition"}} {
 				if got := value(t, fams, p+"calls_total", labels{"service": "Echo", "method": c.method, "code": c.code}); got != n {
@@ -178,6 +173,17 @@ func TestBurstOverTheEngine(t *testing.T) {
 	}
 }
 
+// scrapeAnswered scrapes a server's url until it counts n calls answered,
+// for up to 5s: the server counts a call, with its answer's size, once
+// the answer is written (CallEnded), which may be just after the client
+// read it.
+func scrapeAnswered(t *testing.T, url string, n int) ([]byte, map[string]*dto.MetricFamily) {
+	t.Helper()
+	return scrapeUntil(t, url, func(fams map[string]*dto.MetricFamily) bool {
+		return sumOf(fams, "kernrpc_server_calls_total", labels{}) >= float64(n)
+	})
+}
+
 // scrapeUntil scrapes url until done holds of the families, for up to
 // 5s: the server counts a call just after its answer is written.
 func scrapeUntil(t *testing.T, url string, done func(map[string]*dto.MetricFamily) bool) ([]byte, map[string]*dto.MetricFamily) {
@@ -200,7 +206,7 @@ func TestServedOnTheAdminAddress(t *testing.T) {
 	if !ok || admin.AdminAddr() == "" {
 		t.Fatal("the server serves no admin address")
 	}
-	body, fams := scrape(t, "http://"+admin.AdminAddr()+"/metrics")
+	body, fams := scrapeAnswered(t, "http://"+admin.AdminAddr()+"/metrics", 2*10)
 	if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": "Say", "code": "OK"}); got != 10 {
 		t.Errorf("%g calls on the admin address, want 10", got)
 	}
@@ -229,7 +235,10 @@ func TestDefaultRegistry(t *testing.T) {
 	}
 	_, before := scrape(t, url)
 	burst(t, cli, 10)
-	_, after := scrape(t, url)
+	// The server counts Say's last answers just after writing them.
+	_, after := scrapeUntil(t, url, func(fams map[string]*dto.MetricFamily) bool {
+		return calls(fams, "kernrpc_server_calls_total")-calls(before, "kernrpc_server_calls_total") >= 10
+	})
 	for _, name := range []string{"kernrpc_server_calls_total", "kernrpc_client_calls_total"} {
 		if got := calls(after, name) - calls(before, name); got != 10 {
 			t.Errorf("%s grew by %g on the server's page, want 10", name, got)

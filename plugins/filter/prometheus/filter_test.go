@@ -41,6 +41,14 @@ func answer(reqSize, respSize int, err error) kernel.Invoker {
 	}
 }
 
+// served runs one server call through f as the engine does: Invoke, then
+// CallEnded with what the call was answered with.
+func served(f *prometheus.Filter, method string, next kernel.Invoker) {
+	info := &kernel.CallInfo{Method: method, Side: kernel.ServerSide}
+	_, err := f.Invoke(context.Background(), info, nil, next)
+	f.CallEnded(info, err, true)
+}
+
 func TestCountsByMethodAndCode(t *testing.T) {
 	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
 	ctx := context.Background()
@@ -54,7 +62,7 @@ func TestCountsByMethodAndCode(t *testing.T) {
 	_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(0, 0, fmt.Errorf("wrapped: %w", kernel.Errorf(kernel.Aborted, "x"))))
 	_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ClientSide}, nil, answer(0, 0, &kernel.Status{Code: 99}))
 	for i := 0; i < 4; i++ {
-		_, _ = f.Invoke(ctx, &kernel.CallInfo{Method: "/pkg.Greeter/Hello", Side: kernel.ServerSide}, nil, answer(5, 0, nil))
+		served(f, "/pkg.Greeter/Hello", answer(5, 0, nil))
 	}
 
 	_, fams := scrape(t, serve(t, f.Handler()))
@@ -87,7 +95,7 @@ func TestCountsByMethodAndCode(t *testing.T) {
 		t.Errorf("server request bytes %g, want 20", got)
 	}
 	if got := value(t, fams, "kernrpc_server_response_bytes_total", hello); got != 0 {
-		t.Errorf("server response bytes %g without CallEnded, want 0: the server encodes the answer after the filters return", got)
+		t.Errorf("server response bytes %g, want 0: the server encodes the answer after the filters return, and CallEnded said 0", got)
 	}
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
 		if _, ok := fams[name]; ok {
@@ -165,28 +173,54 @@ func TestCallEnded(t *testing.T) {
 	promtool(t, body)
 }
 
-// A next that panics ends the call as Internal: it is not in flight for
-// ever.
-func TestPanicEndsTheCall(t *testing.T) {
-	f := build(t, nil)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("the panic did not go through the filter")
-			}
-		}()
-		_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Boom", Side: kernel.ServerSide}, nil,
-			func(context.Context, *kernel.CallInfo, any) (any, error) { panic("boom") })
-	}()
+// A handler's answer that fails to encode goes out as Internal: the
+// server counts the call by that code, not by the handler's nil.
+func TestServerCountsTheCodeAnswered(t *testing.T) {
+	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
+	info := &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}
+	if _, err := f.Invoke(context.Background(), info, nil, answer(3, 0, nil)); err != nil {
+		t.Fatal(err)
+	}
+	f.CallEnded(info, kernel.Errorf(kernel.Internal, "the answer failed to encode"), true)
 	_, fams := scrape(t, serve(t, f.Handler()))
-	boom := labels{"service": "Echo", "method": "Boom"}
-	if got := value(t, fams, "kernrpc_server_calls_in_flight", boom); got != 0 {
-		t.Errorf("in flight after a panic: %g, want 0", got)
+	for code, want := range map[string]float64{"OK": 0, "Internal": 1} {
+		if got := sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Say", "code": code}); got != want {
+			t.Errorf("calls counted %s: %g, want %g", code, got, want)
+		}
 	}
-	if got := value(t, fams, "kernrpc_server_calls_total", labels{"method": "Boom", "code": "Internal"}); got != 1 {
-		t.Errorf("calls ended by a panic counted as Internal: %g, want 1", got)
+	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", labels{"method": "Say"}, 1)
+}
+
+// A next that panics ends the call as Internal: it is not in flight for
+// ever. The client's filter counts the code itself; the server's is told
+// it by CallEnded, once the server turned the panic into Internal.
+func TestPanicEndsTheCall(t *testing.T) {
+	for _, side := range []kernel.Side{kernel.ClientSide, kernel.ServerSide} {
+		f := build(t, nil)
+		info := &kernel.CallInfo{Method: "Echo.Boom", Side: side}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not go through the filter")
+				}
+			}()
+			_, _ = f.Invoke(context.Background(), info, nil,
+				func(context.Context, *kernel.CallInfo, any) (any, error) { panic("boom") })
+		}()
+		if side == kernel.ServerSide {
+			f.CallEnded(info, kernel.Errorf(kernel.Internal, "handler panicked"), true)
+		}
+		_, fams := scrape(t, serve(t, f.Handler()))
+		p := map[kernel.Side]string{kernel.ClientSide: "kernrpc_client_", kernel.ServerSide: "kernrpc_server_"}[side]
+		boom := labels{"service": "Echo", "method": "Boom"}
+		if got := value(t, fams, p+"calls_in_flight", boom); got != 0 {
+			t.Errorf("%s: in flight after a panic: %g, want 0", p, got)
+		}
+		if got := value(t, fams, p+"calls_total", labels{"method": "Boom", "code": "Internal"}); got != 1 {
+			t.Errorf("%s: calls ended by a panic counted as Internal: %g, want 1", p, got)
+		}
+		checkHistogram(t, fams, p+"call_duration_seconds", boom, 1)
 	}
-	checkHistogram(t, fams, "kernrpc_server_call_duration_seconds", boom, 1)
 }
 
 func TestInFlightWhileNextRuns(t *testing.T) {
@@ -198,7 +232,7 @@ func TestInFlightWhileNextRuns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Slow", Side: kernel.ServerSide}, nil,
+			served(f, "Echo.Slow",
 				func(context.Context, *kernel.CallInfo, any) (any, error) {
 					entered <- struct{}{}
 					<-release
@@ -235,7 +269,7 @@ func TestMaxMethods(t *testing.T) {
 	f := build(t, map[string]any{"max_methods": 2})
 	for i := 0; i < 5; i++ {
 		for j := 0; j < 2; j++ {
-			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: fmt.Sprintf("Svc.M%d", i), Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+			served(f, fmt.Sprintf("Svc.M%d", i), answer(1, 0, nil))
 		}
 	}
 	_, fams := scrape(t, serve(t, f.Handler()))
@@ -269,7 +303,7 @@ func TestLabelsOfMethodNames(t *testing.T) {
 
 func TestOwnListener(t *testing.T) {
 	f := build(t, map[string]any{"address": "127.0.0.1:0"})
-	_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+	served(f, "Echo.Say", answer(1, 0, nil))
 	if f.Addr() == "" {
 		t.Fatal("no address with the address option set")
 	}
@@ -302,7 +336,7 @@ func TestNativeHistograms(t *testing.T) {
 	for _, native := range []bool{false, true} {
 		f := build(t, map[string]any{"native_histograms": native})
 		for i := 0; i < 5; i++ {
-			_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Say", Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+			served(f, "Echo.Say", answer(1, 0, nil))
 		}
 		body := get(t, serve(t, f.Handler()), string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
 		dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.NewFormat(expfmt.TypeProtoDelim))

@@ -144,9 +144,11 @@ func (m *methodMetrics) shard() []atomic.Uint64 {
 	return m.cells[i : i+m.shape.stride : i+m.shape.stride]
 }
 
-// ended counts a call that went through Invoke: its duration, code and
-// request size.
-func (m *methodMetrics) ended(sh []atomic.Uint64, d time.Duration, code kernel.Code, reqSize int) {
+// ended counts a call that went through Invoke: its duration and request
+// size, and on the client its code. The server counts the code in
+// CallEnded, where it is the code the answer went with: a handler's
+// answer that fails to encode goes out as Internal.
+func (m *methodMetrics) ended(sh []atomic.Uint64, d time.Duration, side kernel.Side, code kernel.Code, reqSize int) {
 	if m.native != nil {
 		// The library's histogram has the duration; the first bucket
 		// only counts the call as ended, for the calls in flight.
@@ -157,7 +159,9 @@ func (m *methodMetrics) ended(sh []atomic.Uint64, d time.Duration, code kernel.C
 		sh[cBuckets+m.shape.bucket(ns)].Add(1)
 		sh[cSumNanos].Add(uint64(ns))
 	}
-	sh[cCodes+codeIndex(code)].Add(1)
+	if side == kernel.ClientSide {
+		sh[cCodes+codeIndex(code)].Add(1)
+	}
 	if reqSize > 0 {
 		sh[cReqBytes].Add(uint64(reqSize))
 	}
@@ -290,12 +294,12 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 	returned := false
 	defer func() {
 		if !returned {
-			m.ended(sh, time.Since(f.epoch)-start, kernel.Internal, info.RequestSize)
+			m.ended(sh, time.Since(f.epoch)-start, side, kernel.Internal, info.RequestSize)
 		}
 	}()
 	resp, err := next(ctx, info, req)
 	returned = true
-	m.ended(sh, time.Since(f.epoch)-start, codeOf(err), info.RequestSize)
+	m.ended(sh, time.Since(f.epoch)-start, side, codeOf(err), info.RequestSize)
 	if side == kernel.ClientSide {
 		if info.ResponseSize > 0 {
 			sh[cRespBytes].Add(uint64(info.ResponseSize))
@@ -310,25 +314,19 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 }
 
 // CallEnded is the server's word that a call of a served method was
-// answered (kernel.CallObserver): it counts the response's size of every
-// call, and the calls no filter's Invoke saw (handled is false: refused
-// by an Admitter, or their request did not decode) by the code they were
-// answered with, with their request's size. Invoke counted the others
-// already. Such calls have no duration: the histogram counts handled
-// calls only.
+// answered (kernel.CallObserver): it counts every call by the code it was
+// answered with, and its response's size. The calls no filter's Invoke
+// saw (handled is false: refused by an Admitter, or their request did not
+// decode) are counted with their request's size too, which Invoke counted
+// for the others. Such calls have no duration: the histogram counts
+// handled calls only.
 func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
-	if handled && info.ResponseSize <= 0 {
-		return
-	}
 	sh := f.calls.sides[kernel.ServerSide].get(info.Method).shard()
+	sh[cCodes+codeIndex(codeOf(err))].Add(1)
 	if info.ResponseSize > 0 {
 		sh[cRespBytes].Add(uint64(info.ResponseSize))
 	}
-	if handled {
-		return
-	}
-	sh[cCodes+codeIndex(codeOf(err))].Add(1)
-	if info.RequestSize > 0 {
+	if !handled && info.RequestSize > 0 {
 		sh[cReqBytes].Add(uint64(info.RequestSize))
 	}
 }

@@ -67,13 +67,14 @@
 //
 // Invoke counts and times every call it sees. On the server the filter
 // is also a kernel.CallObserver: the server calls CallEnded once the
-// answer of a call of a served method is written, with its size, which
-// gives kernrpc_server_response_bytes_total; the calls answered before
-// Invoke (refused by a kernel.Admitter such as auth, token-bucket or
-// overload, or whose request did not decode) are counted there in
-// kernrpc_server_calls_total by their answer's code, and in the request
-// bytes, but not timed: the histogram counts the calls that went through
-// Invoke only. In the client's call stage (the default) the filter counts
+// answer of a call of a served method is written, with its size and
+// code, and kernrpc_server_calls_total counts every call there, by the
+// code it was answered with (Internal for a handler's answer that failed
+// to encode). The calls answered before Invoke (refused by a
+// kernel.Admitter such as auth, token-bucket or overload, or whose
+// request did not decode) are counted in the request bytes there too,
+// but not timed: the histogram counts the calls that went through Invoke
+// only. In the client's call stage (the default) the filter counts
 // calls, and kernrpc_client_attempts_total the attempts they took;
 // configured with stage: attempt it counts attempts instead.
 //

@@ -137,11 +137,14 @@ func TestStateOfThePluginsOverTheEngine(t *testing.T) {
 
 	var rejected, refusedCalls, limitedCalls, limitedTimed float64
 	for _, srv := range []*kernrpc.Server{good, bad} {
-		// A refused call is counted once its answer is written, just
-		// after the bucket counted its rejection.
+		// A call is counted once its answer is written: a refused one
+		// just after the bucket counted its rejection, a handled one
+		// just after it was timed.
 		body, fams := scrapeUntil(t, "http://"+srv.AdminAddr()+"/metrics", func(fams map[string]*dto.MetricFamily) bool {
 			return sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Limited", "code": "ResourceExhausted"}) >=
-				sumOf(fams, "kernrpc_token_bucket_rejected_total", labels{})
+				sumOf(fams, "kernrpc_token_bucket_rejected_total", labels{}) &&
+				sumOf(fams, "kernrpc_server_calls_total", labels{"method": "Limited", "code": "OK"}) >=
+					sumOf(fams, "kernrpc_server_call_duration_seconds", labels{"method": "Limited"})
 		})
 		if got := value(t, fams, "kernrpc_server_connections_open", labels{"transport": "tcp-lv"}); got != 1 {
 			t.Errorf("%s: kernrpc_server_connections_open = %g, want 1", srv.Addr(), got)

@@ -184,7 +184,7 @@ func TestMaxMethodsOfStreams(t *testing.T) {
 	for i := range 4 {
 		_ = streamOf(f, fmt.Sprintf("Svc.S%d", i), kernel.ServerSide, &memStream{incoming: 1, limit: -1}, talk(0, nil))
 	}
-	_, _ = f.Invoke(context.Background(), &kernel.CallInfo{Method: "Svc.Unary", Side: kernel.ServerSide}, nil, answer(1, 0, nil))
+	served(f, "Svc.Unary", answer(1, 0, nil))
 	_, fams := scrape(t, serve(t, f.Handler()))
 	if got := len(fams["kernrpc_server_streams_started_total"].GetMetric()); got != 3 {
 		t.Errorf("%d stream series, want 3: two methods and _other", got)
