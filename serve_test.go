@@ -115,6 +115,28 @@ func TestServeReturnsOnShutdownAndOnAFailedStart(t *testing.T) {
 	}
 }
 
+// A caller of Start whose registration failed shuts the server down with
+// a context of its own: no client heard of the instance, so Shutdown
+// does not serve on for the drain period waiting for them to hear it
+// left.
+func TestShutdownAfterAFailedRegistrationWaitsNoDrainPeriod(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Registry = kernrpc.PluginConfig{Name: "test-register-broken"}
+	cfg.Server.DrainPeriod = kernel.Duration(time.Hour)
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err == nil {
+		t.Fatal("Start succeeded with a registry that refuses every instance")
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(context.Background()) }()
+	if err := receive(t, shut, 10*time.Second, "Shutdown after a failed registration waited for the hour-long drain period"); err != nil {
+		t.Errorf("Shutdown after a failed Start: %v", err)
+	}
+}
+
 // registerBroken is a registry that refuses every instance.
 type registerBroken struct{ enginetest.FixedRegistry }
 

@@ -31,6 +31,10 @@ type Server struct {
 	methods  map[string]*methodDesc
 	started  bool
 	listener kernel.Listener
+	// unlisted is set when Start failed to register the instance: no
+	// client learned of it from the registry, so Shutdown waits no drain
+	// period for them to learn it left.
+	unlisted bool
 	instance kernel.Instance
 	conns    map[*serverConn]time.Time // when each was accepted
 	stopped  chan struct{}             // closed when Shutdown has finished
@@ -259,6 +263,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if err := s.syncRegistration(ctx); err != nil {
+		s.mu.Lock()
+		s.unlisted = true
+		s.mu.Unlock()
 		_ = ln.Close()
 		<-s.acceptDone
 		s.stopAdmin(ctx)
@@ -398,7 +405,8 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 
 // Shutdown stops the server gracefully: its health turns NOT_SERVING and
 // it deregisters the instance, serves on for server.drain_period (while
-// clients learn it left), then stops accepting, sends every connected
+// clients learn it left; not after a Start that failed to register it),
+// then stops accepting, sends every connected
 // client a GoAway (new calls go elsewhere; what a client sent before it
 // read the GoAway is still served, and what comes after its answer, or a
 // second without one, is refused as retryable: server_drain.go), waits
@@ -418,6 +426,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.waitStart(ctx)
 	s.mu.Lock()
 	started := s.started && s.listener != nil
+	unlisted := s.unlisted
 	s.mu.Unlock()
 	if !started {
 		s.draining.Store(true)
@@ -434,7 +443,9 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	if err := s.deregister(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	s.waitDrainPeriod(ctx)
+	if !unlisted {
+		s.waitDrainPeriod(ctx)
+	}
 
 	s.mu.Lock()
 	s.draining.Store(true)
