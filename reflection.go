@@ -51,22 +51,31 @@ type reflectionFiles struct {
 // server's reflection service, for methods served from descriptors rather
 // than generated code (the generic package's Register does it). A file
 // already known by its path is skipped; one declaring a name another file
-// declares is refused. It may be called while the server serves.
+// declares is refused, and with it fd and every file it brings. It may be
+// called while the server serves.
 func (s *Server) RegisterFileDescriptor(fd protoreflect.FileDescriptor) error {
 	r := &s.reflection
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.files == nil {
-		r.files = new(protoregistry.Files)
+	// Into a copy, swapped in once every file went in: a refused import
+	// must not leave fd, or the imports before it, half registered.
+	// Setup work, so copying every file each time is cheap enough.
+	next := new(protoregistry.Files)
+	if r.files != nil {
+		r.files.RangeFiles(func(f protoreflect.FileDescriptor) bool {
+			_ = next.RegisterFile(f) // they went in together before
+			return true
+		})
 	}
 	for _, f := range withImports(fd) {
-		if _, err := r.files.FindFileByPath(f.Path()); err == nil {
+		if _, err := next.FindFileByPath(f.Path()); err == nil {
 			continue
 		}
-		if err := r.files.RegisterFile(f); err != nil {
+		if err := next.RegisterFile(f); err != nil {
 			return fmt.Errorf("kernrpc: RegisterFileDescriptor %q: %w", fd.Path(), err)
 		}
 	}
+	r.files = next
 	return nil
 }
 

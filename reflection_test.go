@@ -291,6 +291,53 @@ func TestRegisterFileDescriptorRefusesAConflictingFile(t *testing.T) {
 	}
 }
 
+// A file refused because one of its imports conflicts is refused whole:
+// the reflection service does not describe the file itself, half
+// registered.
+func TestRegisterFileDescriptorRefusesAllOrNothing(t *testing.T) {
+	fd := loadGatewayFile(t)
+	conflicting := fileLike(t, fd, "elsewhere/gateway.proto", "", fd.Imports().Get(0).FileDescriptor)
+	// A file of its own importing the conflicting one.
+	extra := fileLike(t, nil, "extra.proto", "kernrpc.extratest.v1", conflicting)
+	var first, refused error
+	cfg := notesServer(t, true, func(s *kernrpc.Server) {
+		first = s.RegisterFileDescriptor(fd)
+		refused = s.RegisterFileDescriptor(extra)
+	})
+	if first != nil || refused == nil || !strings.Contains(refused.Error(), "elsewhere/gateway.proto") {
+		t.Fatalf("RegisterFileDescriptor: %v, then %v; want the second refused for its import", first, refused)
+	}
+	cli := newClient(t, cfg)
+	if _, _, err := fileContaining(t, cli, "kernrpc.extratest.v1.Extra"); kernel.CodeOf(err) != kernel.NotFound {
+		t.Errorf("FileContaining(Extra) after its file was refused: %v, want NotFound", err)
+	}
+}
+
+// fileLike builds a file at path: a copy of like's declarations, or, with
+// like nil, one message Extra in pkg; it imports the files given.
+func fileLike(t *testing.T, like protoreflect.FileDescriptor, path, pkg string, imports ...protoreflect.FileDescriptor) protoreflect.FileDescriptor {
+	t.Helper()
+	fdp := &descriptorpb.FileDescriptorProto{Syntax: proto.String("proto3"), Package: proto.String(pkg),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Extra")}}}
+	if like != nil {
+		fdp = protodesc.ToFileDescriptorProto(like)
+	}
+	fdp.Name = proto.String(path)
+	fdp.Dependency = nil
+	deps := new(protoregistry.Files)
+	for _, imp := range imports {
+		fdp.Dependency = append(fdp.Dependency, imp.Path())
+		if err := deps.RegisterFile(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd, err := protodesc.NewFile(fdp, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
 // RegisterFileDescriptor may run while the server answers reflection
 // requests (a gateway loading another descriptor set): the files it adds
 // are read by none of them half written.
