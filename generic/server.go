@@ -18,16 +18,23 @@ type Handler func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Messa
 
 // Register serves the unary method md on s with h, without generated
 // types, under its kernrpc name (md.FullName(), "pkg.Service.Method"), and
-// gives md's file to s's reflection service. Register every method
+// gives md's file to s's reflection service first: a file the server
+// refuses (its names declared by another file) leaves the method
+// unregistered. Register every method
 // before s starts. The server's codec must encode messages through
 // protobuf's reflection (protobuf or json).
 func Register(s *kernrpc.Server, md protoreflect.MethodDescriptor, h Handler) error {
 	if k := KindOf(md); k != Unary {
 		return fmt.Errorf("generic: Register %s: it is %s: use RegisterStream", md.FullName(), k)
 	}
+	// The file first: a method must not be served from a file the
+	// server refused.
+	if err := s.RegisterFileDescriptor(md.ParentFile()); err != nil {
+		return err
+	}
 	in, out := md.Input(), md.Output()
 	name := string(md.FullName())
-	err := s.Register(name, func() any { return dynamicpb.NewMessage(in) }, func(ctx context.Context, req any) (any, error) {
+	return s.Register(name, func() any { return dynamicpb.NewMessage(in) }, func(ctx context.Context, req any) (any, error) {
 		resp, err := h(ctx, req.(*dynamicpb.Message))
 		if err != nil {
 			return nil, err
@@ -37,10 +44,6 @@ func Register(s *kernrpc.Server, md protoreflect.MethodDescriptor, h Handler) er
 		}
 		return resp, nil
 	})
-	if err != nil {
-		return err
-	}
-	return s.RegisterFileDescriptor(md.ParentFile())
 }
 
 // checkResponse refuses a handler's answer of another type than the
@@ -103,11 +106,10 @@ func RegisterStream(s *kernrpc.Server, md protoreflect.MethodDescriptor, h Strea
 	case BidiStreaming:
 		kind = kernel.BidiStreaming
 	}
-	err := s.RegisterStream(string(md.FullName()), kind, func(ctx context.Context, st *kernrpc.ServerStream) error {
-		return h(ctx, &ServerStream{ServerStream: st, md: md})
-	})
-	if err != nil {
+	if err := s.RegisterFileDescriptor(md.ParentFile()); err != nil {
 		return err
 	}
-	return s.RegisterFileDescriptor(md.ParentFile())
+	return s.RegisterStream(string(md.FullName()), kind, func(ctx context.Context, st *kernrpc.ServerStream) error {
+		return h(ctx, &ServerStream{ServerStream: st, md: md})
+	})
 }

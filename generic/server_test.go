@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -166,6 +169,45 @@ func TestRegisterErrors(t *testing.T) {
 	}
 	if err := generic.Register(srv, greet, noop); err == nil || !strings.Contains(err.Error(), "registered twice") {
 		t.Errorf("registering twice: %v", err)
+	}
+}
+
+// A method whose file the server refuses (its names are another file's)
+// is not served either: Register fails whole.
+func TestRegisterRefusedFileServesNothing(t *testing.T) {
+	sd := relay(t)
+	greet, count := sd.Methods().ByName("Greet"), sd.Methods().ByName("Count")
+	srv, err := kernrpc.NewServer(config(t, "protobuf", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	// The same declarations under another path, known to the server first.
+	fdp := protodesc.ToFileDescriptorProto(greet.ParentFile())
+	fdp.Name = proto.String("elsewhere/gateway.proto")
+	imports := new(protoregistry.Files)
+	for i := range greet.ParentFile().Imports().Len() {
+		if err := imports.RegisterFile(greet.ParentFile().Imports().Get(i).FileDescriptor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elsewhere, err := protodesc.NewFile(fdp, imports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.RegisterFileDescriptor(elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) { return nil, nil }
+	noopStream := func(context.Context, *generic.ServerStream) error { return nil }
+	if err := generic.Register(srv, greet, noop); err == nil || !strings.Contains(err.Error(), "name conflict") {
+		t.Errorf("Register from a file the server refuses: %v, want the conflict named", err)
+	}
+	if err := generic.RegisterStream(srv, count, noopStream); err == nil {
+		t.Error("RegisterStream from a file the server refuses succeeded")
+	}
+	if m := srv.Methods(); slices.Contains(m, string(greet.FullName())) || slices.Contains(m, string(count.FullName())) {
+		t.Errorf("methods served after their file was refused: %q", m)
 	}
 }
 
