@@ -191,8 +191,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "status console on http://%s/status (server.admin_address)\n", a)
 	}
 	<-ctx.Done()
-	fmt.Fprintf(stdout, "shutting down (waiting up to %s for calls in flight)\n", cfg.Server.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout.D())
+	// A second Ctrl-C ends the wait for calls in flight at once. Heard
+	// from before the first handler lets go, so that it never kills the
+	// process with nothing closed.
+	again, stopAgain := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopAgain()
+	stop()
+	fmt.Fprintf(stdout, "shutting down (waiting up to %s for calls in flight; Ctrl-C again to stop at once)\n", cfg.Server.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(again, cfg.Server.ShutdownTimeout.D())
 	defer cancel()
 	return srv.Shutdown(sctx)
 }
