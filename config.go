@@ -1,6 +1,7 @@
 package kernrpc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -396,11 +397,13 @@ func (c *Config) errorf(key, format string, args ...any) error {
 }
 
 // parseTree builds a Config from an already-parsed tree (from YAML or
-// JSON). Strings may refer to the environment as ${VAR} or ${VAR:-default};
-// then KERNRPC_ADDRESS and KERNRPC_ADVERTISE override the addresses.
+// JSON). Strings may refer to the environment as ${VAR} or ${VAR:-default}
+// (a string still: a field taking a number or a boolean cannot come from
+// the environment); then KERNRPC_ADDRESS and KERNRPC_ADVERTISE override the addresses.
 // Unknown keys and wrong types are errors naming the key and source.
 func parseTree(tree map[string]any, source string) (*Config, error) {
-	expanded, err := expandEnv(tree, "")
+	fromEnv := map[string]bool{}
+	expanded, err := expandEnv(tree, "", fromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
 	}
@@ -408,7 +411,7 @@ func parseTree(tree map[string]any, source string) (*Config, error) {
 	if err := kernel.DecodeOptions(bareNames(expanded.(map[string]any)), c); err != nil {
 		key := kernel.OptionKey(err)
 		if key != "" {
-			return nil, fmt.Errorf("kernrpc: %s: key %q: %w", sourceOr(source), key, err)
+			return nil, envHint(fmt.Errorf("kernrpc: %s: key %q: %w", sourceOr(source), key, err), key, fromEnv)
 		}
 		return nil, fmt.Errorf("kernrpc: %s: %w", sourceOr(source), err)
 	}
@@ -421,25 +424,48 @@ func parseTree(tree map[string]any, source string) (*Config, error) {
 	}
 	c.applyDefaults()
 	if err := c.validate(); err != nil {
+		var pe *kernel.PluginError
+		if errors.As(err, &pe) {
+			return nil, envHint(err, cmp.Or(pe.Key, kernel.OptionKey(pe.Err)), fromEnv)
+		}
 		return nil, err
 	}
 	return c, nil
 }
 
+// envHint adds to err, a type error at key, why a value written as a
+// number or a boolean arrived as a string: it came from the environment.
+// A plugin's option key is matched by its last part.
+func envHint(err error, key string, fromEnv map[string]bool) error {
+	if key == "" || !strings.Contains(err.Error(), "got a string") {
+		return err
+	}
+	for p := range fromEnv {
+		if p == key || strings.HasSuffix(p, "."+key) {
+			return fmt.Errorf("%w (a ${VAR} always gives a string: write a number or true/false in the file itself)", err)
+		}
+	}
+	return err
+}
+
 // expandEnv expands the strings of v, the value at path, naming the
-// key's full path ("filters[1].name") in an error, as decoding does.
-func expandEnv(v any, path string) (any, error) {
+// key's full path ("filters[1].name") in an error, as decoding does, and
+// noting in fromEnv the paths of the strings that named a variable.
+func expandEnv(v any, path string, fromEnv map[string]bool) (any, error) {
 	switch t := v.(type) {
 	case string:
 		s, err := expandString(t)
 		if err != nil {
 			return nil, fmt.Errorf("key %q: %w", path, err)
 		}
+		if strings.Contains(t, "${") {
+			fromEnv[path] = true
+		}
 		return s, nil
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, e := range t {
-			x, err := expandEnv(e, join(path, k))
+			x, err := expandEnv(e, join(path, k), fromEnv)
 			if err != nil {
 				return nil, err
 			}
@@ -449,7 +475,7 @@ func expandEnv(v any, path string) (any, error) {
 	case []any:
 		out := make([]any, len(t))
 		for i, e := range t {
-			x, err := expandEnv(e, path+"["+strconv.Itoa(i)+"]")
+			x, err := expandEnv(e, path+"["+strconv.Itoa(i)+"]", fromEnv)
 			if err != nil {
 				return nil, err
 			}

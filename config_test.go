@@ -226,3 +226,28 @@ func TestEnvironmentErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// A ${VAR} gives a string: where a number or a boolean is wanted, the
+// error says why the value written as one arrived as a string.
+func TestEnvironmentGivesStrings(t *testing.T) {
+	t.Setenv("KERNRPC_TEST_POOL", "4")
+	for _, tc := range []struct {
+		yaml, key string
+	}{
+		{"client:\n  pool_size: ${KERNRPC_TEST_POOL}\n", "client.pool_size"},
+		{"server:\n  reflection: ${KERNRPC_TEST_FLAG:-true}\n", "server.reflection"},
+		{"transport:\n  name: tcp-lv\n  options:\n    max_frame_size: ${KERNRPC_TEST_POOL}\n", ""},
+		{"transport:\n  name: tcp-lv\n  options:\n    max_metadata_entries: ${KERNRPC_TEST_POOL}\n", "max_metadata_entries"},
+	} {
+		_, err := ParseConfig([]byte(tc.yaml), "svc.yaml")
+		if tc.key == "" {
+			if err != nil {
+				t.Errorf("%q: %v; a size takes a string", tc.yaml, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), `"`+tc.key+`"`) || !strings.Contains(err.Error(), "a ${VAR} always gives a string") {
+			t.Errorf("%q: %v; want the key named and the string explained", tc.yaml, err)
+		}
+	}
+}
