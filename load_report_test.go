@@ -143,3 +143,68 @@ func TestLoadIsReportedAgainAfterTheInstanceIsRegisteredAgain(t *testing.T) {
 		t.Fatalf("registered again with one call still in flight, the registry shows %+v; want InFlight 1", in)
 	}
 }
+
+// slowLoads is a memory registry whose first load report waits until the
+// test lets it through; every report's load is handed to the test.
+type slowLoads struct {
+	*memory.Registry
+	entered chan struct{} // closed once the first report is being written
+	gate    chan struct{} // closed by the test to let the first report through
+	loads   chan kernel.Load
+	first   atomic.Bool
+}
+
+func (r *slowLoads) ReportLoad(ctx context.Context, in kernel.Instance, l kernel.Load) error {
+	if r.first.CompareAndSwap(false, true) {
+		close(r.entered)
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case r.loads <- l:
+	default:
+	}
+	return r.Registry.ReportLoad(ctx, in, l)
+}
+
+func init() {
+	registerWrapped("test-slow-loads", func(r *memory.Registry) kernel.Registry {
+		return &slowLoads{Registry: r, entered: make(chan struct{}), gate: make(chan struct{}), loads: make(chan kernel.Load, 16)}
+	})
+}
+
+// A load report that the registry took several intervals to write does
+// not make the next one's QPS count the calls of all those intervals as
+// those of one: the QPS is over the time that really passed.
+func TestQPSAfterASlowLoadReportCountsTheTimeThatPassed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Registry.Name = "test-slow-loads"
+	cfg.Server.LoadReportInterval = kernel.Duration(10 * time.Millisecond)
+	held := newHeldCall()
+	srv := startServer(t, cfg, held.register)
+	reg, _ := kernrpc.FindPlugin[*slowLoads](srv.Plugins(), "test-slow-loads")
+	cli := newClient(t, cfg)
+	held.start(t, cli)
+	receive(t, reg.entered, 5*time.Second, "no load report of the call in flight")
+	// The reporter wrote its last figures before this: whatever QPS it
+	// reports next is over at least the time from here to the release.
+	since := time.Now()
+	const calls = 50
+	for range calls {
+		if err := cli.Call(t.Context(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // ten intervals the registry holds the write
+	window := time.Since(since)
+	close(reg.gate)
+	receive(t, reg.loads, 5*time.Second, "the held report did not go through") // the held one
+	load := receive(t, reg.loads, 5*time.Second, "no report after the held one")
+	if most := calls / window.Seconds(); load.QPS > most {
+		t.Errorf("QPS %.0f after %d calls in the %v the registry held a report; want at most %.0f (the calls over the time that passed)",
+			load.QPS, calls, window.Round(time.Millisecond), most)
+	}
+}

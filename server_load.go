@@ -54,7 +54,11 @@ func (s *Server) reportLoads(ctx context.Context, lr kernel.LoadReporter, every 
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case <-t.C:
+			// The clock, not the tick's time: a tick that waited while a
+			// report was being written carries the time it was due, and
+			// the calls counted now ended over all the time since.
+			now := time.Now()
 			count := s.completed.Load()
 			load := kernel.Load{
 				InFlight: s.inflight.Load(),
