@@ -35,6 +35,14 @@
 // failure, logged with code=Internal as the panic goes on up; for a
 // call, a recover filter after this one puts the panic's value in err.
 //
+// On the server, a call answered before the filters ran (an Admitter
+// refused it: auth, token-bucket, overload; or its request did not
+// decode) is a failure too, logged through kernel.CallObserver at
+// error_level, without duration and sizes, wherever the filter stands in
+// the config:
+//
+//	level=WARN msg=call side=server method=Echo.Who peer=127.0.0.1:50432 code=ResourceExhausted err="token-bucket: Echo.Who is over its rate limit (...); retry after 8ms"
+//
 // A call that is not sampled costs two clock reads and a random draw, and
 // no allocation; the lines go to Options.Logger (slog.Default()).
 //
@@ -189,6 +197,31 @@ func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallIn
 		attrs = append(attrs, slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
 	}
 	log.LogAttrs(ctx, level, "call", attrs...)
+}
+
+var _ kernel.CallObserver = (*Filter)(nil)
+
+// CallEnded logs, on the server, a call answered before any filter's
+// Invoke ran (handled false): one an Admitter refused (auth, token-bucket,
+// overload), or whose request did not decode. It failed, so it is logged
+// at error_level, with what is known of it: no duration (nothing ran) and
+// no message sizes (nothing was decoded). The calls that went through
+// Invoke were logged there.
+func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
+	if handled || err == nil {
+		return
+	}
+	log := f.log
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx := context.Background()
+	if !log.Enabled(ctx, f.errorLevel) {
+		return
+	}
+	log.LogAttrs(ctx, f.errorLevel, "call", slog.String("side", info.Side.String()), slog.String("method", info.Method),
+		slog.String("peer", info.Peer), slog.String("code", kernel.CodeOf(err).String()),
+		slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
 }
 
 // panicked is the error a line gives a call or stream whose next
