@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -281,4 +282,38 @@ func testAliasedRequestOutlivesTheHandler(t *testing.T, codec string) {
 		})
 	}
 	wg.Wait()
+}
+
+// A request in a codec the server was not configured with, which that
+// codec's library cannot decode into the handler's type, fails that call
+// with InvalidArgument: it does not take the server down. (msgpack's
+// library panicked decoding its own encoding of a protobuf oneof.)
+func TestRequestACodecCannotDecodeIsInvalidArgument(t *testing.T) {
+	cfg := testConfig(t)
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Value.Echo", func(_ context.Context, req *structpb.Value) (*structpb.Value, error) { return req, nil })
+	})
+	c := rawConn(t, srv.Addr())
+	codec, err := kernel.NewCodec("msgpack", nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := codec.Marshal(nil, structpb.NewStringValue("a oneof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := roundTripRaw(t, c, &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 1,
+		Method: "Value.Echo", Codec: "msgpack", Payload: payload})
+	if resp.Code != kernel.InvalidArgument || !strings.Contains(resp.Message, "msgpack") {
+		t.Errorf("a oneof in msgpack: %v %q; want InvalidArgument from decoding with msgpack", resp.Code, resp.Message)
+	}
+	resp.Release()
+
+	payload = []byte(`{"text":"still here"}`)
+	resp = roundTripRaw(t, c, &kernel.Frame{Type: kernel.FrameRequest, Flags: kernel.FlagEndStream, CallID: 2,
+		Method: "Echo.Echo", Codec: "json", Payload: payload})
+	defer resp.Release()
+	if resp.Code != kernel.OK || !strings.Contains(string(resp.Payload), "still here") {
+		t.Errorf("the next call on the same connection: %v %q %s; want it answered", resp.Code, resp.Message, resp.Payload)
+	}
 }

@@ -2,7 +2,10 @@
 // no schema: fields travel by name, `msgpack:"name"` struct tags rename them
 // (or `msgpack:"-"` leaves them out), as github.com/vmihailenco/msgpack/v5
 // does. Any value that library encodes works, protobuf-generated structs
-// included (by their exported fields).
+// included (by their exported fields), except that a field of an interface
+// type with methods, such as a protobuf oneof, decodes only as nil: any
+// other value for it is an error (use the protobuf or json codec for such
+// messages).
 //
 // Config name: "msgpack".
 //
@@ -15,7 +18,10 @@
 // json codec. Decoded values do not alias the input. Input is checked before
 // the library decodes it: no length may claim more than the input holds,
 // and arrays and maps nest at most 10000 deep, so what a peer's message
-// makes the decoder allocate stays in proportion to its size.
+// makes the decoder allocate stays in proportion to its size. Input the
+// library panics on (a key Go cannot hash, such as an array, decoded into
+// a map keyed by interface{}; a value for an interface field with methods)
+// is an error too.
 package msgpack
 
 import (
@@ -153,13 +159,32 @@ func (c *Codec) Unmarshal(data []byte, v any) error {
 	d := c.decoders.Get().(*decoder)
 	d.r.Reset(data)
 	d.dec.ResetReader(&d.r)
-	err = d.dec.Decode(v)
+	panicked, err := d.decode(v)
 	d.r.Reset(nil) // the pool must not keep the caller's input
-	c.decoders.Put(d)
+	if !panicked {
+		c.decoders.Put(d)
+	}
 	if err != nil {
 		return fmt.Errorf("msgpack: unmarshal %d bytes into %T: %w%s", len(data), v, err, c.hint(err))
 	}
 	return nil
+}
+
+// decode runs the library's decoder, turning a panic into an error. The
+// library panics on input check cannot refuse without knowing v's type: a
+// map key that Go cannot hash (an array, a map, bytes) decoded into a map
+// keyed by interface{}, or any value but nil decoded into an interface
+// field with methods (a protobuf oneof, even as this codec encodes it).
+// A peer's bytes must not take the process down (the
+// server decodes requests outside the handler's recover). A decoder that
+// panicked, in an unknown state, is not reused.
+func (d *decoder) decode(v any) (panicked bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked, err = true, fmt.Errorf("the decoder panicked: %v", p)
+		}
+	}()
+	return false, d.dec.Decode(v)
 }
 
 // hint says how to accept a message with fields this side does not know.

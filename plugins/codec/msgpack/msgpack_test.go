@@ -3,6 +3,7 @@ package msgpack_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	vmsgpack "github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
@@ -239,5 +241,63 @@ func TestClaimedLengthsCannotOutgrowTheInput(t *testing.T) {
 	var deep any
 	if err := newCodec(t, nil).Unmarshal(append(bytes.Repeat([]byte{0x91}, 1000), 0xc0), &deep); err != nil {
 		t.Errorf("1000 nested arrays: %v", err)
+	}
+}
+
+// keyed holds maps keyed by interface{}, which the library fills with
+// whatever a key decodes to: an array, a map or bytes decode to values Go
+// cannot hash. Named is an interface with methods, which nothing the
+// library decodes implements (a protobuf oneof is such a field).
+type keyed struct {
+	Any   map[any]any    `msgpack:"any"`
+	Name  map[any]string `msgpack:"name"`
+	Named fmt.Stringer   `msgpack:"named"`
+}
+
+// A peer's bytes are an error, never a panic: the server decodes requests
+// outside the handler's recover, so a panic there ends the process.
+func TestInputTheLibraryPanicsOnIsAnError(t *testing.T) {
+	oneof, err := newCodec(t, nil).Marshal(nil, structpb.NewStringValue("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		in   []byte
+		into func() any
+	}{
+		{"array key", []byte{0x81, 0xa3, 'a', 'n', 'y', 0x81, 0x90, 0xc0}, func() any { return new(keyed) }},
+		{"map key", []byte{0x81, 0xa3, 'a', 'n', 'y', 0x82, 0x01, 0xc0, 0x80, 0xc0}, func() any { return new(keyed) }},
+		{"bin key", []byte{0x81, 0xa4, 'n', 'a', 'm', 'e', 0x81, 0xc4, 0x01, 0x00, 0xa1, 'x'}, func() any { return new(keyed) }},
+		{"nested key", []byte{0x81, 0xa3, 'a', 'n', 'y', 0x81, 0x91, 0x90, 0xc0}, func() any { return new(keyed) }},
+		{"string into an interface with methods", []byte{0x81, 0xa5, 'n', 'a', 'm', 'e', 'd', 0xa1, 'x'}, func() any { return new(keyed) }},
+		{"a oneof, as the codec encodes it", oneof, func() any { return new(structpb.Value) }},
+	}
+	for _, opts := range []map[string]any{nil, {"discard_unknown": true}} {
+		c := newCodec(t, opts)
+		for _, tc := range cases {
+			into := tc.into()
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Fatalf("%s (options %v): Unmarshal(%x) into %T panicked: %v", tc.name, opts, tc.in, into, p)
+					}
+				}()
+				err = c.Unmarshal(tc.in, into)
+			}()
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%T", into)) {
+				t.Errorf("%s (options %v): Unmarshal(%x) into %T = %v; want an error naming the type", tc.name, opts, tc.in, into, err)
+			}
+		}
+		// The codec still decodes after the refused inputs.
+		in, err := c.Marshal(nil, keyed{Any: map[any]any{"a": int8(1)}, Name: map[any]string{int8(2): "b"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got keyed
+		if err := c.Unmarshal(in, &got); err != nil || got.Any["a"] != int8(1) || got.Name[int8(2)] != "b" {
+			t.Errorf("options %v: after the refused inputs: %+v, %v; want the value back", opts, got, err)
+		}
 	}
 }
