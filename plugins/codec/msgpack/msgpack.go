@@ -67,10 +67,12 @@ func New(o *Options) (kernel.Codec, error) {
 		e.enc = msgpack.NewEncoder(&e.w)
 		return e
 	}
+	// The decoders are made later, as calls need them: they take the
+	// option as it is now, not from o, which the caller may change.
 	c.decoders.New = func() any {
 		d := &decoder{}
 		d.dec = msgpack.NewDecoder(&d.r)
-		d.dec.DisallowUnknownFields(!o.DiscardUnknown)
+		d.dec.DisallowUnknownFields(!c.discardUnknown)
 		return d
 	}
 	return c, nil

@@ -301,3 +301,25 @@ func TestInputTheLibraryPanicsOnIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// New takes the options as they are when it is called: a caller that
+// builds two codecs from one Options value, changing it in between, gets
+// two codecs that keep their own settings.
+func TestNewKeepsItsOptions(t *testing.T) {
+	o := msgpack.DefaultOptions()
+	strict, err := msgpack.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.DiscardUnknown = true
+	if _, err := msgpack.New(o); err != nil {
+		t.Fatal(err)
+	}
+	in, err := vmsgpack.Marshal(map[string]any{"sensor": "t1", "colour": "red"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := strict.Unmarshal(in, new(reading)); err == nil || !strings.Contains(err.Error(), "colour") {
+		t.Errorf("a codec built with discard_unknown false, after its Options changed: err = %v, want the unknown field refused", err)
+	}
+}
