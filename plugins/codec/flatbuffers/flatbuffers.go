@@ -23,8 +23,10 @@
 //     its accessors then read in place. Marshal sends the buffer a table
 //     is the root of, so a handler may answer with a table it received or
 //     one it built with the generated builder functions. The zero value of
-//     a generated table reads every field as its default and is sent as a
-//     table with no fields.
+//     a generated table (new(T)) is sent as a table with no fields, which
+//     the receiver reads as all defaults; the zero value itself has no
+//     buffer, so its accessors panic, as they do on a table Unmarshal
+//     refused: read a table only once Unmarshal has succeeded into it.
 //
 // Reference fields (vectors, strings, sub-tables) and scalar fields wider
 // than a byte of a generated table are checked only if the type implements
