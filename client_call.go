@@ -106,14 +106,14 @@ var errCallOver = kernel.Errorf(kernel.Canceled, "the call returned before this 
 // write into a value the caller is reading.
 func (cs *callState) decodeReply(codec kernel.Codec, data []byte, reply any, own bool) error {
 	if !own || !cs.shared {
-		return codec.Unmarshal(data, reply)
+		return unmarshal(codec, data, reply, false)
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.over {
 		return errCallOver
 	}
-	return codec.Unmarshal(data, reply)
+	return unmarshal(codec, data, reply, false)
 }
 
 // newLike returns a new zero value of the type v points to.

@@ -1,6 +1,11 @@
 package kernrpc
 
-import "github.com/kernrpc/kernrpc/kernel"
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/kernrpc/kernrpc/kernel"
+)
 
 // encodeInto encodes v with codec into a buffer conn lends, giving the
 // buffer back when the encoding outgrew it or failed.
@@ -11,10 +16,10 @@ func encodeInto(conn kernel.Conn, codec kernel.Codec, v any) ([]byte, error) {
 // encodeSized is encodeInto for a value whose size the caller has just
 // taken with sizeHint, on this goroutine: a kernel.SizedMarshaler then
 // need not size it again.
-func encodeSized(conn kernel.Conn, codec kernel.Codec, v any, size int) ([]byte, error) {
+func encodeSized(conn kernel.Conn, codec kernel.Codec, v any, size int) (_ []byte, err error) {
+	defer recoverCodec(codec, "encoding", &err)
 	buf := conn.Buffer(size)
 	var payload []byte
-	var err error
 	if sm, ok := codec.(kernel.SizedMarshaler); ok && size > 0 {
 		payload, err = sm.MarshalSized(buf, v, size)
 	} else {
@@ -44,11 +49,40 @@ func codecAliases(c kernel.Codec) bool {
 
 // unmarshal decodes data into v with codec; fresh says v is a value the
 // engine has just made and nobody else has seen (kernel.FreshUnmarshaler).
-func unmarshal(codec kernel.Codec, data []byte, v any, fresh bool) error {
+func unmarshal(codec kernel.Codec, data []byte, v any, fresh bool) (err error) {
+	defer recoverCodec(codec, "decoding", &err)
 	if fresh {
 		if fu, ok := codec.(kernel.FreshUnmarshaler); ok {
 			return fu.UnmarshalFresh(data, v)
 		}
 	}
 	return codec.Unmarshal(data, v)
+}
+
+// unmarshalInPlace is unmarshal for a kernel.InPlaceUnmarshaler.
+func unmarshalInPlace(codec kernel.Codec, d kernel.InPlaceUnmarshaler, data []byte, v any) (err error) {
+	defer recoverCodec(codec, "decoding", &err)
+	return d.UnmarshalInPlace(data, v)
+}
+
+// codecPanic is the error a codec that panicked gives instead. Codecs run
+// outside any handler's recover (on the server, on a connection's
+// goroutines; on the client, on the caller's), on a peer's bytes, and one
+// message a codec cannot take (its bug, or its library's) must cost that
+// call, not the process.
+type codecPanic struct {
+	codec, doing string
+	value        any
+	stack        []byte
+}
+
+func (p *codecPanic) Error() string {
+	return fmt.Sprintf("codec %s panicked %s: %v", p.codec, p.doing, p.value)
+}
+
+// recoverCodec, deferred, turns a codec's panic into a *codecPanic in err.
+func recoverCodec(codec kernel.Codec, doing string, err *error) {
+	if r := recover(); r != nil {
+		*err = &codecPanic{codec: codec.Name(), doing: doing, value: r, stack: debug.Stack()}
+	}
 }

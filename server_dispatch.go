@@ -34,6 +34,7 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	}
 	if err == nil {
 		if out.Payload, err = encodeInto(sc.conn, codec, resp); err != nil {
+			sc.logCodecPanic(c.info.Method, err)
 			err = kernel.Errorf(kernel.Internal, "encode response of %s with %s: %v", c.info.Method, codec.Name(), err)
 		}
 		c.info.ResponseSize = len(out.Payload)
@@ -191,12 +192,12 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	req := c.req
 	aliases := codecAliases(codec)
 	if d, ok := codec.(kernel.InPlaceUnmarshaler); ok {
-		err, aliases = d.UnmarshalInPlace(f.Payload, req), true
+		err, aliases = unmarshalInPlace(codec, d, f.Payload, req), true
 	} else {
 		err = unmarshal(codec, f.Payload, req, desc.freshRequests)
 	}
 	if err != nil {
-		return nil, codec, nil, kernel.Errorf(kernel.InvalidArgument, "decode request of %s with %s: %v", f.Method, codec.Name(), err)
+		return nil, codec, nil, sc.decodeError(f.Method, codec, err)
 	}
 	if aliases {
 		lent = f
@@ -207,6 +208,26 @@ func (sc *serverConn) run(c *callCtx, f *kernel.Frame) (resp any, codec kernel.C
 	c.handled = true
 	resp, err = sc.invoke(c, req)
 	return resp, codec, lent, err
+}
+
+// decodeError is the status for a request that did not decode: the
+// client's InvalidArgument, or Internal where the codec panicked (its bug
+// to fix, logged with the stack).
+func (sc *serverConn) decodeError(method string, codec kernel.Codec, err error) error {
+	if sc.logCodecPanic(method, err) {
+		return kernel.Errorf(kernel.Internal, "decode request of %s: %v", method, err)
+	}
+	return kernel.Errorf(kernel.InvalidArgument, "decode request of %s with %s: %v", method, codec.Name(), err)
+}
+
+// logCodecPanic logs err, with its stack, if it is a codec's panic, and
+// says whether it was.
+func (sc *serverConn) logCodecPanic(method string, err error) bool {
+	p, ok := err.(*codecPanic)
+	if ok {
+		sc.srv.log.Error("codec panicked", "method", method, "codec", p.codec, "doing", p.doing, "panic", p.value, "stack", string(p.stack))
+	}
+	return ok
 }
 
 // admit asks the filters that decide before decoding, turning a panic
