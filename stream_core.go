@@ -453,6 +453,13 @@ func (s *streamCore) closeSend() error {
 	}
 	s.sendDone = true
 	s.sendStopped.Store(true)
+	if s.final != nil {
+		// A client's stream the server has ended: there is no side left
+		// to close, and a failed write here would hide the end it sent
+		// (and messages before it) from the Recv that follows.
+		s.mu.Unlock()
+		return nil
+	}
 	s.mu.Unlock()
 	f := &kernel.Frame{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: s.id}
 	if !s.sent {

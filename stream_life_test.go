@@ -600,3 +600,71 @@ func TestCloseAndRecvOnALostConnectionFreesTheStream(t *testing.T) {
 		t.Errorf("the client filter saw the stream end with %v, want Unavailable", ended.err)
 	}
 }
+
+// A client-streaming server may answer, and end the stream with OK,
+// before the client closed its side. If the connection is lost after
+// that, CloseAndRecv still returns the answer the client holds: there is
+// nothing left to half-close, so the failed write of CloseSend is no
+// outcome of the call.
+func TestCloseAndRecvAfterTheServerAnsweredSurvivesALostConnection(t *testing.T) {
+	answer := mustMarshal(t, &echopb.Echo{Text: "answer"})
+	methods := map[uint64]string{}
+	addr := fakeServer(t, func(f *kernel.Frame) []*kernel.Frame {
+		switch f.Type {
+		case kernel.FrameRequest:
+			methods[f.CallID] = f.Method
+			return []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 20}, {Type: kernel.FrameWindowUpdate, CallID: f.CallID, Credit: 1 << 20}}
+		case kernel.FrameStreamData:
+			if methods[f.CallID] == "Fake.Lose" {
+				return []*kernel.Frame{hangUp}
+			}
+			if f.Flags&kernel.FlagEndStream != 0 {
+				return nil
+			}
+			// The answer, and the end with OK, at the first message.
+			return []*kernel.Frame{
+				{Type: kernel.FrameStreamData, CallID: f.CallID, Payload: answer},
+				{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: f.CallID, Metadata: kernel.Metadata{"done": "yes"}},
+			}
+		}
+		return nil
+	})
+	cfg := testConfig(t)
+	cfg.Transport.Options = nil // the fake server's tcp-lv takes pings 1s apart at most
+	cfg.Registry.Options["static"] = map[string]any{"echo": []any{addr}}
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Fake.Answer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&echopb.Echo{Text: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	// The server's end is in once its trailers are.
+	for st.Trailer() == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the server's end never came")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Another stream on the connection loses it.
+	lose, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Fake.Lose")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lose.Send(&echopb.Echo{Text: "one"}) == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the stream's sends still succeed after its connection was lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := lose.Recv(); kernel.CodeOf(err) != kernel.Unavailable {
+		t.Fatalf("the stream that lost the connection: %v, want Unavailable", err)
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil || resp.GetText() != "answer" {
+		t.Fatalf("CloseAndRecv after the server answered with OK, then the connection was lost: %v, %v; want the answer", resp, err)
+	}
+}
