@@ -228,6 +228,15 @@ func TestNameClashes(t *testing.T) {
 			Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
 		}},
 	})
+	// A proto2 field's default value is the constant
+	// Default_Message_Field; rpc Req of service Default is
+	// Default_Req_FullMethodName.
+	withDefault := testFile("x/v1/x.proto", service("Default", rpc("Req", false, false)))
+	withDefault.Syntax = proto.String("proto2")
+	withDefault.MessageType[0].Field = append(withDefault.MessageType[0].Field, &descriptorpb.FieldDescriptorProto{
+		Name: proto.String("full_method_name"), Number: proto.Int32(2), JsonName: proto.String("fullMethodName"), DefaultValue: proto.String("none"),
+		Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+	})
 	// Two files of one Go package: the second's service clashes with the
 	// first's.
 	first := testFile("x/v1/a.proto", service("Foo", rpc("Say", false, false)))
@@ -249,6 +258,7 @@ func TestNameClashes(t *testing.T) {
 			"the client's method SayFunc would serve both rpc SayFunc and rpc Say", 0},
 		{"two rpcs with one Go name", request("", testFile("x/v1/x.proto", service("Greeter", rpc("say", false, false), rpc("Say", false, false)))),
 			"service x.v1.Greeter: rpcs say and Say are both the Go method Say", 0},
+		{"a default value's constant named like a method constant", request("", withDefault), "the code generated for service x.v1.Default declares Default_Req_FullMethodName, which message x.v1.Req's default of full_method_name declares too", 0},
 		{"services of two files of a package", request("", first, second), "declares NewFooClient, which the code generated for service x.v1.Foo declares too", 0},
 		{"stream rpcs have no Async form to clash", request("", testFile("x/v1/x.proto", service("Greeter", rpc("Say", true, false), rpc("SayAsync", false, false)))), "", 2},
 	}

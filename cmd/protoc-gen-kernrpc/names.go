@@ -79,6 +79,12 @@ func checkMethods(s *protogen.Service) error {
 func messageNames(declared map[string]string, m *protogen.Message) {
 	what := "message " + string(m.Desc.FullName())
 	declared[m.GoIdent.GoName] = what
+	for _, fl := range m.Fields {
+		// A default value is the constant (or variable) Default_M_F.
+		if fl.Desc.HasDefault() {
+			declared["Default_"+m.GoIdent.GoName+"_"+fl.GoName] = what + "'s default of " + string(fl.Desc.Name())
+		}
+	}
 	for _, o := range m.Oneofs {
 		for _, fl := range o.Fields {
 			declared[fl.GoIdent.GoName] = what + "'s oneof " + string(o.Desc.Name())
