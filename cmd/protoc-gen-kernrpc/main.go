@@ -43,7 +43,7 @@ import (
 // version is protoc-gen-kernrpc's, written into every file it generates.
 // It is a constant, not the module version, so that the output depends
 // only on the input: bump it when the generated code changes.
-const version = "v0.1.0"
+const version = "v0.1.1"
 
 const usage = `protoc-gen-kernrpc %s: a protoc plugin that generates kernrpc services
 (NAME_kernrpc.pb.go) and vtprotobuf's fast-path methods (NAME_vtproto.pb.go),

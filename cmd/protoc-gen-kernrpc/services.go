@@ -100,8 +100,10 @@ func genService(g *protogen.GeneratedFile, s *protogen.Service) {
 	g.P()
 	prose(g, "The names of "+full+" and its methods, as servers register them and clients call them.")
 	g.P("const (")
+	constDeprecation(g, deprecated)
 	g.P(n.serviceConst, " = ", quote(full))
 	for _, m := range s.Methods {
+		constDeprecation(g, methodDeprecated(m))
 		g.P(methodConst(m), " = ", quote(fullMethodName(m)))
 	}
 	g.P(")")
@@ -328,8 +330,19 @@ func deprecation(g *protogen.GeneratedFile, deprecated bool) {
 	}
 }
 
+// constDeprecation marks the constant that follows, in a const block, as
+// deprecated.
+func constDeprecation(g *protogen.GeneratedFile, deprecated bool) {
+	if deprecated {
+		g.P("// Deprecated: Do not use.")
+	}
+}
+
+// methodDeprecated reports whether m, or its service, is deprecated: every
+// name generated for either is.
 func methodDeprecated(m *protogen.Method) bool {
-	return m.Desc.Options().(*descriptorpb.MethodOptions).GetDeprecated()
+	return m.Desc.Options().(*descriptorpb.MethodOptions).GetDeprecated() ||
+		m.Parent.Desc.Options().(*descriptorpb.ServiceOptions).GetDeprecated()
 }
 
 // wrap splits text into lines of at most width bytes, at spaces.
