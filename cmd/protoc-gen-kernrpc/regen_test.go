@@ -12,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/pluginpb"
 )
 
 // generatedMarker begins every file this plugin writes.
@@ -142,7 +145,8 @@ func committedGenerated(t *testing.T, repo string) []*generatedRun {
 }
 
 // generatedSource reads the source line of a file protoc-gen-kernrpc
-// generated; ok is false for any other file.
+// generated (or, for a deprecated .proto, the line that says so); ok is
+// false for any other file.
 func generatedSource(t *testing.T, p string) (source string, ok bool) {
 	f, err := os.Open(p)
 	if err != nil {
@@ -157,6 +161,10 @@ func generatedSource(t *testing.T, p string) (source string, ok bool) {
 		}
 		if s, found := strings.CutPrefix(line, "// source: "); found {
 			return s, true
+		}
+		// A deprecated .proto's files say so instead (see header).
+		if s, found := strings.CutSuffix(line, " is a deprecated file."); found && i > 0 && strings.HasPrefix(s, "// ") {
+			return strings.TrimPrefix(s, "// "), true
 		}
 	}
 	t.Errorf("%s begins with %q but has no source line in its header", p, strings.TrimSpace(generatedMarker))
@@ -230,4 +238,34 @@ func sortedRunKeys(m map[string]*generatedRun) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// The header of a file generated from a deprecated .proto names its
+// source in the line that says so (as protoc-gen-go's does), not in a
+// source line: the check finds it there, and regenerates such a file.
+func TestCommittedGeneratedFindsADeprecatedFilesSource(t *testing.T) {
+	f := testFile("x/v1/x.proto", service("Greeter", rpc("Say", false, false)))
+	f.Options.Deprecated = proto.Bool(true)
+	resp := generate(request("paths=source_relative", f))
+	if resp.Error != nil {
+		t.Fatal(resp.GetError())
+	}
+	repo := t.TempDir()
+	for _, out := range append(resp.File, &pluginpb.CodeGeneratorResponse_File{Name: proto.String("x/v1/x.proto"), Content: proto.String("// stands for the source\n")}) {
+		p := filepath.Join(repo, "api", filepath.FromSlash(out.GetName()))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(out.GetContent()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := committedGenerated(t, repo)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(runs))
+	}
+	r := runs[0]
+	if want := []string{"api/x/v1/x_kernrpc.pb.go", "api/x/v1/x_vtproto.pb.go"}; r.root != "api" || !slices.Equal(r.sources, []string{"x/v1/x.proto"}) || !slices.Equal(r.files, want) {
+		t.Errorf("run: root %q, sources %v, files %v; want root api, sources [x/v1/x.proto], files %v", r.root, r.sources, r.files, want)
+	}
 }
