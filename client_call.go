@@ -162,9 +162,7 @@ func (c *Client) call(ctx context.Context, method string, req, resp any) (kernel
 	switch {
 	case c.callChains != nil:
 		cs.shared = true
-		if len(info.Metadata) > 0 {
-			info.Metadata = info.Metadata.Clone() // filters may add to it
-		}
+		info.Metadata = callMetadata(info.Metadata) // filters may add to it
 		out, err = c.callChains.forMethod(method)(cs.chainContext(), info, req)
 	case c.attemptChains != nil:
 		cs.shared = true
@@ -210,6 +208,17 @@ func (cs *callState) finish(out any, err error) (kernel.Metadata, error) {
 			cs.info.Method, out, c.codec.Name(), cs.reply, merr)
 	}
 	return md, nil
+}
+
+// callMetadata is the copy of md that filters, which may add to it, get:
+// nil for an empty map, which SetRequestMetadata replaces with one of the
+// call's own, rather than writing into one the caller (or the call, for an
+// attempt) holds, and that concurrent calls may share.
+func callMetadata(md kernel.Metadata) kernel.Metadata {
+	if len(md) == 0 {
+		return nil
+	}
+	return md.Clone()
 }
 
 // sameValue reports whether a and b are the same value; a value whose type
@@ -295,9 +304,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		ai.Instance, ai.Peer, ai.Attempt = inst, inst.Address, int(cs.attempts.Add(1))
 		var resp any
 		if c.attemptChains != nil {
-			if len(ai.Metadata) > 0 {
-				ai.Metadata = ai.Metadata.Clone() // attempt filters may add to it
-			}
+			ai.Metadata = callMetadata(ai.Metadata) // attempt filters may add to it
 			resp, err = c.attemptChains.forMethod(info.Method)(ctx, ai, req)
 		} else {
 			resp, err = c.send(ctx, cs, at, p, ai, req)
