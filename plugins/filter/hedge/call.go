@@ -72,6 +72,10 @@ func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, nex
 		// Filters after this one may add to an attempt's metadata while
 		// the next attempt copies it: hedges copy this snapshot instead.
 		c.base.Metadata = info.Metadata.Clone()
+	} else {
+		// Not an empty map the first attempt shares: hedges start with
+		// none, and SetRequestMetadata makes each its own.
+		c.base.Metadata = nil
 	}
 	c.cis[0] = *info
 	c.launched, c.pending, c.winner = 1, 1, -1

@@ -241,6 +241,35 @@ func TestEachAttemptHasItsOwnMetadata(t *testing.T) {
 	}
 }
 
+// A call whose metadata is an empty map, not nil, still gives each hedge a
+// map of its own: what a filter after the hedge adds to the first
+// attempt's (an attempt-specific entry) neither reaches the hedges nor
+// races with their copying it.
+func TestEachAttemptHasItsOwnMetadataFromAnEmptyMap(t *testing.T) {
+	f := build(t, func(o *hedge.Options) { o.Delay = kernel.Duration(time.Millisecond); o.MaxAttempts = 2 })
+	var leaked atomic.Int32
+	var first atomic.Bool
+	stamp := func(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+		if first.CompareAndSwap(false, true) {
+			info.SetRequestMetadata("first-attempt-only", "1")
+			<-ctx.Done() // the hedge wins
+			return nil, kernel.StatusOf(ctx.Err())
+		}
+		if _, ok := info.Metadata["first-attempt-only"]; ok {
+			leaked.Add(1)
+		}
+		return "ok", nil
+	}
+	caller := kernel.Metadata{}
+	info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ClientSide, Metadata: caller}
+	if _, err := f.Invoke(t.Context(), info, "req", stamp); err != nil {
+		t.Fatal(err)
+	}
+	if leaked.Load() != 0 {
+		t.Errorf("the hedge was sent with the entry a later filter added to the first attempt only")
+	}
+}
+
 // The budget, with a fixed delay and every call slow: hedges stop once it
 // is at half, and each success refunds a tenth of one, so that hedging
 // adds at most about a tenth to the load. No clock moves: the refill is
