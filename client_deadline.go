@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,8 +105,17 @@ func deadlineIn(d time.Duration) time.Time { return deadlineFrom(monoNow(), d) }
 // taken for another purpose can place a deadline later (deadlineFrom).
 func monoNow() time.Duration { return time.Since(clockBase) }
 
-// deadlineFrom is deadlineIn(d) for a clock read at now (monoNow).
-func deadlineFrom(now, d time.Duration) time.Time { return clockBase.Add(now + d) }
+// deadlineFrom is deadlineIn(d) for a clock read at now (monoNow). A d so
+// large that now+d would overflow (a timeout of math.MaxInt64 that a
+// caller meant as none, sent as it was) is added in two steps instead of
+// wrapping into the past: time.Time's Add, out of the monotonic clock's
+// range, places the deadline by the wall clock.
+func deadlineFrom(now, d time.Duration) time.Time {
+	if d > math.MaxInt64-now {
+		return clockBase.Add(now).Add(d)
+	}
+	return clockBase.Add(now + d)
+}
 
 var clockBase = time.Now()
 

@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -214,5 +215,36 @@ func TestAGivenTimeoutSentAfterAWaitIsWhatIsLeft(t *testing.T) {
 	}
 	if got := receive(t, left, time.Second, "the handler"); got > 600*time.Millisecond {
 		t.Errorf("the handler got %v to run a call with about 500ms left", got)
+	}
+}
+
+// A deadline too far away to matter (a WithTimeout of math.MaxInt64, the
+// usual way to say "no timeout" where one is required) reaches the
+// handler as a deadline in the future: placed in the server's clock, it
+// must not wrap around into the past and end the call before it starts.
+func TestAFarDeadlineDoesNotWrapIntoThePast(t *testing.T) {
+	cfg := testConfig(t)
+	type seen struct {
+		err      error
+		deadline time.Time
+	}
+	got := make(chan seen, 1)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Far", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			dl, _ := ctx.Deadline()
+			got <- seen{ctx.Err(), dl}
+			return req, ctx.Err()
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(math.MaxInt64))
+	defer cancel()
+	err := cli.Call(ctx, "Echo.Far", &echopb.Echo{}, &echopb.Echo{})
+	s := receive(t, got, 10*time.Second, "the handler did not run")
+	if s.err != nil || err != nil {
+		t.Errorf("a call with a deadline centuries away: the handler's ctx.Err() = %v, the call %v; want both nil", s.err, err)
+	}
+	if !s.deadline.After(time.Now().Add(100 * 365 * 24 * time.Hour)) {
+		t.Errorf("the handler's deadline is %v; want one centuries away, as the caller's", s.deadline)
 	}
 }
