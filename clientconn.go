@@ -243,6 +243,13 @@ func (cc *clientConn) passReaderLocked() {
 // everyone while it waits if nobody else is.
 func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState, at *attempt, info *kernel.CallInfo, req any, reply any, own bool) error {
 	at.begin()
+	// A context that ended is not sent, as a stream is not opened: the
+	// server would run the handler only to have it cancelled by the Cancel
+	// that follows. A deadline given in place (which alone ends its
+	// context) is checked below, with the timeout sent.
+	if dc, ok := ctx.(*chainCtx); (!ok || dc.dl == nil) && ctx.Err() != nil {
+		return c.ctxStatus(ctx, call, "before the request for "+info.Method+" was sent")
+	}
 	codec := c.codec
 	payload, err := encodeInto(cc.conn, codec, req)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,5 +247,39 @@ func TestAFarDeadlineDoesNotWrapIntoThePast(t *testing.T) {
 	}
 	if !s.deadline.After(time.Now().Add(100 * 365 * 24 * time.Hour)) {
 		t.Errorf("the handler's deadline is %v; want one centuries away, as the caller's", s.deadline)
+	}
+}
+
+// A call whose context was cancelled before it was made is not sent, as
+// one whose deadline passed is not (and as a stream is not opened): the
+// server would run the handler, which may act, only to have the Cancel
+// that follows end it, while the caller hears Canceled.
+func TestACallCancelledBeforeItIsSentNeverReachesTheServer(t *testing.T) {
+	cfg := testConfig(t)
+	var ran atomic.Int32
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Act", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			ran.Add(1)
+			return req, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	// One call first, so that the connection is up and the context, not a
+	// dial, is what the call meets.
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := cli.Call(ctx, "Echo.Act", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Canceled {
+		t.Fatalf("call with a cancelled context: %v; want Canceled", err)
+	}
+	// The cancelled call would have reached the server, on the same
+	// connection, before this one.
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 0 {
+		t.Errorf("the server ran the handler of a call cancelled before it was made %d times; want none", n)
 	}
 }
