@@ -73,7 +73,7 @@ type conn struct {
 	clockDeadline atomic.Int64 // when it runs out, in Unix nanoseconds; 0 while it is stopped
 	clockArmed    atomic.Bool  // frameTimer is running
 	lastPing      time.Time    // when the peer's last Ping came (reader only)
-	pingStrike    int          // Pings too close together, with nothing between (reader only)
+	pingStrike    int          // Pings too close together, with nothing between; afterFrame after another frame (reader only)
 
 	reading    atomic.Bool  // a ReadFrame is in progress (or, once dead, Close gave the read buffer back)
 	unanswered atomic.Int64 // requests written minus responses read

@@ -452,3 +452,52 @@ func TestPingsTooCloseOnlyNowAndThenAreNotStrikesInARow(t *testing.T) {
 		t.Fatalf("the connection died, though no two Pings in a row came too close: %v", err)
 	}
 }
+
+// A Ping that follows another frame is no strike, however soon after the
+// Ping before that frame it comes: only Pings with no other frame between
+// count, and it takes more than maxPingStrikes of those in a row to get
+// the GoAway (docs/protocol.md). The frames go in one write and are read
+// in order, so the outcome does not depend on timing.
+func TestAFrameBetweenPingsForgivesTheNextPing(t *testing.T) {
+	ping := encode(&kernel.Frame{Type: kernel.FramePing})
+	cancel := encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: 1})
+	last := encode(&kernel.Frame{Type: kernel.FrameCancel, CallID: 2})
+	for _, tc := range []struct {
+		name     string
+		pingsAll int // Pings after the Cancel, all too soon
+		wantDead bool
+	}{
+		{"as many Pings in a row as allowed", maxPingStrikes + 1, false},
+		{"one Ping too many", maxPingStrikes + 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions()
+			o.MinPingInterval = kernel.Duration(time.Hour)
+			raw, server := rawPair(t, o)
+			var wire []byte
+			wire = append(wire, ping...)
+			wire = append(wire, cancel...)
+			for range tc.pingsAll {
+				wire = append(wire, ping...)
+			}
+			wire = append(wire, last...)
+			raw.Write(wire)
+			for _, id := range []uint64{1, 2} {
+				f, err := server.ReadFrame(timeout(t, 5*time.Second))
+				if err != nil {
+					if !tc.wantDead {
+						t.Fatalf("the connection died at frame %d, though no more than %d Pings came too soon in a row: %v", id, maxPingStrikes, err)
+					}
+					return
+				}
+				if f.Type != kernel.FrameCancel || f.CallID != id {
+					t.Fatalf("read %v %d, want Cancel %d", f.Type, f.CallID, id)
+				}
+				f.Release()
+			}
+			if tc.wantDead {
+				t.Fatalf("%d Pings too soon in a row were let through", tc.pingsAll)
+			}
+		})
+	}
+}

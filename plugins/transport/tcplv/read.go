@@ -130,7 +130,7 @@ func (c *conn) ReadFrame(ctx context.Context) (*kernel.Frame, error) {
 		case kernel.FrameResponse:
 			c.answered()
 		}
-		c.pingStrike = 0
+		c.pingStrike = afterFrame
 		pf.f.SetOwner(pf)
 		// Corked exactly while a whole frame waits here: a reader that
 		// stops reading after this frame leaves nothing held.
@@ -315,7 +315,9 @@ func (c *conn) answerPing(pf *pooledFrame) error {
 		return c.protocolError(fmt.Errorf("%w: Ping payload of %d bytes exceeds %d", kernel.ErrMalformedFrame, n, kernel.MaxPingPayload))
 	}
 	now := time.Now()
-	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.t.minPingInterval {
+	// A Ping after another frame is no strike, however close to the Ping
+	// before that frame: only Pings with nothing between count.
+	if c.pingStrike != afterFrame && !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.t.minPingInterval {
 		if c.pingStrike++; c.pingStrike > maxPingStrikes {
 			c.pool.putFrame(pf)
 			return c.goAwayAndFail(slog.LevelWarn, kernel.GoAwayUnknownLast, "too_many_pings", fmt.Errorf("tcp-lv: connection %s: %w: it sent Pings less than min_ping_interval %s apart %d times in a row",
@@ -336,6 +338,10 @@ func (c *conn) answerPing(pf *pooledFrame) error {
 // maxPingStrikes is how many Pings in a row may come too soon, as in
 // grpc-go's keepalive enforcement: a burst of two is forgiven.
 const maxPingStrikes = 2
+
+// afterFrame is conn.pingStrike once a frame other than a Ping or Pong
+// came: the next Ping starts a new row.
+const afterFrame = -1
 
 // frameBegun starts the frame clock when a read is about to wait for the
 // rest of a frame (reader only).
