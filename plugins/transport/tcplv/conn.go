@@ -157,12 +157,17 @@ func newConn(t *transport, nc, raw net.Conn, accepted bool) *conn {
 	c.sock.init(nc)
 	c.br = getReader(socketReader{c}, t.readBufferSize)
 	c.interrupt = func() { c.nc.SetReadDeadline(aLongTimeAgo) }
-	c.frameTimer = time.AfterFunc(t.firstFrameTimeout, c.frameExpired)
+	// Made for later and set going only once the clock's state is in
+	// place: made for first_frame_timeout, which may be 1ms, the timer
+	// could fire first, find no deadline and disarm itself, and the clock
+	// would then never run on this connection again (clockArmed stuck).
+	c.frameTimer = time.AfterFunc(time.Hour, c.frameExpired)
 	if accepted {
 		c.clockOn = true
 		c.clockArmed.Store(true)
 		c.clockFirst.Store(firstAwaited)
 		c.clockDeadline.Store(time.Now().Add(t.firstFrameTimeout).UnixNano())
+		c.frameTimer.Reset(t.firstFrameTimeout)
 	} else {
 		c.frameTimer.Stop()
 	}

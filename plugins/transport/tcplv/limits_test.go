@@ -501,3 +501,37 @@ func TestAFrameBetweenPingsForgivesTheNextPing(t *testing.T) {
 		})
 	}
 }
+
+// The frame clock of an accepted connection is set going only once its
+// state is in place. Made running, a timer of a short first_frame_timeout
+// could fire before newConn stored the deadline, find none and disarm
+// itself for good: that silent connection was never cut off (and no frame
+// of it ever timed). With the timeout far below what options allow, the
+// timer fires at once, so many connections try the race.
+func TestTheFirstFrameClockRunsEvenWhenItsTimerFiresAtOnce(t *testing.T) {
+	tr := newTransport(t, testOptions())
+	tr.firstFrameTimeout = time.Nanosecond
+	const n = 2000
+	conns := make([]*conn, 0, n)
+	for range n {
+		local, peer := net.Pipe()
+		t.Cleanup(func() { peer.Close() })
+		go io.Copy(io.Discard, peer) // takes the GoAway
+		c := newConn(tr, local, local, true)
+		t.Cleanup(func() { c.Close() })
+		conns = append(conns, c)
+	}
+	expired := make(chan struct{}) // only a hang takes this long
+	time.AfterFunc(10*time.Second, func() { close(expired) })
+	alive := 0
+	for _, c := range conns {
+		select {
+		case <-c.Done():
+		case <-expired:
+			alive++
+		}
+	}
+	if alive > 0 {
+		t.Fatalf("%d of %d silent connections were never cut off by first_frame_timeout", alive, n)
+	}
+}
