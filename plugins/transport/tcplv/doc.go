@@ -58,8 +58,11 @@
 //	                             (default: the host of the dialed address)
 //	  insecure_skip_verify false do not verify the server's certificate
 //
-// Every timeout and interval above must be at least 1ms: below that, each
-// connection would fail at its first wait.
+// Every timeout and interval above must be at least 1ms (min_ping_interval
+// may also be 0, for its default): below that, each connection would fail
+// at its first wait. The timeouts and keepalive's two may be at most 100
+// years (876000h), which is as good as never: the deadlines derived from
+// longer ones would overflow.
 //
 // Nobody reads a client's connection while no call waits on it, so a
 // server that dies meanwhile leaves its close unread (behind the late

@@ -121,6 +121,13 @@ func (o *Options) minPingInterval() time.Duration {
 // may be.
 const minTimeout = time.Millisecond
 
+// maxTimeout is the most any of them may be: a hundred years, as good as
+// never, and far enough below time.Duration's limit (292 years) that the
+// deadlines derived from them (a write's, at 1.5 × write_timeout; a TLS
+// handshake's, keepalive_interval + keepalive_timeout; the frame clock's,
+// in Unix nanoseconds) cannot overflow into the past.
+const maxTimeout = 100 * 365 * 24 * time.Hour
+
 // maxLengthField is the largest value the 32-bit length prefix can hold.
 const maxLengthField = 1<<32 - 1
 
@@ -151,9 +158,15 @@ func (o *Options) validate() error {
 		if d.v.D() < minTimeout {
 			return optionError(d.key, "must be at least %s, got %s (a unit left off? write 10s, 100ms)", minTimeout, d.v)
 		}
+		if d.v.D() > maxTimeout {
+			return optionError(d.key, "must be at most %s (100 years), got %s", maxTimeout, d.v)
+		}
 	}
 	if o.MinPingInterval < 0 {
 		return optionError("min_ping_interval", "must not be negative, got %s (0 means half of keepalive_interval, at most 1s)", o.MinPingInterval)
+	}
+	if o.MinPingInterval > 0 && o.MinPingInterval.D() < minTimeout {
+		return optionError("min_ping_interval", "must be at least %s, got %s (a unit left off? write 1s, 100ms; 0 means half of keepalive_interval, at most 1s)", minTimeout, o.MinPingInterval)
 	}
 	if o.MaxMetadataEntries < 1 {
 		return optionError("max_metadata_entries", "must be at least 1, got %d", o.MaxMetadataEntries)

@@ -34,6 +34,8 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		{"keepalive_timeout negative", func(o *Options) { o.KeepaliveTimeout = -1 }, []string{`"keepalive_timeout"`, "must be positive"}},
 		{"write_timeout zero", func(o *Options) { o.WriteTimeout = 0 }, []string{`"write_timeout"`, "must be positive"}},
 		{"write_timeout 1ns", func(o *Options) { o.WriteTimeout = 1 }, []string{`"write_timeout"`, "must be at least 1ms, got 1ns"}},
+		{"write_timeout over 100 years", func(o *Options) { o.WriteTimeout = kernel.Duration(200 * 365 * 24 * time.Hour) }, []string{`"write_timeout"`, "at most 876000h0m0s (100 years), got 1752000h0m0s"}},
+		{"keepalive_timeout over 100 years", func(o *Options) { o.KeepaliveTimeout = kernel.Duration(1<<63 - 1) }, []string{`"keepalive_timeout"`, "at most 876000h0m0s"}},
 		{"keepalive_interval under 1ms", func(o *Options) { o.KeepaliveInterval = kernel.Duration(999 * time.Microsecond) }, []string{`"keepalive_interval"`, "at least 1ms, got 999µs"}},
 		{"read_buffer_size tiny", func(o *Options) { o.ReadBufferSize = 4 }, []string{`"read_buffer_size"`}},
 		{"key without certificate", func(o *Options) { o.TLS = &TLSOptions{KeyFile: missing} }, []string{`"tls.cert_file"`}},
@@ -45,6 +47,7 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		{"key file missing", func(o *Options) { o.TLS = &TLSOptions{CertFile: notPEM, KeyFile: missing} }, []string{`"tls.key_file"`, "missing.pem"}},
 		{"certificate and key that do not parse", func(o *Options) { o.TLS = &TLSOptions{CertFile: notPEM, KeyFile: notPEM} }, []string{`"tls.cert_file"`, "certificate " + notPEM + " with key " + notPEM}},
 		{"min_ping_interval negative", func(o *Options) { o.MinPingInterval = -1 }, []string{`"min_ping_interval"`, "must not be negative"}},
+		{"min_ping_interval under 1ms", func(o *Options) { o.MinPingInterval = kernel.Duration(500 * time.Microsecond) }, []string{`"min_ping_interval"`, "at least 1ms, got 500µs"}},
 		{"max_metadata_entries zero", func(o *Options) { o.MaxMetadataEntries = 0 }, []string{`"max_metadata_entries"`, "at least 1, got 0"}},
 		{"max_metadata_bytes zero", func(o *Options) { o.MaxMetadataBytes = 0 }, []string{`"max_metadata_bytes"`, "at least 1 byte, got 0"}},
 		{"max_write_queue under two frames", func(o *Options) { o.MaxWriteQueue = o.MaxFrameSize }, []string{`"max_write_queue"`, "at least twice max_frame_size"}},
@@ -394,4 +397,37 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("Listen: %v", err)
 		}
 	})
+}
+
+// The longest timeout validate accepts works: a long write_timeout, taken
+// to mean "never", must not overflow into a deadline in the past that
+// fails every write, nor keepalive's two periods into a negative TLS
+// handshake timeout.
+func TestTheLongestTimeoutsAllowedWork(t *testing.T) {
+	o := testOptions()
+	o.WriteTimeout = kernel.Duration(maxTimeout)
+	o.KeepaliveInterval = kernel.Duration(maxTimeout)
+	o.KeepaliveTimeout = kernel.Duration(maxTimeout)
+	o.FrameTimeout = kernel.Duration(maxTimeout)
+	o.FirstFrameTimeout = kernel.Duration(maxTimeout)
+	tr := newTransport(t, o)
+	if d := tr.handshakeTimeout(); d <= 0 {
+		t.Fatalf("TLS handshake timeout %s", d)
+	}
+	client, server := connPair(t, o)
+	if err := client.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Payload: pattern(100, 1)}); err != nil {
+		t.Fatalf("WriteFrame with write_timeout %s: %v", o.WriteTimeout, err)
+	}
+	f, err := server.ReadFrame(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if err := server.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = client.ReadFrame(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
 }
