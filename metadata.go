@@ -10,7 +10,10 @@ import (
 type outgoingMDKey struct{}
 
 // WithMetadata returns a context whose calls send md to the server, merged
-// over any metadata already attached to ctx.
+// over any metadata already attached to ctx. md is kept as it is, not
+// copied (a map per context would cost every call that attaches one): it
+// must not change while calls may use the context, as they read it
+// concurrently. Filters never write into it.
 func WithMetadata(ctx context.Context, md kernel.Metadata) context.Context {
 	if prev, ok := ctx.Value(outgoingMDKey{}).(kernel.Metadata); ok && len(prev) > 0 {
 		merged := prev.Clone()
@@ -22,7 +25,8 @@ func WithMetadata(ctx context.Context, md kernel.Metadata) context.Context {
 	return context.WithValue(ctx, outgoingMDKey{}, md)
 }
 
-// OutgoingMetadata returns the metadata attached to ctx by WithMetadata.
+// OutgoingMetadata returns the metadata attached to ctx by WithMetadata:
+// the map the calls read, to read too, not to change (Clone it for that).
 func OutgoingMetadata(ctx context.Context) kernel.Metadata {
 	md, _ := ctx.Value(outgoingMDKey{}).(kernel.Metadata)
 	return md
