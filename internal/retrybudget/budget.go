@@ -31,9 +31,11 @@ import (
 type Options struct {
 	// Tokens is the budget's size; it starts full. At least 1.
 	Tokens float64 `json:"tokens"`
-	// Refund is what a successful call gives back, between 0 and Tokens.
+	// Refund is what a successful call gives back: 0, or between 0.001 (the
+	// budget counts thousandths of a token) and Tokens.
 	Refund float64 `json:"refund"`
-	// RefillPerSecond is what comes back each second regardless; 0: none.
+	// RefillPerSecond is what comes back each second regardless; 0: none,
+	// else at least 0.001.
 	RefillPerSecond float64 `json:"refill_per_second"`
 }
 
@@ -48,13 +50,17 @@ func (o Options) Validate() error {
 	switch {
 	case !(o.Tokens >= 1) || o.Tokens > 1e6:
 		return fmt.Errorf(`option "budget.tokens": %v; want at least 1 (and at most 1e6)`, o.Tokens)
-	case !(o.Refund >= 0) || o.Refund > o.Tokens:
-		return fmt.Errorf(`option "budget.refund": %v; want between 0 and budget.tokens (%v)`, o.Refund, o.Tokens)
-	case !(o.RefillPerSecond >= 0) || o.RefillPerSecond > 1e6:
-		return fmt.Errorf(`option "budget.refill_per_second": %v; want 0 or more (and at most 1e6)`, o.RefillPerSecond)
+	case !(o.Refund >= 0) || o.Refund > o.Tokens || tooFine(o.Refund):
+		return fmt.Errorf(`option "budget.refund": %v; want 0, or between 0.001 and budget.tokens (%v)`, o.Refund, o.Tokens)
+	case !(o.RefillPerSecond >= 0) || o.RefillPerSecond > 1e6 || tooFine(o.RefillPerSecond):
+		return fmt.Errorf(`option "budget.refill_per_second": %v; want 0, or between 0.001 and 1e6`, o.RefillPerSecond)
 	}
 	return nil
 }
+
+// tooFine reports whether v, not 0, rounds to no thousandth of a token:
+// the budget would silently use 0.
+func tooFine(v float64) bool { return v != 0 && math.Round(v*milli) == 0 }
 
 // milli is the fixed-point unit: a token is 1000 of them.
 const milli = 1000

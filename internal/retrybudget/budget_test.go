@@ -158,6 +158,9 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{Tokens: 10, RefillPerSecond: -0.1}:             "budget.refill_per_second",
 		{Tokens: 2e6}:                                   "budget.tokens",
 		{Tokens: 10, Refund: 0.1, RefillPerSecond: 2e6}: "budget.refill_per_second",
+		// Below the budget's thousandth of a token, which would count 0.
+		{Tokens: 10, Refund: 0.0004}:                     "budget.refund",
+		{Tokens: 10, Refund: 0.1, RefillPerSecond: 1e-4}: "budget.refill_per_second",
 	} {
 		err := o.Validate()
 		if err == nil || !strings.Contains(err.Error(), `"`+key+`"`) {
