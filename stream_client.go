@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -38,6 +39,9 @@ type ClientStream struct {
 	headerOnce  sync.Once
 	opened      chan error // with stream filters: the open's outcome
 	bound       bool       // the filters' goroutine reached the chain's end
+	// answered is set by the typed CloseAndRecv, which returns the one
+	// response: a second call must not read the end as a missing one.
+	answered atomic.Bool
 }
 
 // NewStream opens a stream to method, untyped: OpenStream and

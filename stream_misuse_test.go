@@ -97,6 +97,30 @@ func TestClientStreamWantsExactlyOneAnswer(t *testing.T) {
 	}
 }
 
+// A second CloseAndRecv says it is one, rather than blaming the server for
+// an end without a response: the first took the response.
+func TestCloseAndRecvTwice(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.Join")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&echopb.Echo{Text: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.CloseAndRecv()
+	if kernel.CodeOf(err) != kernel.FailedPrecondition || !strings.Contains(err.Error(), "CloseAndRecv called twice on the client-streaming call of Count.Join") {
+		t.Errorf("a second CloseAndRecv: %v, %v; want FailedPrecondition saying it was called twice", resp, err)
+	}
+}
+
 // A Send after CloseSend, on a stream the server holds open, is refused
 // on the client; RegisterStream refuses a kind that is not one.
 func TestStreamMisuse(t *testing.T) {

@@ -122,8 +122,12 @@ func (s ClientStreamOf[Req, Resp]) Recv() (*Resp, error) {
 }
 
 // CloseAndRecv ends a client-streaming call: it closes this side and
-// returns the server's one response.
+// returns the server's one response. Call it once: a second call returns
+// FailedPrecondition.
 func (s ClientStreamOf[Req, Resp]) CloseAndRecv() (*Resp, error) {
+	if s.answered.Swap(true) {
+		return nil, kernel.Errorf(kernel.FailedPrecondition, "CloseAndRecv called twice on the client-streaming call of %s: the first returned its one response", s.Info().Method)
+	}
 	if err := s.CloseSend(); err != nil {
 		// The connection is lost: no Recv will return the end that would
 		// free the stream, so it is freed here.
