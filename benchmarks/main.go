@@ -55,7 +55,8 @@ Modes (-mode, comma-separated, or all):
          asking once for messages of one of -stream-sizes, which the server sends
          as fast as flow control allows until the round ends (-stream-duration);
          kernrpc, grpc-go and the protobuf floor only (net/rpc and the
-         other floors cannot stream)
+         other floors cannot stream; the generated-code systems' proto
+         declares only the unary method)
 
 Per cell and system it reports calls/s, latency mean/p50/p99, and per call
 the heap allocations and CPU time of the client side (the harness, or all
