@@ -376,6 +376,7 @@ func TestParseFlags(t *testing.T) {
 			return slices.Equal(o.modes, []string{modeLong, modeMany})
 		}},
 		{"all is every mode", []string{"-mode=short,all"}, "", func(o options) bool { return slices.Equal(o.modes, modeOrder) }},
+		{"all does not hide a misspelt mode", []string{"-mode=all,shrot"}, `unknown mode "shrot"`, nil},
 		{"unknown mode is named", []string{"-mode=fast"}, `-mode: unknown mode "fast"; known: long, short, many, stream, or all`, nil},
 		{"empty mode rejected", []string{"-mode="}, "-mode: no mode given", nil},
 		{"zero client processes rejected", []string{"-clients=1,0"}, `-clients: bad client process count "0": want an integer from 1 to 256`, nil},

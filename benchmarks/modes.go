@@ -44,15 +44,15 @@ var modeTitles = map[string]string{
 // parseModes reads -mode: a comma-separated list of modes, or all.
 func parseModes(s string) ([]string, error) {
 	names := splitList(s)
+	for _, n := range names {
+		if n != "all" && !slices.Contains(modeOrder, n) {
+			return nil, fmt.Errorf("unknown mode %q; known: %s, or all", n, strings.Join(modeOrder, ", "))
+		}
+	}
 	if slices.Contains(names, "all") {
 		return modeOrder, nil
 	}
 	var out []string
-	for _, n := range names {
-		if !slices.Contains(modeOrder, n) {
-			return nil, fmt.Errorf("unknown mode %q; known: %s, or all", n, strings.Join(modeOrder, ", "))
-		}
-	}
 	for _, m := range modeOrder {
 		if slices.Contains(names, m) {
 			out = append(out, m)
