@@ -39,6 +39,10 @@ func (s *Server) startAdmin() error {
 		{"GET /healthz", "200 while the server is serving, 503 otherwise (for HTTP probes)", "kernrpc"},
 	}
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	// The index before the plugins' routes, so that one claiming it
+	// clashes as an error (handleSafely), not a panic; it lists entries
+	// as they are once the routes are all in.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { s.serveAdminIndex(w, entries) })
 	entries = s.mountConsole(mux, entries)
 	for _, b := range s.plugins.list() {
 		ah, ok := b.Plugin.(kernel.AdminHandler)
@@ -53,7 +57,6 @@ func (s *Server) startAdmin() error {
 		}
 	}
 	slices.SortStableFunc(entries, func(a, b adminEntry) int { return cmp.Compare(a.Pattern, b.Pattern) })
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { s.serveAdminIndex(w, entries) })
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return s.adminError(err)

@@ -24,8 +24,17 @@ func (pagedFilter) AdminRoutes() []kernel.AdminRoute {
 	})}}
 }
 
+// rootPagedFilter is a pass-through filter whose admin page claims the
+// index, "GET /{$}".
+type rootPagedFilter struct{ pagedFilter }
+
+func (rootPagedFilter) AdminRoutes() []kernel.AdminRoute {
+	return []kernel.AdminRoute{{Pattern: "GET /{$}", Doc: "a page of its own at the root", Handler: http.NotFoundHandler()}}
+}
+
 func init() {
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-paged", New: func(any) (kernel.Filter, error) { return pagedFilter{}, nil }})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-root-paged", New: func(any) (kernel.Filter, error) { return rootPagedFilter{}, nil }})
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -86,6 +95,11 @@ func TestAdminStartErrors(t *testing.T) {
 		"two plugins, one page": {"127.0.0.1:0",
 			[]kernrpc.FilterConfig{{Name: "test-paged", Side: "server"}, {Name: "test-paged", Side: "server"}},
 			`filter "test-paged": route "GET /paged"`},
+		// The engine's own pages clash like any other: an error naming
+		// the plugin and the route, not a panic in Start.
+		"a plugin claims the index": {"127.0.0.1:0",
+			[]kernrpc.FilterConfig{{Name: "test-root-paged", Side: "server"}},
+			`filter "test-root-paged": route "GET /{$}"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := testConfig(t)
