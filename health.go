@@ -43,7 +43,8 @@ type health struct {
 	// not serving (warming up, say) is not registered because it started.
 	// Guarded by Server.mu.
 	set map[string]bool
-	// stopping is set once a shutdown has begun: nothing serves again.
+	// stopping is set once a shutdown has begun, or Start failed:
+	// nothing serves again.
 	stopping bool
 	// advertised is whether the instance is in the registry now; only
 	// Start, SetServingStatus and Shutdown change it, under Server.regLock.
@@ -93,14 +94,20 @@ func (s *Server) ServingStatus(service string) (HealthStatus, bool) {
 // the server's own service or the whole server stops serving, the
 // instance is deregistered, so that clients stop picking it; when both
 // serve again it is registered again. A status set before Start is kept:
-// Start turns SERVING only the ones nobody set. The error is the registry's.
+// Start turns SERVING only the ones nobody set. Once a shutdown has
+// begun, or Start failed, every status is NOT_SERVING and SERVING is
+// refused. The error is the registry's, or says why SERVING was refused.
 func (s *Server) SetServingStatus(ctx context.Context, service string, st HealthStatus) error {
 	if !st.valid() {
 		return fmt.Errorf("kernrpc: SetServingStatus %q: unknown status %q (want %s, %s or %s)", service, st, HealthServing, HealthNotServing, HealthUnknown)
 	}
 	s.mu.Lock()
 	if s.health.stopping && st == HealthServing {
+		unlisted := s.unlisted
 		s.mu.Unlock()
+		if unlisted {
+			return fmt.Errorf("kernrpc: SetServingStatus %q: the server failed to start; make a new one", service)
+		}
 		return fmt.Errorf("kernrpc: SetServingStatus %q: the server is shutting down", service)
 	}
 	s.health.status[service] = st

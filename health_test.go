@@ -2,6 +2,9 @@ package kernrpc_test
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -299,5 +303,79 @@ func TestNotServingSetBeforeStartIsKept(t *testing.T) {
 	}
 	if got := resolveOf(t, cfg, "echo"); len(got) != 1 || got[0].Address != srv.Addr() {
 		t.Errorf("serving: registered %v, want the server at %s", got, srv.Addr())
+	}
+}
+
+// registerFailsOnce is a registry whose first Register fails (a registry
+// briefly unreachable as the server starts) and whose later ones work;
+// it keeps what is registered.
+type registerFailsOnce struct {
+	enginetest.FixedRegistry
+	mu       sync.Mutex
+	attempts int
+	listed   map[string]kernel.Instance
+}
+
+func (r *registerFailsOnce) Register(_ context.Context, in kernel.Instance, _ time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts++
+	if r.attempts == 1 {
+		return errors.New("registry unreachable")
+	}
+	r.listed[in.ID] = in
+	return nil
+}
+
+func (r *registerFailsOnce) Deregister(_ context.Context, in kernel.Instance) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.listed, in.ID)
+	return nil
+}
+
+func (r *registerFailsOnce) registered() []kernel.Instance {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Values(r.listed))
+}
+
+func init() {
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-register-fails-once", New: func(any) (kernel.Registry, error) {
+		return &registerFailsOnce{listed: map[string]kernel.Instance{}}, nil
+	}})
+}
+
+// A server whose Start failed serves nothing: its health does not say
+// SERVING, and no SetServingStatus puts the instance, whose listener is
+// closed, into the registry for clients to pick.
+func TestAFailedStartLeavesTheServerNotServingAndUnregistered(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Registry = kernrpc.PluginConfig{Name: "test-register-fails-once"}
+	srv, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := kernrpc.FindPlugin[*registerFailsOnce](srv.Plugins(), "test-register-fails-once")
+	ctx := context.Background()
+	if err := srv.Start(ctx); err == nil {
+		t.Fatal("Start succeeded though the registry refused the instance")
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	for _, svc := range []string{"", "echo"} {
+		if st, _ := srv.ServingStatus(svc); st == kernrpc.HealthServing {
+			t.Errorf("ServingStatus(%q) after a failed Start = %s; the server serves nothing", svc, st)
+		}
+	}
+	err = srv.SetServingStatus(ctx, "", kernrpc.HealthServing)
+	if got := reg.registered(); len(got) != 0 {
+		t.Fatalf("after a failed Start, SetServingStatus(SERVING) registered %v (error %v): clients would pick an instance that does not listen", got, err)
+	}
+	if err == nil {
+		t.Error("SetServingStatus(SERVING) after a failed Start succeeded; want an error saying the server did not start")
 	}
 }

@@ -263,8 +263,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if err := s.syncRegistration(ctx); err != nil {
+		// The server will serve nothing: its health must not say it
+		// does, nor SetServingStatus register it.
 		s.mu.Lock()
 		s.unlisted = true
+		s.health.stopping = true
+		for svc := range s.health.status {
+			s.health.status[svc] = HealthNotServing
+		}
 		s.mu.Unlock()
 		_ = ln.Close()
 		<-s.acceptDone
