@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,11 @@ type clientConn struct {
 	// sent GoAway; a pending call with a higher id was never served.
 	goAway     bool
 	goAwayLast uint64
-	pool       *connPool
+	// goAwayWhy is the reason the server's GoAway gave, if any
+	// (max_connections, idle_timeout, ...), for the calls it leaves
+	// unserved.
+	goAwayWhy string
+	pool      *connPool
 	// inflight is the load of the calls pending here, in bytes: each
 	// charges its request and an answer the size of replyAvg, a moving
 	// average of the answers read. The pool reads it, unlocked, to spread
@@ -178,7 +183,11 @@ func (cc *clientConn) fail(err error) {
 		cc.dead = err
 	}
 	st := &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost: " + err.Error()}
-	unserved := &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call", Retryable: true}
+	why := ""
+	if cc.goAwayWhy != "" {
+		why = " (its GoAway said " + strconv.Quote(cc.goAwayWhy) + ")"
+	}
+	unserved := &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without serving the call" + why, Retryable: true}
 	for _, at := range cc.pending {
 		cc.dropLocked(at)
 		at.err, at.done = st, true
@@ -207,7 +216,7 @@ func (cc *clientConn) fail(err error) {
 		if goAway && id > goAwayLast {
 			// The server said it would not open it: the stream can be
 			// opened again, as a call is sent again.
-			cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without opening the stream of " + cs.info.Method, Retryable: true})
+			cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "server " + cc.conn.RemoteAddr() + " went away without opening the stream of " + cs.info.Method + why, Retryable: true})
 			continue
 		}
 		cs.lose(cc, id, &kernel.Status{Code: kernel.Unavailable, Message: "connection to " + cc.conn.RemoteAddr() + " lost while the stream of " + cs.info.Method + " was open: " + err.Error()})
@@ -453,6 +462,9 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 			last = min(last, cc.goAwayLast)
 		}
 		cc.goAway, cc.goAwayLast = true, last
+		if goAway.Message != "" {
+			cc.goAwayWhy = goAway.Message
+		}
 	}
 	sent := cc.nextID - cc.unsent
 	cc.mu.Unlock()

@@ -91,7 +91,8 @@ type ServerConfig struct {
 	// Metadata is registered with the instance.
 	Metadata map[string]string `json:"metadata"`
 	// MaxConnections bounds the connections the server holds; one over it
-	// is closed as it is accepted. Default 10000.
+	// is told so (a GoAway saying max_connections, naming no call served)
+	// and closed as it is accepted. Default 10000.
 	MaxConnections int `json:"max_connections"`
 	// MaxConcurrentCalls bounds the calls one connection may have in
 	// flight; one over it is refused with ResourceExhausted, unprocessed.

@@ -63,11 +63,13 @@ type Server struct {
 	admin     *adminServer // nil without server.admin_address
 	console   *console     // the status console and its call figures; nil without server.admin_address
 
-	streamsOpen   atomic.Int64 // streams whose handler runs now
-	streamsTotal  atomic.Int64 // streams opened, since start
-	refusedConns  atomic.Int64 // over max_connections, since start
-	acceptedConns atomic.Int64 // held, since start
-	refusedLogged atomic.Int64 // when that was last logged, in Unix nanoseconds
+	streamsOpen   atomic.Int64   // streams whose handler runs now
+	streamsTotal  atomic.Int64   // streams opened, since start
+	refusedConns  atomic.Int64   // over max_connections, since start
+	acceptedConns atomic.Int64   // held, since start
+	refusedLogged atomic.Int64   // when that was last logged, in Unix nanoseconds
+	refusing      atomic.Int32   // refused connections being told why (refuseConn)
+	refusals      sync.WaitGroup // their goroutines, which Shutdown waits for
 
 	// others holds the registered codecs other than the configured one that
 	// requests have named, built on first use (see codecFor). It is copied
@@ -398,7 +400,7 @@ func (s *Server) acceptLoop(ln kernel.Listener) {
 		}
 		if !s.admitConnLocked() {
 			s.mu.Unlock()
-			_ = c.Close()
+			s.refuseConn(c)
 			continue
 		}
 		s.conns[sc] = time.Now()
@@ -470,6 +472,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.cancelBase()
+	s.refusals.Wait() // cut short by cancelBase
 	s.closeConns(ctx)
 	s.stopAdmin(ctx)
 	s.plugins.close(s.logger)

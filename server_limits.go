@@ -118,6 +118,42 @@ func (sc *serverConn) idleTick() {
 	sc.endIdle()
 }
 
+// maxConnectionsReason is the GoAway's reason on a connection refused
+// for server.max_connections.
+const maxConnectionsReason = "max_connections"
+
+// refusingMax bounds the refused connections told why at once: past it,
+// in a flood, one is closed as it is accepted, telling it nothing.
+const refusingMax = 64
+
+// refuseConn ends a connection accepted over max_connections. It tells
+// the client why, with a GoAway naming no call served, so that what it
+// sent is known unprocessed (retryable elsewhere) rather than lost with
+// the connection; then it half-closes and gives the client closeGrace to
+// close its side, so that the request already on its way does not turn
+// the close into a reset that destroys the GoAway unread.
+func (s *Server) refuseConn(c kernel.Conn) {
+	if s.refusing.Add(1) > refusingMax {
+		s.refusing.Add(-1)
+		_ = c.Close()
+		return
+	}
+	s.refusals.Go(func() {
+		defer s.refusing.Add(-1)
+		_ = queueFrame(c, &kernel.Frame{Type: kernel.FrameGoAway, CallID: 0, Message: maxConnectionsReason})
+		if hc, ok := c.(kernel.HalfCloser); ok && hc.CloseWrite() == nil {
+			grace := time.NewTimer(closeGrace)
+			select {
+			case <-c.Done():
+			case <-grace.C:
+			case <-s.baseCtx.Done():
+			}
+			grace.Stop()
+		}
+		_ = c.Close()
+	})
+}
+
 // admitConnLocked reports whether the server may hold one more connection; a
 // refused one is logged at most once a second, with how many were refused.
 func (s *Server) admitConnLocked() bool {

@@ -206,12 +206,22 @@ func TestConnectionsOverMaxConnectionsAreClosed(t *testing.T) {
 		resp := roundTripRaw(t, c, echoRequest(t, 1, "Echo.Echo", []byte("x")))
 		resp.Release()
 	}
+	// The third is told why, with a GoAway naming no call served, and
+	// closed; its request is not served.
 	third := rawConn(t, srv.Addr())
 	_ = third.WriteFrame(echoRequest(t, 1, "Echo.Echo", nil))
+	f, err := readFrame(t, third, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the connection over max_connections ended with %v before any GoAway; want a GoAway saying max_connections", err)
+	}
+	if f.Type != kernel.FrameGoAway || f.CallID != 0 || f.Message != "max_connections" {
+		t.Fatalf("got %v (call id %d, %q); want a GoAway naming no call served, saying max_connections", f.Type, f.CallID, f.Message)
+	}
+	f.Release()
 	if f, err := readFrame(t, third, 5*time.Second); err == nil {
 		f.Release()
-		t.Fatal("a connection over max_connections was served")
-	} else if !errors.Is(err, kernel.ErrPeerGone) {
+		t.Fatalf("a connection over max_connections got a %v (call id %d) after its GoAway", f.Type, f.CallID)
+	} else if !errors.Is(err, kernel.ErrPeerGone) && !errors.Is(err, kernel.ErrClosed) {
 		t.Fatalf("the third connection ended with %v; want the server to have closed it", err)
 	}
 	// Once one closes, a new one is taken again.
@@ -228,6 +238,27 @@ func TestConnectionsOverMaxConnectionsAreClosed(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no connection was taken after one of the two closed: %v", err)
 		}
+	}
+}
+
+// A call that finds the server at max_connections fails as unprocessed
+// (Unavailable, retryable: another instance may take it), saying why,
+// not as a connection lost under it.
+func TestACallOverMaxConnectionsIsRefusedUnprocessedSayingWhy(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.MaxConnections = 1
+	retries := 0
+	cfg.Client.Retries = &retries
+	srv := startServer(t, cfg, nil)
+	held := rawConn(t, srv.Addr())
+	resp := roundTripRaw(t, held, echoRequest(t, 1, "Echo.Echo", []byte("x")))
+	resp.Release()
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Unavailable || !kernel.IsRetryable(err) || !strings.Contains(err.Error(), "max_connections") {
+		t.Fatalf("a call over max_connections: %v (retryable %v); want Unavailable, retryable, naming max_connections", err, kernel.IsRetryable(err))
 	}
 }
 
