@@ -172,8 +172,9 @@ type StreamConfig struct {
 	Window kernel.Size `json:"window"`
 	// ConnectionWindow is what all the streams of one connection may have
 	// in flight toward this side together: the most a peer can make this
-	// side hold for streams whose application does not read. Default
-	// 16MiB; at least Window.
+	// side hold for streams whose application does not read; while such
+	// streams hold most of it, the connection's other streams wait too
+	// (docs/protocol.md, "Flow control"). Default 16MiB; at least Window.
 	ConnectionWindow kernel.Size `json:"connection_window"`
 }
 

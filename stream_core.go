@@ -246,8 +246,12 @@ func (s *streamCore) recv(m any, fresh bool, atEnd func() error) error {
 			s.batch[s.bhead] = queuedMsg{}
 			s.bhead++
 			s.readCost += q.cost
+			// Counted by the chunk, and at the batch's last message: the
+			// application may have read all it received, and read no more
+			// of this stream for a while (it waits on another), while the
+			// credit it holds is what that other stream's sender waits for.
 			var counted int64
-			if s.readCost >= s.readChunk {
+			if s.readCost >= s.readChunk || s.bhead == len(s.batch) {
 				counted, s.readCost = s.readCost, 0
 			}
 			s.rmu.Unlock()

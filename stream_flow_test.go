@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -356,5 +357,78 @@ func sendWaitingForConnectionCredit(t *testing.T, lose bool) {
 		t.Errorf("SendMsg still waits for the connection's credit %v after its stream ended", time.Since(start))
 		cancel()
 		<-sent
+	}
+}
+
+// An application that reads the one message each of several streams has
+// received, and then waits on another stream of the connection, has read
+// everything it received: the credit of what it read must come back
+// (docs/protocol.md: the receiver counts what it read "whenever it has read
+// all it has received"), or the sender of the stream it waits on finds the
+// connection's window spent, and both wait for ever. Both ways: the client
+// reading the servers' messages, and server-streaming handlers reading
+// their one request.
+func TestReadingAllReceivedGrantsTheConnectionsCredit(t *testing.T) {
+	for _, dir := range []string{"client reads", "server reads"} {
+		t.Run(dir, func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, cfg *kernrpc.Config) {
+				readingAllReceivedGrants(t, cfg, dir == "server reads")
+			})
+		})
+	}
+}
+
+func readingAllReceivedGrants(t *testing.T, cfg *kernrpc.Config, serverReads bool) {
+	// A 64 KiB window is counted in chunks of 8 KiB: each message below,
+	// read alone, stays under a chunk, and five of them are past half the
+	// connection's window.
+	cfg.Streams.Window, cfg.Streams.ConnectionWindow = 64<<10, 64<<10
+	startServer(t, cfg, func(srv *kernrpc.Server) {
+		// Snap.Once sends one message of as many bytes as the request's
+		// text says, then waits for the stream's end.
+		kernrpc.HandleServerStream(srv, "Snap.Once", func(ctx context.Context, req *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			n, _ := strconv.Atoi(req.Text)
+			if err := st.Send(&echopb.Echo{Payload: make([]byte, n)}); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// open opens a Snap.Once stream with a request of reqSize bytes, for
+	// a message of respSize, and reads that message.
+	open := func(reqSize, respSize int) error {
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, "Snap.Once",
+			&echopb.Echo{Text: strconv.Itoa(respSize), Payload: make([]byte, reqSize)})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { st.Close() })
+		_, err = st.Recv()
+		return err
+	}
+	small, big := [2]int{0, 7000}, [2]int{0, 32 << 10}
+	if serverReads {
+		small, big = [2]int{7000, 0}, [2]int{32 << 10, 0}
+	}
+	for i := range 5 {
+		if err := open(small[0], small[1]); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	// 32 KiB more than the 35 KiB outstanding passes the 64 KiB window:
+	// its sender waits for the credit of what was read.
+	got := make(chan error, 1)
+	go func() { got <- open(big[0], big[1]) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the last stream: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last stream's 32 KiB message never came: the credit of the messages read on the other streams was not granted back")
 	}
 }
