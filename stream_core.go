@@ -359,10 +359,20 @@ func (s *streamCore) send(m any) error {
 			return err
 		}
 		cost = actual
-	} else if actual != cost {
-		// A size that was off by a little: settle the difference without
-		// waiting, so that both sides count what went out.
+	} else if actual < cost {
+		// A size that was over: give the difference back, so that both
+		// sides count what goes out.
 		s.refund(cost - actual)
+		cost = actual
+	} else if actual > cost {
+		// A size that was short: the credit taken for it may fit the
+		// window where the message does not, and the receiver checks
+		// what arrives. Taken again, whole, waiting if need be.
+		s.refund(cost)
+		if err := s.waitCredit(actual); err != nil {
+			s.conn.Recycle(payload)
+			return err
+		}
 		cost = actual
 	}
 	f := &s.out

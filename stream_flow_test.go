@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"io"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/codec/protobuf"
 )
 
 // floodHandlers registers Flood.Out, which sends 64 KiB messages until
@@ -430,5 +432,97 @@ func readingAllReceivedGrants(t *testing.T, cfg *kernrpc.Config, serverReads boo
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the last stream's 32 KiB message never came: the credit of the messages read on the other streams was not granted back")
+	}
+}
+
+// undersizeCodec is protobuf with a Size 8 bytes short of the encoding:
+// kernel.CodecSizer promises no exact size, and a sender that took credit
+// for the smaller size must still keep to the receiver's window.
+type undersizeCodec struct{ protobuf.Codec }
+
+func (undersizeCodec) Name() string { return "test-undersize" }
+
+func (c undersizeCodec) Size(v any) int {
+	if n := c.Codec.Size(v); n > 8 {
+		return n - 8
+	}
+	return 0
+}
+
+func (c undersizeCodec) MarshalSized(dst []byte, v any, _ int) ([]byte, error) {
+	return c.Codec.Marshal(dst, v)
+}
+
+func init() {
+	kernel.RegisterCodec(kernel.Factory[kernel.Codec]{
+		Name: "test-undersize",
+		Doc:  "protobuf whose Size is 8 bytes short (kernel tests)",
+		New:  func(any) (kernel.Codec, error) { return undersizeCodec{}, nil },
+	})
+}
+
+// A message whose encoding came out larger than the codec's size said
+// costs what it encoded to, and waits for that credit: taking the
+// difference without looking would send past the receiver's window,
+// which closes the connection.
+func TestStreamSendOfAMessageLargerThanItsSizeKeepsToTheWindow(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
+	cfg := testConfig(t)
+	cfg.Codec.Name = "test-undersize"
+	// Messages of 242 bytes cost 258 each: three hold 774 of the 1 KiB
+	// window, past its half, and a fourth (sized 250) would go past it.
+	cfg.Streams.Window, cfg.Streams.ConnectionWindow = 1<<10, 1<<10
+	release := make(chan struct{})
+	startServer(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.HandleClientStream(srv, "Count.In", func(ctx context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) (*echopb.Echo, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			n := 0
+			for {
+				if _, err := st.Recv(); err == io.EOF {
+					return &echopb.Echo{Text: strconv.Itoa(n)}, nil
+				} else if err != nil {
+					return nil, err
+				}
+				n++
+			}
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Count.In")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &echopb.Echo{Payload: make([]byte, 239)}
+	for i := range 3 {
+		if err := st.Send(m); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	type result struct {
+		resp *echopb.Echo
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if err := st.Send(m); err != nil {
+			done <- result{nil, err}
+			return
+		}
+		resp, err := st.CloseAndRecv()
+		done <- result{resp, err}
+	}()
+	close(release)
+	r := receive(t, done, 5*time.Second, "the stream did not end")
+	if r.err != nil || r.resp.Text != "4" {
+		t.Fatalf("the server read %v messages of 4, and the stream ended with %v\n%s", r.resp, r.err, logs.String())
+	}
+	if strings.Contains(logs.String(), "beyond the credit") {
+		t.Fatalf("the server saw data beyond the credit it granted:\n%s", logs.String())
 	}
 }
