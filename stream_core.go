@@ -323,9 +323,7 @@ func (s *streamCore) finalErr() error {
 // grant sends the credit a read earned back to the sender: on the stream,
 // once half its window is read, and on the connection.
 func (s *streamCore) grant(stream, cost int64) {
-	if stream > 0 {
-		_ = s.writeCtl(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: s.id, Credit: uint32(stream)})
-	}
+	writeGrant(s.writeCtl, s.id, stream)
 	if cost > 0 {
 		s.flow.consumed(cost, s.writeCtl)
 	}

@@ -202,7 +202,21 @@ func (fl *connFlow) consumed(cost int64, write func(*kernel.Frame) error) {
 	fl.mu.Lock()
 	grant := fl.recv.consumed(cost)
 	fl.mu.Unlock()
-	if grant > 0 {
-		_ = write(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: uint32(grant)})
+	writeGrant(write, 0, grant)
+}
+
+// maxGrant is the most one WindowUpdate grants: credit goes below 2³¹.
+const maxGrant = 1<<31 - 1
+
+// writeGrant sends n of credit on stream id (0: the connection), in as
+// many WindowUpdates as it takes: what is due can pass maxGrant when a
+// message larger than the window was read.
+func writeGrant(write func(*kernel.Frame) error, id uint64, n int64) {
+	for n > 0 {
+		c := min(n, maxGrant)
+		if write(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: id, Credit: uint32(c)}) != nil {
+			return
+		}
+		n -= c
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // Senders taking credit at once, lock-free, against a receiver granting
@@ -62,5 +64,38 @@ func TestSendWindowUnderConcurrentSendersAndGrants(t *testing.T) {
 	<-granted
 	if used := w.used.Load(); used != 0 {
 		t.Errorf("after every message was granted back, %d is outstanding", used)
+	}
+}
+
+// Grants go out below 2³¹ each (docs/protocol.md, the credit field), and
+// add up to what was read: a message larger than the window (the window
+// lets one go once half of it is free) can make what is due past that, or
+// past what a uint32 holds.
+func TestGrantsNearTheLargestWindow(t *testing.T) {
+	const window = 1<<31 - 1
+	var frames []*kernel.Frame
+	write := func(f *kernel.Frame) error {
+		frames = append(frames, f)
+		return nil
+	}
+	fl := newConnFlow(window)
+	costs := []int64{window / 2, 1<<32 - 1}
+	var due int64
+	for _, c := range costs {
+		if !fl.accept(c) {
+			t.Fatalf("a message of cost %d refused with %d outstanding of a %d window", c, fl.recv.outstanding, int64(window))
+		}
+		fl.consumed(c, write)
+		due += c
+	}
+	var granted int64
+	for _, f := range frames {
+		if f.Credit >= 1<<31 {
+			t.Errorf("a grant of %d: credit goes below 2^31", f.Credit)
+		}
+		granted += int64(f.Credit)
+	}
+	if granted != due {
+		t.Fatalf("granted %d back in %d frames, after %d was read", granted, len(frames), due)
 	}
 }
