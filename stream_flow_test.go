@@ -221,6 +221,10 @@ func TestStreamBeyondCreditClosesConnection(t *testing.T) {
 	if !eventually(2*time.Second, func() bool { return strings.Contains(logs.String(), "beyond the credit") }) {
 		t.Fatalf("no log line says why the connection was closed:\n%s", logs.String())
 	}
+	// The line names the stream that went past its credit.
+	if !strings.Contains(logs.String(), "call_id=1 ") {
+		t.Fatalf("the log line does not name stream 1:\n%s", logs.String())
+	}
 }
 
 // A stream closed after reading part of what arrived gives the connection

@@ -195,9 +195,10 @@ func (sc *serverConn) answerStreamWith(c *callCtx, err error, md kernel.Metadata
 
 // streamData hands a StreamData frame to its stream, on the read loop.
 func (sc *serverConn) streamData(f *kernel.Frame) {
+	id := f.CallID // for the logs: f is released before they are written
 	sc.mu.Lock()
 	var ss *ServerStream
-	if c := sc.calls[f.CallID]; c != nil {
+	if c := sc.calls[id]; c != nil {
 		ss = c.stream
 	}
 	sc.mu.Unlock()
@@ -217,7 +218,7 @@ func (sc *serverConn) streamData(f *kernel.Frame) {
 		// client would take for the window.
 		f.Release()
 		sc.srv.log.Warn("closing a connection whose client sent stream data no stream asked for",
-			"call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+			"call_id", id, "peer", sc.conn.RemoteAddr())
 		_ = sc.conn.Close()
 		return
 	}
@@ -236,7 +237,7 @@ func (sc *serverConn) streamData(f *kernel.Frame) {
 	}
 	if !ok {
 		sc.srv.log.Warn("closing a connection whose client sent stream data beyond the credit it was granted",
-			"call_id", f.CallID, "peer", sc.conn.RemoteAddr())
+			"call_id", id, "peer", sc.conn.RemoteAddr())
 		_ = sc.conn.Close()
 	}
 }
