@@ -31,15 +31,27 @@ func (f *Filter) server(ctx context.Context, info *kernel.CallInfo, req any, nex
 	switch {
 	case !span.IsRecording():
 		span.End()
-	case ctx.Value(valuerProbe{}) == f:
-		// Under a server, which calls CallEnded once the answer is
-		// encoded and sent: the span ends there, with the response size.
-		f.nOpen.Add(1)
-		f.open.Store(info, span)
 	default:
-		endServer(span, err)
+		// Under a server, which calls CallEnded once the answer is
+		// encoded and sent, the span ends there, with the response size.
+		// It is kept under the server's CallInfo, which CallEnded is
+		// given: a filter ahead of this one may have passed a copy on.
+		if served := f.servedInfo(ctx); served != nil {
+			f.nOpen.Add(1)
+			f.open.Store(served, span)
+		} else {
+			endServer(span, err)
+		}
 	}
 	return resp, err
+}
+
+// servedInfo is the CallInfo of the call ctx belongs to, as the server
+// holds it, when ctx is a server's call context that asks this filter's
+// CallValue; else nil.
+func (f *Filter) servedInfo(ctx context.Context) *kernel.CallInfo {
+	served, _ := ctx.Value(valuerProbe{f}).(*kernel.CallInfo)
+	return served
 }
 
 // serverContext decides whether the filter records a server call (or
@@ -61,10 +73,10 @@ func (f *Filter) serverContext(ctx context.Context, info *kernel.CallInfo) (cont
 		ctx = withBaggage(ctx, info.Metadata)
 		switch {
 		case valid:
-			if ctx.Value(valuerProbe{}) != f {
+			if !remoteCtxWorks || f.servedInfo(ctx) == nil {
 				// Not under a server that asks CallValue (a stream's
-				// context, or a test calling Invoke): the context must
-				// carry the parent itself.
+				// context, or a test calling Invoke), or otel's span key
+				// is unknown: the context must carry the parent itself.
 				if raw != "" {
 					parent = withTracestate(parent, info.Metadata)
 				}
@@ -114,8 +126,10 @@ func rawTracestate(md kernel.Metadata, parent trace.SpanContext) string {
 }
 
 // valuerProbe is the key a server filter asks its context for to learn
-// whether the handler's context asks its CallValue: the server's does.
-type valuerProbe struct{}
+// whether the handler's context asks its CallValue (the server's does),
+// and the CallInfo the server holds for the call, which the filter's may
+// be a copy of.
+type valuerProbe struct{ f *Filter }
 
 // CallValue gives the handler's context of a call the filter does not
 // record the caller's trace context, read from the call's metadata only
@@ -124,11 +138,10 @@ type valuerProbe struct{}
 // the filter records has its span in a context nearer the handler, which
 // is found first.
 func (f *Filter) CallValue(info *kernel.CallInfo, key any) (any, bool) {
+	if p, ok := key.(valuerProbe); ok && p.f == f {
+		return info, true
+	}
 	switch key {
-	case valuerProbe{}:
-		// Where otel's span key is unknown (remoteCtxWorks), the server
-		// filter puts the parent in the context itself.
-		return f, remoteCtxWorks
 	case spanKey:
 		parent, raw, valid := extractRemote(info.Metadata)
 		if !valid {
