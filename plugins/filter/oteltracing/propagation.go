@@ -71,12 +71,14 @@ func parseTraceparent(s string) (sc trace.SpanContext, ok bool) {
 	if !decodeHex(tid[:], s[3:35]) || !decodeHex(sid[:], s[36:52]) {
 		return sc, false
 	}
+	// Version 00 knows the sampled and (W3C Level 2) random flags; a
+	// reserved bit set is left to the propagator, which refuses it.
 	var flags [1]byte
-	if !decodeHex(flags[:], s[53:55]) {
+	if !decodeHex(flags[:], s[53:55]) || trace.TraceFlags(flags[0])&^knownFlags != 0 {
 		return sc, false
 	}
 	sc = trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
+		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true,
 	})
 	return sc, sc.IsValid()
 }
@@ -106,6 +108,10 @@ var unhex = func() (t [256]byte) {
 
 const hexDigits = "0123456789abcdef"
 
+// knownFlags are the trace flags a version-00 traceparent carries, as
+// otel's propagator reads and writes them.
+const knownFlags = trace.FlagsSampled | trace.FlagsRandom
+
 // formatTraceparent is sc as a version-00 traceparent.
 func formatTraceparent(sc trace.SpanContext) string {
 	var b [55]byte
@@ -119,7 +125,7 @@ func formatTraceparent(sc trace.SpanContext) string {
 		b[36+2*i], b[37+2*i] = hexDigits[x>>4], hexDigits[x&15]
 	}
 	b[52] = '-'
-	fl := byte(sc.TraceFlags() & trace.FlagsSampled)
+	fl := byte(sc.TraceFlags() & knownFlags)
 	b[53], b[54] = hexDigits[fl>>4], hexDigits[fl&15]
 	return string(b[:])
 }

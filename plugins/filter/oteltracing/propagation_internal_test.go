@@ -22,7 +22,8 @@ func TestParseTraceparent(t *testing.T) {
 	}{
 		{"sampled", validTP, true, true, true},
 		{"unsampled", strings.TrimSuffix(validTP, "01") + "00", true, true, false},
-		{"other flag bits kept out", strings.TrimSuffix(validTP, "01") + "03", true, true, true},
+		{"sampled and random (W3C Level 2)", strings.TrimSuffix(validTP, "01") + "03", true, true, true},
+		{"a reserved flag bit", strings.TrimSuffix(validTP, "01") + "05", false, false, false},
 		{"upper-case hex", strings.ToUpper(validTP), false, false, false},
 		{"zero trace ID", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", false, false, false},
 		{"zero span ID", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false, false, false},
@@ -38,7 +39,7 @@ func TestParseTraceparent(t *testing.T) {
 			if ok != tc.fast {
 				t.Errorf("parseTraceparent(%q) ok = %v, want %v", tc.in, ok, tc.fast)
 			}
-			if ok && !strings.HasSuffix(tc.in, "03") && formatTraceparent(sc) != tc.in {
+			if ok && formatTraceparent(sc) != tc.in {
 				t.Errorf("formatTraceparent(parse(%q)) = %q", tc.in, formatTraceparent(sc))
 			}
 			got, raw, valid := extractRemote(kernel.Metadata{traceparentKey: tc.in})
