@@ -14,7 +14,7 @@
 //	      insecure: false      # otlp: plain HTTP or gRPC without TLS
 //	      sampler: parent-ratio  # always | never | ratio | parent-ratio
 //	      ratio: 1             # 0 to 1: the share of traces ratio and parent-ratio record
-//	      service_name: ""     # the service.name resource attribute; "": OTEL_SERVICE_NAME, else "kernrpc"
+//	      service_name: ""     # the service.name resource attribute; "": OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES', else "kernrpc"
 //
 // # Config entries
 //
@@ -49,7 +49,10 @@
 // sends the stdout exporter's lines elsewhere. The other exporters make the
 // filter build a TracerProvider of its own, with a batching span processor
 // and a resource naming service_name, which Close flushes and shuts down;
-// the engine closes filters when the Server or Client closes.
+// the engine closes filters when the Server or Client closes. The options
+// of that provider (endpoint, insecure, service_name, StdoutWriter) are
+// refused with exporter none, and those an exporter has no use for
+// (endpoint and insecure for stdout) with it.
 //
 // # Sampling
 //
@@ -158,7 +161,8 @@ type Options struct {
 	// Ratio is the share of traces ratio and parent-ratio record, 0 to 1.
 	Ratio float64 `json:"ratio"`
 	// ServiceName is the service.name resource attribute of the filter's
-	// own provider; "" takes OTEL_SERVICE_NAME, else "kernrpc".
+	// own provider; "" takes OTEL_SERVICE_NAME, else the service.name in
+	// OTEL_RESOURCE_ATTRIBUTES, else "kernrpc".
 	ServiceName string `json:"service_name"`
 	// TracerProvider, if set, is used instead of otel's global provider
 	// (exporter must then be none). Code only: config files cannot set it.
@@ -243,6 +247,9 @@ func New(o *Options) (kernel.Filter, error) {
 	tp := o.TracerProvider
 	switch o.Exporter {
 	case "none", "":
+		if err := noProviderOptions(o); err != nil {
+			return nil, err
+		}
 		if tp == nil {
 			tp = otel.GetTracerProvider()
 		}
@@ -257,6 +264,25 @@ func New(o *Options) (kernel.Filter, error) {
 	}
 	f.tracer = tp.Tracer(instrumentationName)
 	return f, nil
+}
+
+// noProviderOptions refuses, with exporter none, the options that
+// configure a provider of the filter's own, which it then does not build:
+// a config that names a collector but no exporter would otherwise send
+// its spans nowhere it named.
+func noProviderOptions(o *Options) error {
+	const why = "but exporter is none: the spans go to the global (or given) tracer provider; set exporter to build one of the filter's own"
+	switch {
+	case o.Endpoint != "":
+		return fmt.Errorf("option \"endpoint\": is %q, %s", o.Endpoint, why)
+	case o.Insecure:
+		return fmt.Errorf("option \"insecure\": is true, %s", why)
+	case o.ServiceName != "":
+		return fmt.Errorf("option \"service_name\": is %q, %s", o.ServiceName, why)
+	case o.StdoutWriter != nil:
+		return fmt.Errorf("Options.StdoutWriter is set, %s", why)
+	}
+	return nil
 }
 
 func parseSampler(s string) (sampler, error) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -42,6 +43,9 @@ func newProvider(o *Options) (*sdktrace.TracerProvider, error) {
 
 func newExporter(o *Options) (sdktrace.SpanExporter, error) {
 	ctx := context.Background() // neither OTLP exporter connects in New
+	if o.StdoutWriter != nil && (o.Exporter == "otlp-http" || o.Exporter == "otlp-grpc") {
+		return nil, fmt.Errorf("Options.StdoutWriter is set, but exporter is %q, not stdout", o.Exporter)
+	}
 	switch o.Exporter {
 	case "otlp-http":
 		var opts []otlptracehttp.Option
@@ -89,6 +93,9 @@ func newExporter(o *Options) (sdktrace.SpanExporter, error) {
 		if o.Endpoint != "" {
 			return nil, fmt.Errorf("option \"endpoint\": is %q, but the stdout exporter writes to standard output", o.Endpoint)
 		}
+		if o.Insecure {
+			return nil, fmt.Errorf("option \"insecure\": is true, but the stdout exporter writes to standard output")
+		}
 		var opts []stdouttrace.Option
 		if o.StdoutWriter != nil {
 			opts = append(opts, stdouttrace.WithWriter(o.StdoutWriter))
@@ -122,13 +129,31 @@ func endpointKind(ep string) (isURL bool, err error) {
 }
 
 // newResource is the SDK's default resource (telemetry.sdk.*, and what
-// OTEL_RESOURCE_ATTRIBUTES says) with service.name set.
+// OTEL_RESOURCE_ATTRIBUTES says) with service.name set: name, else
+// OTEL_SERVICE_NAME, else the service.name OTEL_RESOURCE_ATTRIBUTES gives,
+// else "kernrpc". The environment is read afresh: resource.Default reads
+// it once per process.
 func newResource(name string) (*resource.Resource, error) {
+	env, err := resource.New(context.Background(), resource.WithFromEnv())
+	if err != nil {
+		// A malformed OTEL_RESOURCE_ATTRIBUTES: what parsed is kept, as
+		// resource.Default does.
+		otel.Handle(err)
+	}
 	if name == "" {
-		name = os.Getenv("OTEL_SERVICE_NAME")
+		name = strings.TrimSpace(os.Getenv("OTEL_SERVICE_NAME"))
+	}
+	if name == "" && env != nil {
+		if v, ok := env.Set().Value(semconv.ServiceNameKey); ok {
+			name = v.AsString()
+		}
 	}
 	if name == "" {
 		name = "kernrpc"
 	}
-	return resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(name)))
+	res, err := resource.Merge(resource.Default(), env)
+	if err != nil {
+		return nil, err
+	}
+	return resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
 }
