@@ -47,11 +47,18 @@ type Client struct {
 	life            context.Context // ends with Close: bounds background dials
 	endLife         context.CancelFunc
 	dials           sync.WaitGroup
-	sweepMu         sync.Mutex                 // held by each look for idle connections
-	sweep           atomic.Pointer[time.Timer] // the next look (sweepIdle); nil until startIdleSweep
-	calls           sync.Pool                  // *callState
-	attempts        sync.Pool                  // *attempt
-	dialTimeout     time.Duration
+	// filtered holds the streams whose filters run on a goroutine of
+	// their own (runFilters), and filtering counts those goroutines:
+	// Close ends the streams and waits for their filters before it closes
+	// the plugins, which a filter's last act (a span's end) may need.
+	filteredMu  sync.Mutex
+	filtered    map[*ClientStream]struct{}
+	filtering   sync.WaitGroup
+	sweepMu     sync.Mutex                 // held by each look for idle connections
+	sweep       atomic.Pointer[time.Timer] // the next look (sweepIdle); nil until startIdleSweep
+	calls       sync.Pool                  // *callState
+	attempts    sync.Pool                  // *attempt
+	dialTimeout time.Duration
 
 	// retired are the pools of instances that left the registry whose
 	// connections may still carry calls or streams (they close once
@@ -123,7 +130,9 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 // Close closes every connection (calls in flight fail with Unavailable),
 // those that still carried calls or streams after they stopped taking
 // new ones (a GoAway, an instance that left the registry) included, and
-// the plugins the client built. Dials under way end at once; calls
+// the plugins the client built, once the stream filters of every stream,
+// each ended by now, have returned (for at most 5 s: a span's end, say,
+// needs the plugin still open). Dials under way end at once; calls
 // waiting for them or for the registry to report an instance, and later
 // calls, fail with Canceled ("client … is closed"). It is idempotent.
 func (c *Client) Close() error {
@@ -144,6 +153,7 @@ func (c *Client) Close() error {
 	c.pools.Store(&empty)
 	c.poolsMu.Unlock()
 	c.dials.Wait()
+	c.endFilteredStreams()
 	c.stopIdleSweep()
 	// A Watch ends while the connections close; a report that comes
 	// meanwhile finds no pools to drop. The plugins close once reports

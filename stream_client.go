@@ -67,6 +67,10 @@ func (c *Client) NewStream(ctx context.Context, method string, opts ...CallOptio
 		return cs, nil
 	}
 	cs.opened = make(chan error, 1)
+	if !c.trackFiltered(cs) {
+		cancel()
+		return nil, c.closedStatus()
+	}
 	go cs.runFilters(streamChain(filters, cs.openFromChain))
 	if err := <-cs.opened; err != nil {
 		cancel()
@@ -91,6 +95,7 @@ func (c *Client) streamFilters(method string) []kernel.StreamFilter {
 // runFilters runs the stream filters around the stream's whole life on a
 // goroutine of its own: they return once the caller is done with it.
 func (cs *ClientStream) runFilters(chain kernel.StreamInvoker) {
+	defer cs.client.untrackFiltered(cs)
 	err := chain(cs.ctx, &cs.info, clientMsgs{cs})
 	// Ended only now, not with the stream: the filters may still use it
 	// after next returned. See markOver.
@@ -100,6 +105,58 @@ func (cs *ClientStream) runFilters(chain kernel.StreamInvoker) {
 			err = kernel.Errorf(kernel.Internal, "a client stream filter returned without opening the stream of %s or an error; call next, or return a *kernel.Status", cs.info.Method)
 		}
 		cs.opened <- err
+	}
+}
+
+// trackFiltered records cs, whose filters are about to run on a goroutine
+// of their own, for Close; false once the client is closed.
+func (c *Client) trackFiltered(cs *ClientStream) bool {
+	c.filteredMu.Lock()
+	defer c.filteredMu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	if c.filtered == nil {
+		c.filtered = map[*ClientStream]struct{}{}
+	}
+	c.filtered[cs] = struct{}{}
+	c.filtering.Add(1)
+	return true
+}
+
+func (c *Client) untrackFiltered(cs *ClientStream) {
+	c.filteredMu.Lock()
+	delete(c.filtered, cs)
+	c.filteredMu.Unlock()
+	c.filtering.Done()
+}
+
+// filtersGrace bounds Close's wait for stream filters to return once
+// their streams ended: one that does not return must not hold Close.
+const filtersGrace = 5 * time.Second
+
+// endFilteredStreams ends, at Close, the streams whose filters run on a
+// goroutine of their own (their connections are closed by now, so each
+// has its end), marks them over so that the chains return, and waits for
+// the filters, for at most filtersGrace.
+func (c *Client) endFilteredStreams() {
+	c.filteredMu.Lock()
+	streams := make([]*ClientStream, 0, len(c.filtered))
+	for cs := range c.filtered {
+		streams = append(streams, cs)
+	}
+	c.filteredMu.Unlock()
+	for _, cs := range streams {
+		cs.markOver()
+	}
+	done := make(chan struct{})
+	go func() { c.filtering.Wait(); close(done) }()
+	t := time.NewTimer(filtersGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.get().Warn("closing the client's plugins while stream filters still run; a filter's InvokeStream does not return once its stream ended", "streams", len(streams))
 	}
 }
 
