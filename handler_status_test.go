@@ -75,3 +75,21 @@ func TestAHandlersOutOfRangeCodeFailsOnlyItsCall(t *testing.T) {
 		t.Errorf("Call: %v; want Unknown saying custom", err)
 	}
 }
+
+// A handler that returns a nil *kernel.Status as its error (a typed nil: a
+// non-nil error) fails its call with Unknown. It took the server's process
+// down: the answer path read the code of the nil status StatusOf gave.
+func TestAHandlersNilStatusErrorFailsItsCallAsUnknown(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Nil.Status", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			var st *kernel.Status
+			return nil, st
+		})
+	})
+	cli := newClient(t, cfg)
+	err := cli.Call(context.Background(), "Nil.Status", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Unknown {
+		t.Errorf("Call: %v; want Unknown", err)
+	}
+}

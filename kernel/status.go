@@ -96,6 +96,9 @@ type Status struct {
 }
 
 func (s *Status) Error() string {
+	if s == nil {
+		return "kernrpc: nil *kernel.Status"
+	}
 	return "kernrpc: " + s.Code.String() + ": " + s.Message
 }
 
@@ -112,15 +115,19 @@ func Errorf(c Code, format string, args ...any) error {
 }
 
 // StatusOf converts any error into a *Status: nil gives nil, a *Status found
-// by errors.As is returned as is, context errors map to Canceled and
-// DeadlineExceeded, and anything else is Unknown.
+// by errors.As is returned as is (a nil one is Unknown), context errors map
+// to Canceled and DeadlineExceeded, and anything else is Unknown.
 func StatusOf(err error) *Status {
 	if err == nil {
 		return nil
 	}
 	var s *Status
 	if errors.As(err, &s) {
-		return s
+		if s != nil {
+			return s
+		}
+		// A nil *Status returned as an error carries no code.
+		return &Status{Code: Unknown, Message: "nil *kernel.Status returned as an error"}
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -142,5 +149,5 @@ func CodeOf(err error) Code {
 // IsRetryable reports whether err says the call was never processed.
 func IsRetryable(err error) bool {
 	var s *Status
-	return errors.As(err, &s) && s.Retryable
+	return errors.As(err, &s) && s != nil && s.Retryable
 }

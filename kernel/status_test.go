@@ -83,3 +83,25 @@ func TestCodesDecodeFromConfigByName(t *testing.T) {
 		t.Errorf("defaults list as %s, want the code by name", b)
 	}
 }
+
+// A nil *Status returned as an error (a handler's `var st *Status; return
+// nil, st`) is a non-nil error carrying no code: StatusOf makes it
+// Unknown, as any other error, instead of returning a nil *Status whose
+// Code panics in every caller (the server's answer path took the process
+// down).
+func TestStatusOfANilStatusError(t *testing.T) {
+	var none *Status
+	for _, err := range []error{none, fmt.Errorf("w: %w", error(none))} {
+		_ = err.Error() // must not panic
+		st := StatusOf(err)
+		if st == nil || st.Code != Unknown {
+			t.Fatalf("StatusOf(%T %v) = %v; want an Unknown status", err, err, st)
+		}
+		if c := CodeOf(err); c != Unknown {
+			t.Errorf("CodeOf = %v; want Unknown", c)
+		}
+		if IsRetryable(err) {
+			t.Error("a nil *Status reads retryable")
+		}
+	}
+}
