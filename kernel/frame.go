@@ -417,6 +417,11 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 			if us > uint64(1<<63-1)/uint64(time.Microsecond) {
 				us = uint64(1<<63-1) / uint64(time.Microsecond)
 			}
+			if us == 0 {
+				// No time left is still a deadline: Timeout 0 would read
+				// as none. The least one, as timeoutMicros writes below 1µs.
+				us = 1
+			}
 			f.Timeout = time.Duration(us) * time.Microsecond
 		case tagCode:
 			c, err := fieldUvarint(tag, v)

@@ -290,3 +290,28 @@ func TestEnumerationsPrintTheirNames(t *testing.T) {
 		}
 	}
 }
+
+// A timeout field of 0 microseconds says the caller's deadline had no time
+// left when the request was sent (docs/protocol.md: only an absent field
+// means no deadline). Read as Timeout 0, which Frame documents as "none",
+// the server ran the call with no deadline at all; it reads as the least
+// deadline there is, as the encoder writes one under a microsecond.
+func TestDecodeFrameReadsAZeroTimeoutAsADeadline(t *testing.T) {
+	fields := []byte{3, 1, 0} // tag 3 timeout, length 1, uvarint 0
+	body := []byte{kernel.FrameMagic, kernel.FrameVersion, byte(kernel.FrameRequest), byte(kernel.FlagEndStream), 0, 0, 0, 0, 0, 0, 0, 1}
+	body = binary.BigEndian.AppendUint32(body, uint32(len(fields)))
+	body = append(body, fields...)
+	var f kernel.Frame
+	if err := kernel.DecodeFrame(body, &f, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.Timeout <= 0 || f.Timeout > time.Microsecond {
+		t.Fatalf("timeout field of 0µs decoded as Timeout %v; want a deadline (at most 1µs), not \"none\"", f.Timeout)
+	}
+	// Without the field, no deadline.
+	body = binary.BigEndian.AppendUint32(body[:12], 0)
+	f = kernel.Frame{}
+	if err := kernel.DecodeFrame(body, &f, nil); err != nil || f.Timeout != 0 {
+		t.Fatalf("no timeout field: Timeout %v, %v; want 0 (none)", f.Timeout, err)
+	}
+}
