@@ -395,7 +395,7 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 	}
 	fields := body[FrameFixedLen : FrameFixedLen+int(fl)]
 	f.Payload = body[FrameFixedLen+int(fl):]
-	mdBytes := 0
+	mdPairs, mdBytes := 0, 0
 	for len(fields) > 0 {
 		tag := fields[0]
 		l, n := binary.Uvarint(fields[1:])
@@ -442,7 +442,10 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 			if f.Metadata == nil {
 				f.Metadata = make(Metadata, 4)
 			}
-			if mdBytes += len(v) - kn; len(f.Metadata) >= lim.entries() || mdBytes > lim.bytes() {
+			// Pairs, not the map's entries: pairs repeating a key (empty
+			// ones cost no bytes) must not pass the entry limit.
+			mdPairs++
+			if mdBytes += len(v) - kn; mdPairs > lim.entries() || mdBytes > lim.bytes() {
 				return lim.metadataError(f, mdBytes)
 			}
 			f.Metadata[string(v[kn:kn+int(kl)])] = string(v[kn+int(kl):])

@@ -1,6 +1,7 @@
 package kernel_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"strconv"
 	"strings"
@@ -93,5 +94,42 @@ func TestFrameLimitsDefaults(t *testing.T) {
 	got = kernel.Frame{}
 	if err := kernel.DecodeFrame(encode(frameWithMetadata(kernel.DefaultMaxMetadataEntries+1, 1)), &got, nil); !errors.Is(err, kernel.ErrMetadataTooLarge) {
 		t.Fatalf("one over the default entries limit: %v; want ErrMetadataTooLarge", err)
+	}
+}
+
+// The entry limit counts the pairs a frame carries (docs/protocol.md: "a
+// frame carries at most 256 pairs"), not the distinct keys they leave in
+// the map: pairs with one key, and empty ones that cost nothing against
+// the byte limit, passed any number.
+func TestFrameLimitsCountPairsNotDistinctKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pair []byte
+	}{
+		{"empty pairs", []byte{6, 1, 0}},                // key length 0, no key, no value
+		{"one key repeated", []byte{6, 3, 1, 'k', 'v'}}, // key "k", value "v"
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, n := range []int{kernel.DefaultMaxMetadataEntries, kernel.DefaultMaxMetadataEntries + 1} {
+				var fields []byte
+				for range n {
+					fields = append(fields, tc.pair...)
+				}
+				frame := encode(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1})
+				binary.BigEndian.PutUint32(frame[12:16], uint32(len(fields)))
+				frame = append(frame, fields...)
+				var got kernel.Frame
+				err := kernel.DecodeFrame(frame, &got, nil)
+				if n <= kernel.DefaultMaxMetadataEntries {
+					if err != nil {
+						t.Fatalf("%d pairs: %v", n, err)
+					}
+					continue
+				}
+				if !errors.Is(err, kernel.ErrMetadataTooLarge) {
+					t.Fatalf("%d pairs (%d distinct keys): %v; want ErrMetadataTooLarge", n, len(got.Metadata), err)
+				}
+			}
+		})
 	}
 }
