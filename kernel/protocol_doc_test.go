@@ -92,3 +92,45 @@ func TestProtocolDocStreamExample(t *testing.T) {
 		}
 	}
 }
+
+// TestProtocolDocFieldsTableNamesEveryFrameTheyGoOn keeps the "on" column
+// of docs/protocol.md's fields table true to what kernrpc sends: a peer
+// written from the table must expect each field on each frame type that
+// carries it. The pairs are the engine's: GoAway's reason in `message`
+// (server_drain.go, server_limits.go), the server's stream headers in
+// `metadata` on its first StreamData (stream_core.go).
+func TestProtocolDocFieldsTableNamesEveryFrameTheyGoOn(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "### Fields")
+	if !ok {
+		t.Fatal("docs/protocol.md has no ### Fields section")
+	}
+	rest, _, _ = strings.Cut(rest, "\n### ")
+	on := map[string]string{}
+	for _, line := range strings.Split(rest, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 6 {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[2]), "`")
+		on[name] = strings.TrimSpace(cells[len(cells)-2])
+	}
+	for _, tc := range []struct{ field, frames string }{
+		{"method", "Request"},
+		{"codec", "Request, Response"},
+		{"timeout", "Request"},
+		{"code", "Response, Cancel"},
+		{"message", "Response, GoAway"},
+		{"metadata", "Request, Response, StreamData"},
+		{"credit", "WindowUpdate, Request"},
+	} {
+		for _, typ := range strings.Split(tc.frames, ", ") {
+			if !strings.Contains(on[tc.field], typ) {
+				t.Errorf("field %s goes on %s frames; the table says it goes on %q", tc.field, typ, on[tc.field])
+			}
+		}
+	}
+}
