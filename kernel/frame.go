@@ -182,7 +182,9 @@ type FrameOwner interface {
 func (f *Frame) SetOwner(o FrameOwner) { f.owner = o }
 
 // Release returns f and its payload to the transport that produced it. f
-// must not be used afterwards. Release on a frame without owner only clears it.
+// must not be used afterwards. Release on a frame without owner (one a
+// transport did not hand out, or already released) does nothing: it
+// leaves the frame as it is.
 func (f *Frame) Release() {
 	if o := f.owner; o != nil {
 		f.owner = nil

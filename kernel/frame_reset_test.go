@@ -46,3 +46,24 @@ func TestResetClearsEveryField(t *testing.T) {
 type nopOwner struct{}
 
 func (nopOwner) ReleaseFrame(*Frame) {}
+
+// Release gives an owned frame back once, clearing its owner, and leaves
+// a frame without owner as it is (Frame.Release's comment).
+func TestReleaseWithAndWithoutOwner(t *testing.T) {
+	f := Frame{Type: FrameRequest, CallID: 3, Method: "Echo.Say", Payload: []byte("x")}
+	f.Release()
+	if f.Type != FrameRequest || f.CallID != 3 || f.Method != "Echo.Say" || string(f.Payload) != "x" {
+		t.Fatalf("Release of a frame without owner changed it: %+v", f)
+	}
+	var o countingOwner
+	f.SetOwner(&o)
+	f.Release()
+	f.Release()
+	if o.n != 1 {
+		t.Fatalf("two Releases gave the frame back %d times; want once", o.n)
+	}
+}
+
+type countingOwner struct{ n int }
+
+func (o *countingOwner) ReleaseFrame(*Frame) { o.n++ }

@@ -102,8 +102,9 @@ func (s *Status) Error() string {
 	return "kernrpc: " + s.Code.String() + ": " + s.Message
 }
 
-// Is makes errors.Is(err, &Status{Code: c}) match on the code alone. A nil
-// *Status, on either side, carries no code and matches nothing else.
+// Is makes errors.Is(err, &Status{Code: c}) match on the code alone, or
+// on the code and the message when the target has one. A nil *Status, on
+// either side, carries no code and matches nothing else.
 func (s *Status) Is(target error) bool {
 	t, ok := target.(*Status)
 	return ok && s != nil && t != nil && t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
