@@ -302,10 +302,27 @@ func (c *serviceCache) apply(resp clientv3.WatchResponse) {
 			changed = true
 		}
 	}
-	c.rev = max(c.rev, resp.Header.Revision)
+	c.rev = max(c.rev, seenRevision(resp))
 	if changed {
 		c.publishLocked()
 	}
+}
+
+// seenRevision is the revision resp brings its watcher to: that of its
+// last event, not the revision in its header. A watcher catching up (one
+// resumed after a disconnect) is sent the events of at most 1000
+// revisions at a time, each batch under the revision etcd is at when it
+// sends it: taking that one would skip every event of the batches after.
+// A progress notification, which etcd sends only to a watcher that is
+// caught up, brings it to its header's revision.
+func seenRevision(resp clientv3.WatchResponse) int64 {
+	if n := len(resp.Events); n > 0 {
+		return resp.Events[n-1].Kv.ModRevision
+	}
+	if resp.IsProgressNotify() {
+		return resp.Header.Revision
+	}
+	return 0
 }
 
 // publishLocked rebuilds the set from byID and sends it to every

@@ -254,7 +254,7 @@ func (w *sharedWatch) apply(resp clientv3.WatchResponse) {
 			w.fn(k, entryValue(ev.Kv.Value))
 		}
 	}
-	w.rev = max(w.rev, resp.Header.Revision)
+	w.rev = max(w.rev, seenRevision(resp))
 }
 
 // entryValue is fn's copy of a value: never nil, which would say removed,

@@ -192,6 +192,45 @@ func TestSharedWatchRereadsAfterCompaction(t *testing.T) {
 	l.await(t, "new", []byte("3"), 5*time.Second, "a put after the re-read")
 }
 
+// A shared watch cut off while more than a thousand revisions change its
+// prefix gets every change on resuming, though etcd sends them in batches
+// of 1000 revisions, each under the revision etcd is at (see
+// TestResumeBeyondOneBatchMissesNothing).
+func TestSharedWatchResumeBeyondOneBatchMissesNothing(t *testing.T) {
+	srv := Start(t)
+	proxy := startProxy(t, srv.Endpoint())
+	reader := open(t, proxy.Addr(), map[string]any{"shared_prefix": sharedPrefix(t)})
+	cli := rawClient(t, srv.Endpoint())
+	ctx := ctxFor(t)
+	l := newSharedLog()
+	if err := reader.WatchShared(ctx, "", l.fn); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	const n = 1100
+	putMany(t, cli, sharedPrefix(t), n, "1")
+	proxy.Restore()
+	seen := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.seen)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for seen() < 1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first batch's 1000 entries were not given after the partition healed (%d were)", seen())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := cli.Put(ctx, sharedPrefix(t)+"last", "2"); err != nil {
+		t.Fatal(err)
+	}
+	l.await(t, "last", []byte("2"), 20*time.Second, "a put after the first batch")
+	if got := seen(); got != n+1 {
+		t.Errorf("%d entries given after the partition healed and %q was put; want all %d put meanwhile, and %q", got, "last", n, "last")
+	}
+}
+
 // backend is one server of "echo" registered in etcd, failing every call
 // when bad.
 type backend struct {
