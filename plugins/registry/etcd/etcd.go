@@ -28,7 +28,8 @@
 // holding the JSON {"address", "metadata", "load": {"in_flight", "qps",
 // "updated"}}; "transport" and "codec" are metadata keys, as
 // kernel.Instance has them. A prefix not ending in "/" gets one. A service
-// name must not contain "/".
+// name must not contain "/"; an address or metadata that is not UTF-8
+// (JSON would mangle it) is refused.
 //
 // Leases. All of one registry's instances are attached to ONE lease, kept
 // alive by the etcd client's single KeepAlive stream: a steady state costs

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -82,6 +83,14 @@ func checkInstance(inst kernel.Instance) error {
 		return fmt.Errorf("%s: register %s: instance has an empty ID", Name, inst.Service)
 	case inst.Address == "":
 		return fmt.Errorf("%s: register %s/%s: instance has an empty Address", Name, inst.Service, inst.ID)
+	case !utf8.ValidString(inst.Address):
+		return fmt.Errorf("%s: register %s/%s: the Address must be UTF-8 (it travels as JSON, which would mangle it)", Name, inst.Service, inst.ID)
+	}
+	for k, v := range inst.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%s: register %s/%s: metadata %q: keys and values must be UTF-8 (they travel as JSON, which would mangle them)",
+				Name, inst.Service, inst.ID, k)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"encoding/json"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,38 @@ func TestLoadReportsAreRateLimited(t *testing.T) {
 	if got := keys(t, cli, prefix); len(got) != 1 {
 		t.Errorf("keys %v; want the one instance", got)
 	}
+}
+
+// TestMetadataThatIsNotUTF8IsRefused: the value is JSON, whose encoder
+// turns every byte that is not UTF-8 into U+FFFD; an instance whose
+// metadata or address has such bytes would resolve with other values than
+// it was registered with. Register refuses it instead, as consul's does,
+// and registers nothing.
+func TestMetadataThatIsNotUTF8IsRefused(t *testing.T) {
+	srv := Start(t)
+	r := open(t, srv.Endpoint(), nil)
+	ctx := ctxFor(t)
+	for name, in := range map[string]kernel.Instance{
+		"metadata value": {Service: "echo", ID: "a", Address: "127.0.0.1:1", Metadata: map[string]string{"bin": "\xff\xfe"}},
+		"metadata key":   {Service: "echo", ID: "b", Address: "127.0.0.1:2", Metadata: map[string]string{"k\xff": "v"}},
+		"address":        {Service: "echo", ID: "c", Address: "127.0.0.1:\xff"},
+	} {
+		err := r.Register(ctx, in, time.Minute)
+		if err == nil {
+			set, rerr := r.Resolve(ctx, "echo")
+			for _, got := range set {
+				if got.ID == in.ID && (got.Address != in.Address || !maps.Equal(got.Metadata, in.Metadata)) {
+					t.Errorf("%s not UTF-8: registered as %q %q, resolves as %q %q; want it refused", name, in.Address, in.Metadata, got.Address, got.Metadata)
+				}
+			}
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			continue
+		}
+		if !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("Register with a %s that is not UTF-8: %v; want an error saying so", name, err)
+		}
+	}
+	resolveUntil(t, r, "echo", nil, 0, "after the refusals")
 }
