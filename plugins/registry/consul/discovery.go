@@ -77,7 +77,7 @@ func (c *serviceCache) ready(ctx context.Context, op string) error {
 	switch {
 	case c.have:
 		return nil
-	case c.closed:
+	case c.closed || c.r.life.Err() != nil:
 		return fmt.Errorf("consul: %s %s: %w", op, c.service, kernel.ErrClosed)
 	default:
 		return fmt.Errorf("%w (the registry keeps trying, with backoff)", c.r.fail(op+" "+c.service, c.lastErr))
@@ -165,6 +165,13 @@ func (c *serviceCache) follow() {
 	var index uint64
 	var failures int
 	first := true
+	defer func() {
+		if first {
+			// Closed before the first query ended: a Resolve or Watch
+			// waiting for it has nothing more to wait for.
+			close(c.attempted)
+		}
+	}()
 	for r.life.Err() == nil {
 		// Consul may hold a query wait_time plus wait_time/16 of jitter.
 		ctx, cancel := context.WithTimeout(r.life, r.cfg.waitTime+r.cfg.waitTime/16+r.cfg.timeout)

@@ -381,3 +381,61 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("Campaign after Close: %v; want ErrClosed", err)
 	}
 }
+
+// A Resolve or Watch waiting for a service's first answer when the
+// registry is closed returns at once with kernel.ErrClosed: Close ends
+// the query it waits on, so it has nothing more to wait for, however long
+// the timeout option is.
+func TestCloseEndsAWaitForTheFirstAnswer(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	var conns sync.WaitGroup
+	conns.Go(func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	})
+	defer func() {
+		silent.Close()
+		conns.Wait()
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	for _, call := range []string{"Resolve", "Watch"} {
+		t.Run(call, func(t *testing.T) {
+			r := open(t, silent.Addr().String(), map[string]any{"timeout": "1m"})
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				if call == "Resolve" {
+					_, err = r.Resolve(ctx(t), "echo")
+				} else {
+					_, err = r.Watch(ctx(t), "echo")
+				}
+				done <- err
+			}()
+			c := <-accepted // the first query is on its way
+			defer c.Close()
+			if err := r.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, kernel.ErrClosed) {
+					t.Errorf("%s waiting when the registry closed: %v; want kernel.ErrClosed", call, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s still waits 20s after Close, for the first answer of a query Close ended", call)
+			}
+		})
+	}
+}
