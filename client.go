@@ -64,6 +64,9 @@ type Client struct {
 	// connections may still carry calls or streams (they close once
 	// idle): Close ends those too. Under poolsMu.
 	retired map[*connPool]struct{}
+	// listed is the registry's last report, under poolsMu: a pool is made
+	// only for an instance it lists (see pool).
+	listed []kernel.Instance
 }
 
 // NewClient builds a client for service (cfg.Service when empty) from cfg.

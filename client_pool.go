@@ -24,7 +24,18 @@ func (c *Client) pool(addr string) (*connPool, error) {
 			return nil, c.closedStatus()
 		}
 		old := *c.pools.Load()
-		if p = old[addr]; p == nil {
+		if p = old[addr]; p == nil && !lists(c.listed, addr) {
+			// The balancer picked the instance before the registry's report
+			// that it left, which dropped its pool: a pool made now would be
+			// kept until the next report, holding a connection to it. The
+			// call gets what one that found the dropped pool gets, and is
+			// sent again to an instance still listed.
+			c.poolsMu.Unlock()
+			p = newConnPool(c, addr)
+			p.retired = true
+			return p, nil
+		}
+		if p == nil {
 			p = newConnPool(c, addr)
 			next := make(map[string]*connPool, len(old)+1)
 			for k, v := range old {
@@ -36,6 +47,16 @@ func (c *Client) pool(addr string) (*connPool, error) {
 		c.poolsMu.Unlock()
 	}
 	return p, nil
+}
+
+// lists reports whether an instance of insts is at addr.
+func lists(insts []kernel.Instance, addr string) bool {
+	for i := range insts {
+		if insts[i].Address == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // closedStatus is what a call gets from a client once Close has begun.

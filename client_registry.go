@@ -33,6 +33,7 @@ func (c *Client) followRegistry(ctx context.Context) error {
 	}
 	c.balancer.Update(insts)
 	c.instances.Store(int64(len(insts)))
+	c.dropPoolsNotIn(insts) // no pool yet: it notes the addresses listed
 	wctx, stop := context.WithCancel(context.Background())
 	updates, err := c.registry.Watch(wctx, c.service)
 	if err != nil {
@@ -75,13 +76,15 @@ func (c *Client) useInstances(insts []kernel.Instance) {
 	close(*c.updated.Swap(&fresh))
 }
 
-// dropPoolsNotIn retires the pools of instances not in insts, keeping
-// them in c.retired for Close while their connections still carry calls
-// or streams. With no pool yet (the first set, which a client made for
-// one call gets alone), there is nothing to build.
+// dropPoolsNotIn keeps insts, the instances listed now, for pool, and
+// retires the pools of the others, keeping them in c.retired for Close
+// while their connections still carry calls or streams. With no pool yet
+// (the first set, which a client made for one call gets alone), there is
+// nothing to build.
 func (c *Client) dropPoolsNotIn(insts []kernel.Instance) {
 	c.poolsMu.Lock()
 	defer c.poolsMu.Unlock()
+	c.listed = insts
 	for p := range c.retired {
 		if !p.carries() {
 			delete(c.retired, p)

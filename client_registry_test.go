@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -227,4 +228,113 @@ func init() {
 	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-empty", New: func(any) (kernel.Balancer, error) {
 		return emptyBalancer{}, nil
 	}})
+}
+
+// gatedPickBalancer round-robins over the set it was given; while its
+// gate is set, each Pick, having chosen its instance, says so on picked
+// and waits for the gate to open before it returns.
+type gatedPickBalancer struct {
+	mu     sync.Mutex
+	set    []kernel.Instance
+	next   int
+	gate   chan struct{}
+	picked chan struct{}
+}
+
+func (b *gatedPickBalancer) Update(set []kernel.Instance) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.set = set
+}
+
+func (b *gatedPickBalancer) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
+	b.mu.Lock()
+	if len(b.set) == 0 {
+		b.mu.Unlock()
+		return nil, kernel.ErrNoInstances
+	}
+	b.next++
+	inst, gate, picked := &b.set[b.next%len(b.set)], b.gate, b.picked
+	b.gate = nil
+	b.mu.Unlock()
+	if gate != nil {
+		picked <- struct{}{}
+		<-gate
+	}
+	return inst, nil
+}
+
+var lastGatedPick atomic.Pointer[gatedPickBalancer]
+
+func init() {
+	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-gated-pick", New: func(any) (kernel.Balancer, error) {
+		b := &gatedPickBalancer{}
+		lastGatedPick.Store(b)
+		return b, nil
+	}})
+}
+
+// A call that picked an instance just before the registry reported it
+// gone does not open a new pool to it that the client keeps: the report
+// dropped the instance's pool, and nothing drops one made after it (the
+// next report might come hours later). The call is sent again to an
+// instance still listed, as one that found the dropped pool is.
+func TestAPickRacingTheInstancesLeavingLeavesNoConnection(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"} // registered by hand below
+	srv := startServer(t, cfg, nil)
+	opts := memory.DefaultOptions()
+	opts.Namespace = t.Name()
+	reg, err := memory.New(*opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	inst := kernel.Instance{Service: "echo", ID: "x", Address: srv.Addr()}
+	if err := reg.Register(context.Background(), inst, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	ccfg := testConfig(t)
+	ccfg.Balancer = kernrpc.PluginConfig{Name: "test-gated-pick"}
+	ccfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}
+	cli := newClient(t, ccfg)
+	b := lastGatedPick.Load()
+	obs, _ := kernrpc.FindPlugin[*observer](cli.Plugins(), "test-observer")
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+
+	gate, picked := make(chan struct{}), make(chan struct{}, 1)
+	b.mu.Lock()
+	b.gate, b.picked = gate, picked
+	b.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		done <- cli.Call(ctx, "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+	}()
+	receive(t, picked, 5*time.Second, "the call did not pick")
+	if err := reg.Deregister(context.Background(), inst); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return obs.readings(t)["client_instances"].Value == 0 }, "report of the instance leaving")
+	close(gate)
+	err = receive(t, done, 5*time.Second, "the call that picked the instance as it left did not end")
+	t.Logf("the call that picked the instance as it left: %v", err)
+	if open := obs.readings(t)["client_connections_open"].Value; open != 0 {
+		t.Fatalf("%v connections open once the only instance left the registry and the calls ended; want 0: a pool made for the pick that raced the report is kept", open)
+	}
+	if kernel.CodeOf(err) != kernel.Unavailable {
+		t.Errorf("the call that picked the instance as it left: %v; want Unavailable, no instance listed", err)
+	}
+	// Back at the same address, the instance is called again.
+	if err := reg.Register(context.Background(), inst, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return obs.readings(t)["client_instances"].Value == 1 }, "report of the instance back")
+	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatalf("a call once the instance came back: %v", err)
+	}
 }
