@@ -251,9 +251,13 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 	defer close(d.done)
 	p.dialing[i] = nil
 	switch {
-	case err != nil && c.closed.Load():
+	case c.closed.Load():
 		// Close ended the dial (the client's life bounds it): that, not
-		// the instance, is why it failed.
+		// the instance, is why it failed. A dial that connected all the
+		// same, as Close began, is of no use either.
+		if err == nil {
+			_ = conn.Close()
+		}
 		d.err = c.closedStatus()
 	case err != nil && i >= p.fixed:
 		// A dial to spread load: calls still have the fixed connections.

@@ -215,3 +215,62 @@ func TestCloseEndsTheDialsUnderWay(t *testing.T) {
 		})
 	}
 }
+
+// lateDialTCP is tcp-lv whose Dial waits for gate and then connects
+// whatever its context says: a dial that completes just as Close ends
+// it.
+type lateDialTCP struct {
+	kernel.Transport
+	dials atomic.Int32
+	gate  chan struct{}
+}
+
+func (l *lateDialTCP) Dial(ctx context.Context, addr string) (kernel.Conn, error) {
+	l.dials.Add(1)
+	<-l.gate
+	return l.Transport.Dial(context.Background(), addr)
+}
+
+var lateDial = &lateDialTCP{}
+
+func init() {
+	registerTCPWrapper("test-late-dial-tcp", "test: tcp-lv whose dials complete after Close", &lateDial.Transport, lateDial)
+}
+
+// A dial that completes after Close began, its connection made all the
+// same, gives its callers what Close promises, Canceled "client … is
+// closed", not "instance … left the registry": the instance did not
+// leave.
+func TestADialCompletingAsTheClientClosesSaysTheClientIsClosed(t *testing.T) {
+	lateDial.dials.Store(0)
+	lateDial.gate = make(chan struct{})
+	cfg := testConfig(t)
+	cfg.Transport.Name, cfg.Transport.Options = "test-late-dial-tcp", nil
+	startServer(t, cfg, nil)
+	zero := 0
+	cfg.Client.Retries = &zero // the call's first error is its last
+	cli, err := kernrpc.NewClient(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "hi"}, &echopb.Echo{}) }()
+	waitFor(t, func() bool { return lateDial.dials.Load() == 1 }, "dial by the caller")
+	closed := make(chan error, 1)
+	go func() { closed <- cli.Close() }()
+	// Close has closed the pools once a call finds none.
+	waitFor(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		err := cli.Call(ctx, "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
+		return strings.Contains(err.Error(), "is closed")
+	}, "call told the client is closed")
+	close(lateDial.gate)
+	if err := receive(t, closed, 5*time.Second, "Close did not return"); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	err = receive(t, errc, 5*time.Second, "the call whose dial completed as the client closed did not return")
+	if kernel.CodeOf(err) != kernel.Canceled || !strings.Contains(err.Error(), "is closed") {
+		t.Fatalf("a call whose dial completed as the client closed: %v; want Canceled, the client is closed", err)
+	}
+}
