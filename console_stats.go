@@ -72,11 +72,12 @@ const (
 
 // Latency buckets are log-scale: four per power of two, from 256 ns up
 // (about 19% wide, so a percentile read from them is within about 12%
-// of the true value), the last one catching everything over 100 s.
+// of the true value), the last one catching everything over 2 hours: a
+// long poll's minutes are told apart too.
 const (
 	latencyUnitShift = 8 // 256 ns
 	latencySubBits   = 2
-	latencyBuckets   = 112
+	latencyBuckets   = 136
 )
 
 // latencyBucket is the bucket a duration falls in.
@@ -113,13 +114,19 @@ type methodStats struct {
 }
 
 func (m *methodStats) record(code kernel.Code, d time.Duration, now int64) {
+	m.count(code, now)
+	span := now / histSpan
+	m.latency[span%histSlots][latencyBucket(d)].add(span)
+}
+
+// count counts one call ending with code in second now, in the counts
+// and rates but not in the latency figures.
+func (m *methodStats) count(code kernel.Code, now int64) {
 	m.byCode[min(int(code), len(m.byCode)-1)].Add(1)
 	m.calls[now%secondSlots].add(now)
 	if code != kernel.OK {
 		m.errs[now%secondSlots].add(now)
 	}
-	span := now / histSpan
-	m.latency[span%histSlots][latencyBucket(d)].add(span)
 }
 
 // methodView is what the console shows of one method.
@@ -215,6 +222,11 @@ type slowCall struct {
 	Peer     string
 	TraceID  string
 }
+
+// maxSlowMethodName bounds the name of a method not served here that the
+// slowest calls keep: the client chose it, and a frame may carry
+// megabytes of it.
+const maxSlowMethodName = 256
 
 const (
 	slowestKept = 20
@@ -347,9 +359,37 @@ func (st *serverStats) record(sc *serverConn, c *callCtx, start int64) {
 	code := c.out.Code
 	m.record(code, d, now)
 	if st.slow.worth(d, now) {
-		st.slow.add(slowCall{At: time.Unix(0, endNano), Method: c.info.Method, Duration: d, Code: code,
+		name := m.name
+		if m == st.other {
+			name = slowMethodName(c.info.Method)
+		}
+		st.slow.add(slowCall{At: time.Unix(0, endNano), Method: name, Duration: d, Code: code,
 			Peer: sc.conn.RemoteAddr(), TraceID: traceID(c.info.Metadata)}, now)
 	}
+}
+
+// recordStream counts one stream of c's method (or one refused before it
+// opened) as it ends with code: in the calls by code, QPS and error rate,
+// not in the latency figures or the slowest calls, since a stream's
+// lifetime is no call's latency.
+func (st *serverStats) recordStream(c *callCtx, code kernel.Code) {
+	now := (st.startUnixNano + st.mono()) / int64(time.Second)
+	m := st.byDesc[c.desc]
+	if m == nil {
+		m = st.other
+	}
+	m.count(code, now)
+}
+
+// slowMethodName is the name the slowest calls keep of a method not
+// served here: the client's, cut to maxSlowMethodName bytes where a
+// character ends, in a copy of its own.
+func slowMethodName(name string) string {
+	if len(name) <= maxSlowMethodName {
+		return name
+	}
+	const cut = "…"
+	return strings.ToValidUTF8(name[:maxSlowMethodName-len(cut)], "") + cut
 }
 
 // traceID is the trace id of a W3C traceparent in md
@@ -376,11 +416,22 @@ func traceID(md kernel.Metadata) string {
 func (st *serverStats) methods(now time.Time) []methodView {
 	sec := now.Unix()
 	window := min(rateWindow, max(1, sec-st.started.Unix()))
+	// Just after the start the window's first second is the one the stats
+	// began in, counted only since then: the QPS is over the time counted.
+	counted := float64(window)
+	if sec-window == st.started.Unix() {
+		counted -= float64(st.started.Nanosecond()) / float64(time.Second)
+	}
+	view := func(m *methodStats) methodView {
+		v := m.view(sec, window)
+		v.QPS = float64(v.WindowCalls) / counted
+		return v
+	}
 	out := make([]methodView, 0, len(st.sorted)+1)
 	for _, m := range st.sorted {
-		out = append(out, m.view(sec, window))
+		out = append(out, view(m))
 	}
-	if v := st.other.view(sec, window); v.Calls > 0 {
+	if v := view(st.other); v.Calls > 0 {
 		out = append(out, v)
 	}
 	return out

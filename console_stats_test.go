@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 
 func TestLatencyBuckets(t *testing.T) {
 	prev := -1
-	for d := time.Duration(1); d < 200*time.Second; d = d*9/8 + 1 {
+	for d := time.Duration(1); d < 3*time.Hour; d = d*9/8 + 1 {
 		i := latencyBucket(d)
 		if i < prev {
 			t.Fatalf("bucket of %v is %d, below the bucket of a shorter duration (%d)", d, i, prev)
@@ -25,11 +26,11 @@ func TestLatencyBuckets(t *testing.T) {
 			t.Fatalf("bucket %d [%v, %v) is wider than a quarter of its start", i, lo, hi)
 		}
 	}
-	if lo, _ := latencyBounds(latencyBuckets - 1); lo < 100*time.Second {
-		t.Errorf("the last bucket starts at %v; want durations up to 100s told apart", lo)
+	if lo, _ := latencyBounds(latencyBuckets - 1); lo < 2*time.Hour {
+		t.Errorf("the last bucket starts at %v; want durations up to 2h told apart", lo)
 	}
-	if i := latencyBucket(time.Hour); i != latencyBuckets-1 {
-		t.Errorf("an hour is in bucket %d, want the last (%d)", i, latencyBuckets-1)
+	if i := latencyBucket(100 * time.Hour); i != latencyBuckets-1 {
+		t.Errorf("100 hours are in bucket %d, want the last (%d)", i, latencyBuckets-1)
 	}
 	if i := latencyBucket(-time.Second); i != 0 {
 		t.Errorf("a negative duration is in bucket %d, want 0", i)
@@ -52,6 +53,8 @@ func TestPercentilesFromKnownLatencies(t *testing.T) {
 			}
 			return 2 * time.Second
 		}, 100, 100 * time.Microsecond, 2 * time.Second},
+		// Long polls: a method whose calls wait minutes for news.
+		{"long polls of 1 to 10 min", func(i int) time.Duration { return time.Duration(i%10+1) * time.Minute }, 100, 5 * time.Minute, 10 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &methodStats{name: "Svc.M"}
@@ -274,4 +277,71 @@ func BenchmarkStatsRecord(b *testing.B) {
 			}
 		})
 	})
+}
+
+// Just after the start, the rate window's first second is the one the
+// stats began in, of which they counted only a part: the QPS is over the
+// time counted, not over whole seconds nobody counted.
+func TestRateJustAfterStart(t *testing.T) {
+	desc := &methodDesc{}
+	var st serverStats
+	const start = 1_000_000
+	st.init(map[string]*methodDesc{"Svc.M": desc}, time.Unix(start, 900*int64(time.Millisecond)))
+	m := st.byDesc[desc]
+	// 100 calls a second from the start: 10 in its last tenth of the
+	// start's second, then 100 in each of the next.
+	for range 10 {
+		m.record(kernel.OK, time.Millisecond, start)
+	}
+	for s := int64(start + 1); s < start+12; s++ {
+		for range 100 {
+			m.record(kernel.OK, time.Millisecond, s)
+		}
+	}
+	for _, at := range []int64{start + 1, start + 2, start + 5, start + 10, start + 11, start + 12} {
+		v := st.methods(time.Unix(at, 500*int64(time.Millisecond)))[0]
+		if math.Abs(v.QPS-100) > 1e-6 {
+			t.Errorf("%ds after the start's second: QPS %v over %d calls; want 100", at-start, v.QPS, v.WindowCalls)
+		}
+	}
+	if v := st.methods(time.Unix(start, 950*int64(time.Millisecond)))[0]; v.QPS != 0 || v.WindowCalls != 0 {
+		t.Errorf("in the start's own second: QPS %v, window calls %d; want 0 (no second over yet)", v.QPS, v.WindowCalls)
+	}
+}
+
+// A client names the methods it calls, served or not, and a name may be
+// as long as a frame allows: the slowest calls keep a bounded part of it,
+// not megabytes a call for a minute, served to every open page each
+// second.
+func TestSlowestKeepsBoundedMethodNames(t *testing.T) {
+	desc := &methodDesc{}
+	var st serverStats
+	st.init(map[string]*methodDesc{"Svc.M": desc}, time.Now())
+	sc := &serverConn{conn: addrConn{}}
+	long := strings.Repeat("x", 1<<20)
+	for range slowestKept {
+		c := &callCtx{}
+		c.info.Method = long
+		st.record(sc, c, st.mono()-int64(time.Millisecond))
+	}
+	served := &callCtx{desc: desc}
+	served.info.Method = "Svc.M"
+	st.record(sc, served, st.mono()-int64(time.Second))
+	got := st.slow.list(st.clock())
+	if len(got) != slowestKept {
+		t.Fatalf("%d slow calls kept, want %d", len(got), slowestKept)
+	}
+	if got[0].Method != "Svc.M" {
+		t.Errorf("slowest call of %q, want Svc.M", got[0].Method)
+	}
+	total := 0
+	for _, c := range got[1:] {
+		total += len(c.Method)
+		if !strings.HasPrefix(c.Method, "xxxx") {
+			t.Errorf("a call of the unknown method is listed as %.40q", c.Method)
+		}
+	}
+	if total > slowestKept*maxSlowMethodName {
+		t.Errorf("the slowest calls keep %d bytes of method names from %d calls; want at most %d each", total, len(got)-1, maxSlowMethodName)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -502,5 +503,66 @@ func BenchmarkConsoleOnCallPath(b *testing.B) {
 				benchEcho16(b, newClient(b, cfg), callers)
 			})
 		}
+	}
+}
+
+// Streams are calls of their methods too: a stream method's row must not
+// read 0 calls while its streams run and end.
+func TestConsoleCountsStreams(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.AdminAddress = "127.0.0.1:0"
+	srv := startServer(t, cfg, streamHandlers)
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func(method, text string) error {
+		st, err := kernrpc.OpenServerStream[echopb.Echo, echopb.Echo](ctx, cli, method, &echopb.Echo{Text: text})
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	const okStreams = 4
+	for range okStreams {
+		if err := open("Count.Up", "3"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := open("Count.Up", "not a count"); kernel.CodeOf(err) != kernel.InvalidArgument {
+		t.Fatalf("a stream asking for no count: %v, want InvalidArgument", err)
+	}
+	if err := open("Count.Nope", "1"); kernel.CodeOf(err) != kernel.Unimplemented {
+		t.Fatalf("a stream of an unknown method: %v, want Unimplemented", err)
+	}
+
+	base := "http://" + srv.AdminAddr()
+	var st consoleStatus
+	eventually(2*time.Second, func() bool {
+		st = consoleStatus{}
+		getJSON(t, base+"/status.json", &st)
+		return st.Summary.InFlight == 0
+	})
+	byName := map[string]consoleMethod{}
+	for _, m := range st.Methods {
+		byName[m.Method] = m
+	}
+	for _, want := range []consoleMethod{
+		{Method: "Count.Up", Calls: okStreams + 1, Errors: 1, Codes: map[string]int64{"OK": okStreams, "InvalidArgument": 1}},
+		{Method: "(not served here)", Calls: 1, Errors: 1, Codes: map[string]int64{"Unimplemented": 1}},
+	} {
+		got := byName[want.Method]
+		if got.Calls != want.Calls || got.Errors != want.Errors || !mapsEqual(got.Codes, want.Codes) {
+			t.Errorf("%s: calls %d, errors %d, codes %v; want %d, %d, %v", want.Method, got.Calls, got.Errors, got.Codes, want.Calls, want.Errors, want.Codes)
+		}
+	}
+	if st.Summary.Calls != okStreams+2 || st.Summary.Errors != 2 {
+		t.Errorf("summary: %d calls, %d errors; want %d and 2", st.Summary.Calls, st.Summary.Errors, okStreams+2)
 	}
 }

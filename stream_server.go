@@ -191,6 +191,9 @@ func (sc *serverConn) answerStreamWith(c *callCtx, err error, md kernel.Metadata
 	if err := sc.send(out); err != nil {
 		sc.srv.log.Debug("stream's final status not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
 	}
+	if cn := sc.srv.console; cn != nil {
+		cn.recordStream(c, out.Code)
+	}
 }
 
 // streamData hands a StreamData frame to its stream, on the read loop.
