@@ -67,7 +67,11 @@ type Notifier interface {
 }
 
 // LoadReporter is an optional Registry interface: publish an instance's load
-// so that other processes' balancers can see it.
+// so that other processes' balancers can see it. ReportLoad sets the Load
+// of inst (matched by Service and ID), an instance this registry
+// registered, which Resolve and Watch then show; a report of an instance
+// that is not registered (never, or no longer) fails and registers
+// nothing: a load report is not a lease.
 type LoadReporter interface {
 	ReportLoad(ctx context.Context, inst Instance, load Load) error
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -61,6 +62,12 @@ type BalancerConfig struct {
 	// 0 means 0.1. The suite makes enough picks that a fair weighted random
 	// choice is off by more than 0.1 in fewer than one run in a million.
 	Tolerance float64
+	// Metadata is call metadata the balancer reads (consistent-hash's
+	// key). The Keyed subtests pick with it, each pick with values of its
+	// own (the value given, then a dash and a number), and hold those
+	// picks to what the others check; nil skips them. Give it: picks
+	// with the key and picks without it take different paths.
+	Metadata kernel.Metadata
 }
 
 func (c BalancerConfig) tolerance() float64 {
@@ -99,6 +106,12 @@ func (c BalancerConfig) tolerance() float64 {
 //   - Concurrent/Spread: concurrent picks still spread as promised; for
 //     round-robin, as many picks as instances pick each once: no turn is
 //     lost or taken twice.
+//   - Keyed/FromSet, Keyed/AfterUpdate, Keyed/KeptAfterUpdate,
+//     Keyed/EmptySet, Keyed/UpdatedToNil, Keyed/Concurrent: the Picks and
+//     Empty checks and Concurrent/PicksAndUpdates again, every pick
+//     carrying BalancerConfig.Metadata with values that change from pick
+//     to pick (skipped when it is empty): the path of a pick with the
+//     key a balancer reads is held to kernel.Balancer as well.
 //   - PickObserver/Done, PickObserver/DoneAfterUpdate: a balancer that
 //     implements kernel.PickObserver takes Done for successful and failed
 //     calls, and for instances of a set since replaced, without panicking
@@ -133,6 +146,27 @@ func balancerSuite(t tb, f kernel.Factory[kernel.Balancer], cfg BalancerConfig) 
 		t.Run("PicksAndUpdates", s.concurrentPicksAndUpdates)
 		t.Run("Spread", s.concurrentSpread)
 	})
+	t.Run("Keyed", func(t tb) {
+		if len(cfg.Metadata) == 0 {
+			t.Skipf("BalancerConfig.Metadata is empty: every pick carries no call metadata; give the entries the balancer reads " +
+				"(consistent-hash's key) to have picks with them checked")
+		}
+		k := s
+		k.keyed = new(atomic.Int64)
+		t.Run("FromSet", k.picksFromSet)
+		t.Run("AfterUpdate", k.picksAfterUpdate)
+		t.Run("KeptAfterUpdate", k.picksKeptAfterUpdate)
+		t.Run("EmptySet", func(t tb) { k.empty(t, func(b kernel.Balancer) { b.Update([]kernel.Instance{}) }) })
+		t.Run("UpdatedToNil", func(t tb) {
+			k.empty(t, func(b kernel.Balancer) {
+				set := balancerSet("a", 3)
+				b.Update(set)
+				balancerPick(t, b, k.info(), set, "before Update(nil)")
+				b.Update(nil)
+			})
+		})
+		t.Run("Concurrent", k.concurrentPicksAndUpdates)
+	})
 	t.Run("PickObserver", func(t tb) {
 		t.Run("Done", s.observerDone)
 		t.Run("DoneAfterUpdate", s.observerDoneAfterUpdate)
@@ -155,6 +189,22 @@ func balancerUse(t tb, b kernel.Balancer) {
 type balancerRun struct {
 	f   kernel.Factory[kernel.Balancer]
 	cfg BalancerConfig
+	// keyed, when set, numbers the picks that carry cfg.Metadata.
+	keyed *atomic.Int64
+}
+
+// info is the CallInfo of one pick: without metadata, or, for the Keyed
+// checks, with cfg.Metadata, each value followed by the pick's number.
+func (s balancerRun) info() *kernel.CallInfo {
+	info := balancerInfo()
+	if s.keyed == nil {
+		return info
+	}
+	n := strconv.FormatInt(s.keyed.Add(1), 10)
+	for k, v := range s.cfg.Metadata {
+		info.Metadata[k] = v + "-" + n
+	}
+	return info
 }
 
 func (s balancerRun) open(t tb) kernel.Balancer {
@@ -168,19 +218,17 @@ func (s balancerRun) picksFromSet(t tb) {
 	b := s.open(t)
 	set := balancerSet("a", 5)
 	b.Update(set)
-	info := balancerInfo()
 	for range 10 * len(set) {
-		balancerPick(t, b, info, set, "")
+		balancerPick(t, b, s.info(), set, "")
 	}
 }
 
 func (s balancerRun) picksAfterUpdate(t tb) {
 	b := s.open(t)
-	info := balancerInfo()
 	for _, step := range balancerSteps() {
 		b.Update(step.set)
 		for range 4 * len(step.set) {
-			balancerPick(t, b, info, step.set, "after "+step.what)
+			balancerPick(t, b, s.info(), step.set, "after "+step.what)
 		}
 	}
 }
@@ -213,7 +261,6 @@ func balancerSteps() []balancerStep {
 // again after later Updates, which must not have written into them.
 func (s balancerRun) picksKeptAfterUpdate(t tb) {
 	b := s.open(t)
-	info := balancerInfo()
 	type kept struct {
 		inst *kernel.Instance
 		was  kernel.Instance
@@ -225,7 +272,7 @@ func (s balancerRun) picksKeptAfterUpdate(t tb) {
 		}
 		b.Update(step.set)
 		for range len(step.set) {
-			inst := balancerPick(t, b, info, step.set, "after "+step.what)
+			inst := balancerPick(t, b, s.info(), step.set, "after "+step.what)
 			was := *inst
 			was.Metadata = maps.Clone(inst.Metadata)
 			held = append(held, kept{inst, was})
@@ -248,7 +295,7 @@ func (s balancerRun) picksKeptAfterUpdate(t tb) {
 func (s balancerRun) empty(t tb, prepare func(kernel.Balancer)) {
 	b := s.open(t)
 	prepare(b)
-	inst, err := b.Pick(t.Context(), balancerInfo())
+	inst, err := b.Pick(t.Context(), s.info())
 	switch {
 	case err == nil:
 		t.Fatalf("Pick with no instances = %s, nil error; want an error wrapping kernel.ErrNoInstances", balancerFormat(inst))
@@ -391,9 +438,8 @@ func (s balancerRun) concurrentPicksAndUpdates(t tb) {
 	for range pickers {
 		registryGo(&wg, t, func() {
 			<-start
-			info := balancerInfo()
 			for range picksEach {
-				inst, err := b.Pick(t.Context(), info)
+				inst, err := b.Pick(t.Context(), s.info())
 				if err != nil {
 					t.Errorf("Pick while another goroutine calls Update: %v; every set given was non-empty", err)
 					return

@@ -41,7 +41,10 @@ func TestBalancerGoodPluginsPass(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := record(t, "Balancer", func(t tb) { balancerSuite(t, tc.f, BalancerConfig{Spread: tc.spread}) })
+			// With Metadata, so that the Keyed checks run too (none of
+			// these reads it).
+			cfg := BalancerConfig{Spread: tc.spread, Metadata: kernel.Metadata{"x-hash-key": "user"}}
+			rec := record(t, "Balancer", func(t tb) { balancerSuite(t, tc.f, cfg) })
 			for _, f := range rec.failures {
 				t.Errorf("a good balancer failed %s: %s", f.path, f.msg)
 			}

@@ -108,6 +108,12 @@ type FilterConfig struct {
 //     formats the request (its String method) nor writes into the CallInfo;
 //     the suite overwrites the CallInfo then and watches a while, so that
 //     under -race a later read is reported as a race.
+//   - Deadliner: for a kernel.Deadliner whose CallTimeout gives the
+//     suite's method a deadline (skipped otherwise), CallTimeout returns
+//     without blocking, and Invoke, given a ctx without a deadline, calls
+//     next with that deadline or an earlier one: outside the engine,
+//     which gives the deadline before any filter runs, Invoke must give
+//     it itself.
 //   - RejectsEveryCall: only with FilterConfig.RejectsEveryCall; every
 //     call, with metadata or without, is rejected with a *kernel.Status and
 //     never reaches next.
@@ -203,6 +209,7 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	property(t, "NilMetadata", filterNilMetadata)
 	property(t, "Attempts", passing(filterAttempts))
 	property(t, "AfterReturn", filterAfterReturn)
+	property(t, "Deadliner", passing(filterDeadliner)) // filter_deadliner.go
 	if cfg.RejectsEveryCall {
 		property(t, "RejectsEveryCall", filterRejectsEveryCall)
 	}

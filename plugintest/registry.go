@@ -87,6 +87,10 @@ const registryLongTTL = time.Minute
 //     and values and keys a flattening encoding mangles (separators such
 //     as , ; = & and newlines, quotes, %-escapes, + signs, surrounding
 //     spaces, JSON, non-ASCII text, upper case and slashes in keys).
+//   - Metadata/NotUTF8: metadata keys and values that are not UTF-8 (every
+//     byte from 0x80 to 0xff, half a character) arrive unchanged, or
+//     Register refuses them and registers nothing; never mangled (as JSON
+//     mangles them into U+FFFD) or dropped.
 //   - Resolve/KeptSet: a set Resolve returned is unchanged after later
 //     registrations, re-registrations and deregistrations: a registry
 //     must not write into slices or maps it has handed out.
@@ -105,12 +109,23 @@ const registryLongTTL = time.Minute
 //     options see each other's instances and changes.
 //   - Close/Deregisters: what a registry registered disappears, for the
 //     other registries, when it is closed.
+//   - Close/DuringFirstUse: a Close of a fresh registry made while its
+//     first Resolve and Watch are under way (a registry that reads or
+//     dials on first use waits there) returns, and so do they, each within
+//     Tolerance, although their ctx is not done: a Close must end what
+//     waits on the registry, not leave it to the caller's ctx; a Watch
+//     channel they returned closes once its ctx is done.
 //   - SharedStore/...: when the registry implements kernel.SharedStore,
 //     its entries, changes, expiry, removal at Close and the end of a
 //     watch (registry_shared.go lists them); skipped otherwise.
 //   - Notify/...: when the registry implements kernel.Notifier, the current
 //     set, changes, calls that never overlap, and the end of deliveries at
 //     stop and at Close (registry_notify.go lists them); skipped otherwise.
+//   - Load/...: when the registry implements kernel.LoadReporter, a
+//     reported load reaches Resolve and watchers of other registries, the
+//     latest report wins, and a report for an instance not registered
+//     fails and registers nothing (registry_load.go lists them); skipped
+//     otherwise.
 //   - Lease/Expires, Lease/WatchSeesExpiry: an instance whose registry
 //     stopped renewing its lease (kernel.LeaseAbandoner) disappears within
 //     TTL+Tolerance, for Resolve and for watchers. Skipped when the registry
@@ -150,6 +165,7 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	t.Run("Metadata", func(t tb) {
 		t.Run("Resolve", s.metadataResolve)
 		t.Run("Watch", s.metadataWatch)
+		t.Run("NotUTF8", s.metadataNotUTF8)
 	})
 	t.Run("Watch", func(t tb) {
 		t.Run("InitialSet", s.watchInitialSet)
@@ -164,9 +180,13 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 		t.Run("Resolve", s.sharedResolve)
 		t.Run("Watch", s.sharedWatch)
 	})
-	t.Run("Close", func(t tb) { t.Run("Deregisters", s.closeDeregisters) })
+	t.Run("Close", func(t tb) {
+		t.Run("Deregisters", s.closeDeregisters)
+		t.Run("DuringFirstUse", s.closeDuringFirstUse)
+	})
 	t.Run("SharedStore", s.sharedStore) // registry_shared.go
 	t.Run("Notify", s.notify)           // registry_notify.go
+	t.Run("Load", s.load)               // registry_load.go
 	t.Run("Lease", s.lease)
 	t.Run("Concurrent", s.concurrent)
 	t.Run("Leaks", s.leaks)
@@ -581,4 +601,112 @@ func (s registryRun) concurrent(t tb) {
 	registryResolveUntil(t, regs[0], service, survivors, s.cfg.tolerance(),
 		fmt.Sprintf("after %d goroutines registered %d instances each (metadata id = the instance's ID) and deregistered every other one",
 			goroutines, perGoroutine))
+}
+
+// registryNotUTF8 is metadata that is not UTF-8: every byte JSON and
+// other text encodings replace, in a value and in a key, and a character
+// cut in half.
+func registryNotUTF8() map[string]string {
+	var high []byte
+	for c := 0x80; c <= 0xff; c++ {
+		high = append(high, byte(c))
+	}
+	return map[string]string{
+		"bytes":        string(high),
+		"half":         "caf\xc3",
+		"key-\xff\xfe": "a key that is not UTF-8",
+		"plain":        "beside them, text",
+	}
+}
+
+// metadataNotUTF8 registers an instance whose metadata is not UTF-8. The
+// registry may refuse it (a backend of JSON or text cannot store it), but
+// what it accepts must come back unchanged.
+func (s registryRun) metadataNotUTF8(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	in := registryInstance(service, "a")
+	in.Metadata = registryNotUTF8()
+	if err := r.Register(registryContext(t), in, registryLongTTL); err != nil {
+		// Refused: nothing may have been registered. A registration made
+		// after it shows alone.
+		t.Logf("Register refused metadata that is not UTF-8: %v", err)
+		marker := registryInstance(service, "marker")
+		s.register(t, r, marker, registryLongTTL)
+		registryResolveUntil(t, r, service, []kernel.Instance{marker}, s.cfg.tolerance(),
+			"after a Register refused "+in.ID+" (its metadata is not UTF-8) and "+marker.ID+" was registered (a refused Register must register nothing)")
+		return
+	}
+	registryResolveUntil(t, r, service, []kernel.Instance{in}, s.cfg.tolerance(),
+		"after registering an instance whose metadata is not UTF-8 (store it unchanged, or have Register refuse it; never mangle it)")
+}
+
+// closeDuringFirstUse closes fresh registries while their first Resolve
+// and Watch run, Close coming a little later each round: a registry that
+// reads its backend or dials on first use waits there, and Close must end
+// that wait.
+func (s registryRun) closeDuringFirstUse(t tb) {
+	tolerance := s.cfg.tolerance()
+	for _, delay := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		r := s.open(t)
+		service := registryService(t)
+		// The calls' ctx ends with the subtest only: what ends them must be
+		// the Close.
+		ctx := registryContext(t)
+		wctx, cancelWatch := context.WithCancel(ctx)
+		type watched struct {
+			ch  <-chan []kernel.Instance
+			err error
+		}
+		resolved, watchedCh := make(chan error, 1), make(chan watched, 1)
+		var calls sync.WaitGroup
+		registryGo(&calls, t, func() {
+			_, err := r.Resolve(ctx, service)
+			resolved <- err
+		})
+		registryGo(&calls, t, func() {
+			ch, err := r.Watch(wctx, service)
+			watchedCh <- watched{ch, err}
+		})
+		time.Sleep(delay)
+		closed := make(chan error, 1)
+		go func() { closed <- r.Close() }()
+		timeout := time.NewTimer(tolerance)
+		when := fmt.Sprintf("when Close came %s after the first Resolve and Watch of a fresh registry began", delay)
+		var w *watched
+		for pending := 3; pending > 0; pending-- {
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Errorf("Close %s: %v; want nil", when, err)
+				}
+				closed = nil
+			case <-resolved:
+				resolved = nil
+			case got := <-watchedCh:
+				w, watchedCh = &got, nil
+			case <-timeout.C:
+				var left []string
+				if closed != nil {
+					left = append(left, "Close")
+				}
+				if resolved != nil {
+					left = append(left, "Resolve")
+				}
+				if watchedCh != nil {
+					left = append(left, "Watch")
+				}
+				cancelWatch()
+				t.Fatalf("%s did not return within %s %s, and their ctx was not done: Close must end the calls "+
+					"waiting on the registry (a first read, a dial), not leave them to their caller's ctx",
+					strings.Join(left, " and "), tolerance, when)
+			}
+		}
+		timeout.Stop()
+		calls.Wait()
+		cancelWatch()
+		if w != nil && w.err == nil && w.ch != nil {
+			registryClosed(t, w.ch, tolerance, "the channel of a Watch that returned no error "+when+", once its ctx was cancelled,")
+		}
+	}
 }

@@ -20,6 +20,9 @@ func TestConformance(t *testing.T) {
 			"prefix":       testPrefix(t),
 			"dial_timeout": "5s",
 			"ttl":          "1s",
+			// Load reports held back at most this long show within
+			// Tolerance (Load/*).
+			"load_report_interval": "200ms",
 		},
 		TTL: time.Second,
 		// etcd's lessor looks for expired leases every 500ms.
