@@ -51,7 +51,9 @@
 // for the start times of its calls in flight, and Pick returns a copy of
 // the instance held in a free slot (unchanged, as kernel.Balancer requires,
 // and never written again), by which Done finds the call's start. A 65th
-// call in flight to one instance is counted but not timed.
+// call in flight to one instance is counted but not timed; so is, from
+// then on, a call still out when its instance has changed twice (a load
+// report changes it), whose slot is then retired.
 package leastload
 
 import (
@@ -300,6 +302,9 @@ type callSlots struct {
 	insts [slotCount]kernel.Instance
 	busy  atomic.Uint64 // bit k: insts[k] is out, started at start[k]
 	start [slotCount]atomic.Int64
+	// retired is set, before busy is cleared, when the calls still out
+	// in these slots are moved to the peer's untimed ones.
+	retired atomic.Bool
 }
 
 func newPeer(in *kernel.Instance) *peer {
@@ -317,18 +322,27 @@ func newSlots(in *kernel.Instance) *callSlots {
 }
 
 // refresh makes in the instance picks return, if it changed. The slots of
-// the version before last are retired: the calls still out in them are no
-// longer in flight as far as the balancer knows, and their Done is ignored
-// (one of the two, whichever comes first, ends each such call).
+// the version before last are retired: the calls still out in them stay in
+// flight, untimed from then on, and the Done of each, which no longer
+// finds its slot, ends one untimed call. (An instance changes at each of
+// its load reports, every load_report_interval while it is busy: calls
+// that outlast two of them must still weigh against it.)
 func (p *peer) refresh(in *kernel.Instance) {
 	cur := p.calls.Load()
 	if sameInstance(&cur.insts[0], in) {
 		return
 	}
-	p.calls.Store(newSlots(in))
+	// Under mu, which a Done that finds its call's slots neither in calls
+	// nor in prev waits for before it ends an untimed call: by then they
+	// are counted among them. cur goes to prev before calls moves on, so
+	// that a Done, which loads calls then prev, cannot miss it.
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if retired := p.prev.Swap(cur); retired != nil {
-		p.inflight.Add(-int64(bits.OnesCount64(retired.busy.Swap(0))))
+		retired.retired.Store(true)
+		p.untimed.Add(int64(bits.OnesCount64(retired.busy.Swap(0))))
 	}
+	p.calls.Store(newSlots(in))
 }
 
 func sameInstance(a, b *kernel.Instance) bool {
@@ -349,24 +363,34 @@ func sameInstance(a, b *kernel.Instance) bool {
 // listed (untimed).
 func (p *peer) start(listed *kernel.Instance, now int64) *kernel.Instance {
 	p.inflight.Add(1)
-	s := p.calls.Load()
 	for {
+		s := p.calls.Load()
 		busy := s.busy.Load()
 		if busy == math.MaxUint64 {
 			p.untimed.Add(1)
 			return listed
 		}
 		k := bits.TrailingZeros64(^busy)
-		if s.busy.CompareAndSwap(busy, busy|1<<k) {
-			s.start[k].Store(now)
-			return &s.insts[k]
+		if !s.busy.CompareAndSwap(busy, busy|1<<k) {
+			continue
 		}
+		if s.retired.Load() && s.release(k) {
+			// Two refreshes retired these slots since the Load above,
+			// and the second did not count this call among the
+			// untimed ones: take a slot of the current version. (Had
+			// it counted it, release fails: the call is untimed, and
+			// its Done ends it as such.)
+			continue
+		}
+		s.start[k].Store(now)
+		return &s.insts[k]
 	}
 }
 
 // end ends the call picked as inst and returns when it started, if it was
 // timed.
 func (p *peer) end(inst *kernel.Instance) (started int64, timed bool) {
+search:
 	for _, s := range [2]*callSlots{p.calls.Load(), p.prev.Load()} {
 		if s == nil {
 			continue
@@ -376,17 +400,28 @@ func (p *peer) end(inst *kernel.Instance) (started int64, timed bool) {
 				continue
 			}
 			started = s.start[k].Load()
-			if !s.release(k) {
-				return 0, false // retired meanwhile, and counted out then
+			if s.release(k) {
+				p.inflight.Add(-1)
+				return started, true
 			}
-			p.inflight.Add(-1)
-			return started, true
+			if !s.retired.Load() {
+				return 0, false // a second Done of the call: ended already
+			}
+			break search // retired meanwhile: the call is untimed now
 		}
 	}
 	// An untimed call, or one of slots retired since: end one untimed
 	// call if there is one.
-	for {
+	for waited := false; ; {
 		n := p.untimed.Load()
+		if n <= 0 && !waited {
+			// A refresh retiring this call's slots holds mu until it
+			// has counted the call among the untimed ones.
+			p.mu.Lock()
+			n = p.untimed.Load()
+			p.mu.Unlock()
+			waited = true
+		}
 		if n <= 0 {
 			return 0, false
 		}

@@ -471,3 +471,112 @@ func TestInstancesSharingAnIDAtDifferentAddressesAreBothPicked(t *testing.T) {
 		t.Errorf("picks by address after %s was slow: %v; want none to it", slow.Address, got)
 	}
 }
+
+// An instance's load reports change it in every Update (a server reports
+// every load_report_interval while busy): its calls still out must stay
+// counted however many reports come meanwhile, and end when Done.
+func TestCallsOutlastingLoadReportsStayInFlight(t *testing.T) {
+	b := build(t)
+	s := set("a")
+	b.Update(s)
+	var held []*kernel.Instance
+	for range 10 {
+		held = append(held, pick(t, b, s))
+	}
+	for i := range 5 {
+		r := set("a")
+		r[0].Load = kernel.Load{InFlight: int64(10 + i), QPS: 5}
+		b.Update(r)
+		if n, _ := leastload.InFlight(b, "a"); n != 10 {
+			t.Fatalf("after %d load report(s), in flight %d; want the 10 calls still out", i+1, n)
+		}
+	}
+	for _, p := range held {
+		b.Done(p, nil)
+	}
+	if n, untimed := leastload.InFlight(b, "a"); n != 0 || untimed != 0 {
+		t.Errorf("after every Done: in flight %d (%d untimed); want 0", n, untimed)
+	}
+}
+
+// A busy instance whose reports keep coming must not look idle to P2C: its
+// calls still out weigh against it.
+func TestBusyInstanceStaysBusyAcrossLoadReports(t *testing.T) {
+	b := build(t)
+	s := set("busy")
+	b.Update(s)
+	var held []*kernel.Instance
+	for range 20 {
+		held = append(held, pick(t, b, s))
+	}
+	// idle joins, and busy reports its load twice, as two
+	// load_report_intervals bring.
+	for i := range 2 {
+		r := set("busy", "idle")
+		r[0].Load = kernel.Load{InFlight: int64(20 + i), QPS: 1}
+		b.Update(r)
+		s = r
+	}
+	if got := share(t, b, s, "busy", 200, context.Canceled); got > 0 {
+		t.Errorf("busy, with 20 calls out, got %.2f of the picks after its load reports; want none", got)
+	}
+	for _, p := range held {
+		b.Done(p, context.Canceled)
+	}
+}
+
+// Picks and Dones racing Updates that change the instance (its load
+// reports) leave no call counted once every call has ended.
+func TestInFlightCountsSettleUnderConcurrentLoadReports(t *testing.T) {
+	b := build(t)
+	b.Update(set("a"))
+	stop := make(chan struct{})
+	updates := make(chan struct{})
+	go func() {
+		defer close(updates)
+		for i := int64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := set("a")
+			r[0].Load = kernel.Load{InFlight: i, QPS: 1}
+			b.Update(r)
+		}
+	}()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var held []*kernel.Instance
+			for i := range 3000 {
+				p, err := b.Pick(context.Background(), info)
+				if err != nil {
+					errs <- err
+					return
+				}
+				held = append(held, p)
+				if i%3 == 2 { // a few calls out at a time, across Updates
+					for _, h := range held {
+						b.Done(h, nil)
+					}
+					held = held[:0]
+				}
+			}
+			for _, h := range held {
+				b.Done(h, nil)
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	<-updates
+	if n, untimed := leastload.InFlight(b, "a"); n != 0 || untimed != 0 {
+		t.Errorf("after every Done: in flight %d (%d untimed); want 0", n, untimed)
+	}
+}
