@@ -89,51 +89,16 @@ func registryFormatLoads(set []kernel.Instance) string {
 	return "[" + strings.Join(parts, "; ") + "]"
 }
 
-// registryLoadUntil resolves service through r until the set is want,
-// loads included, failing t if it is not within d.
-func registryLoadUntil(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string) {
-	t.Helper()
-	ctx := registryContext(t)
-	deadline := time.Now().Add(d)
-	for {
-		last := !time.Now().Before(deadline)
-		set, err := r.Resolve(ctx, service)
-		if err != nil {
-			t.Fatalf("Resolve(%s) %s: %v; want nil", service, when, err)
-		}
-		if registrySameLoads(set, want) {
-			return
-		}
-		if last {
-			t.Fatalf("Resolve(%s) %s = %s with loads %s; want %s with loads %s%s (waited %s; a registry that holds "+
-				"reports back must write the latest within Tolerance: give its Options a short interval)", service, when,
-				registryFormat(set), registryFormatLoads(set), registryFormat(want), registryFormatLoads(want), registryDiff(set, want), d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// registryLoadAwait reads sets from ch until one is want, loads included.
-func registryLoadAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance) {
-	t.Helper()
-	timeout := time.NewTimer(d)
-	defer timeout.Stop()
-	last := "none"
-	for {
-		select {
-		case set, open := <-ch:
-			if !open {
-				t.Fatalf("watch channel closed while waiting for the %s; it must stay open until ctx is done", what)
-			}
-			if registrySameLoads(set, want) {
-				return
-			}
-			last = registryFormat(set) + " with loads " + registryFormatLoads(set)
-		case <-timeout.C:
-			t.Fatalf("watch sent no %s %s with loads %s within %s; last set received: %s (a reported load is a change of "+
-				"the set: watchers, which feed load-aware balancers, must be sent it)", what, registryFormat(want), registryFormatLoads(want), d, last)
-		}
-	}
+// registryByLoads compares sets with their loads. A load that does not
+// show in Resolve within Tolerance is most likely held back: the hint says
+// what to do; one that Watch does not send is a change of the set missed.
+var registryByLoads = registryLens{
+	same: registrySameLoads,
+	show: func(set []kernel.Instance) string {
+		return registryFormat(set) + " with loads " + registryFormatLoads(set)
+	},
+	hint: "; a registry that holds reports back must write the latest within Tolerance (give its Options a short interval), " +
+		"and a reported load is a change of the set, which watchers, feeding load-aware balancers, must be sent",
 }
 
 func (s registryRun) loadResolve(t tb) {
@@ -147,14 +112,14 @@ func (s registryRun) loadResolve(t tb) {
 	first, second, third := registryLoads()
 	s.reportLoad(t, r, a, first)
 	a.Load = first
-	registryLoadUntil(t, observer, service, []kernel.Instance{a, b}, s.cfg.tolerance(),
-		"through another registry, after a's load was reported (b's never was)")
+	registryResolveBy(t, observer, service, []kernel.Instance{a, b}, s.cfg.tolerance(),
+		"through another registry, after a's load was reported (b's never was)", registryByLoads)
 	s.reportLoad(t, r, a, second)
 	s.reportLoad(t, r, b, third)
 	a.Load, b.Load = second, third
-	registryLoadUntil(t, observer, service, []kernel.Instance{a, b}, s.cfg.tolerance(),
-		"through another registry, after a's load was reported again at once, and b's")
-	registryLoadUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "through the registry that reported them")
+	registryResolveBy(t, observer, service, []kernel.Instance{a, b}, s.cfg.tolerance(),
+		"through another registry, after a's load was reported again at once, and b's", registryByLoads)
+	registryResolveBy(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "through the registry that reported them", registryByLoads)
 }
 
 func (s registryRun) loadWatch(t tb) {
@@ -168,10 +133,10 @@ func (s registryRun) loadWatch(t tb) {
 	first, second, _ := registryLoads()
 	s.reportLoad(t, r, b, first)
 	b.Load = first
-	registryLoadAwait(t, ch, s.cfg.tolerance(), "set after b's load was reported", []kernel.Instance{a, b})
+	registryAwaitBy(t, ch, s.cfg.tolerance(), "set after b's load was reported", []kernel.Instance{a, b}, registryByLoads)
 	s.reportLoad(t, r, b, second)
 	b.Load = second
-	registryLoadAwait(t, ch, s.cfg.tolerance(), "set after b's load was reported again", []kernel.Instance{a, b})
+	registryAwaitBy(t, ch, s.cfg.tolerance(), "set after b's load was reported again", []kernel.Instance{a, b}, registryByLoads)
 }
 
 func (s registryRun) loadNotRegistered(t tb) {

@@ -154,10 +154,27 @@ func registryDiff(got, want []kernel.Instance) string {
 	return " (" + strings.Join(diffs, "; ") + ")"
 }
 
+// registryLens is how a wait compares a set with the one wanted and
+// shows it in a failure: by instances (registryByInstances), or with
+// their loads too (registryByLoads). hint ends a failure's message.
+type registryLens struct {
+	same func(got, want []kernel.Instance) bool
+	show func([]kernel.Instance) string
+	hint string
+}
+
+var registryByInstances = registryLens{same: registrySame, show: registryFormat}
+
 // registryResolveUntil resolves service through r until the set is want,
 // failing t if it is not within d. Polling, not a single Resolve, so that a
 // backend that takes a moment to show a change passes.
 func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string) []kernel.Instance {
+	t.Helper()
+	return registryResolveBy(t, r, service, want, d, when, registryByInstances)
+}
+
+// registryResolveBy is registryResolveUntil comparing sets through lens.
+func registryResolveBy(t tb, r kernel.Registry, service string, want []kernel.Instance, d time.Duration, when string, lens registryLens) []kernel.Instance {
 	t.Helper()
 	ctx := registryContext(t)
 	deadline := time.Now().Add(d)
@@ -169,11 +186,11 @@ func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel
 		if err != nil {
 			t.Fatalf("Resolve(%s) %s: %v; want nil", service, when, err)
 		}
-		if registrySame(set, want) {
+		if lens.same(set, want) {
 			return set
 		}
 		if last {
-			t.Fatalf("Resolve(%s) %s = %s; want %s%s (waited %s)", service, when, registryFormat(set), registryFormat(want), registryDiff(set, want), d)
+			t.Fatalf("Resolve(%s) %s = %s; want %s%s (waited %s%s)", service, when, lens.show(set), lens.show(want), registryDiff(set, want), d, lens.hint)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -183,6 +200,12 @@ func registryResolveUntil(t tb, r kernel.Registry, service string, want []kernel
 // within d or if ch closes. what names the set awaited, for messages.
 func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance) []kernel.Instance {
 	t.Helper()
+	return registryAwaitBy(t, ch, d, what, want, registryByInstances)
+}
+
+// registryAwaitBy is registryAwait comparing sets through lens.
+func registryAwaitBy(t tb, ch <-chan []kernel.Instance, d time.Duration, what string, want []kernel.Instance, lens registryLens) []kernel.Instance {
+	t.Helper()
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
 	last := "none"
@@ -191,14 +214,14 @@ func registryAwait(t tb, ch <-chan []kernel.Instance, d time.Duration, what stri
 		case set, open := <-ch:
 			if !open {
 				t.Fatalf("watch channel closed while waiting for the %s %s (last set %s); it must stay open until ctx is done",
-					what, registryFormat(want), last)
+					what, lens.show(want), last)
 			}
-			if registrySame(set, want) {
+			if lens.same(set, want) {
 				return set
 			}
-			last = registryFormat(set) + registryDiff(set, want)
+			last = lens.show(set) + registryDiff(set, want)
 		case <-timeout.C:
-			t.Fatalf("watch sent no %s %s within %s; last set received: %s", what, registryFormat(want), d, last)
+			t.Fatalf("watch sent no %s %s within %s; last set received: %s%s", what, lens.show(want), d, last, lens.hint)
 		}
 	}
 }
