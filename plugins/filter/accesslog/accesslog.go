@@ -173,10 +173,7 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 
 // line logs one call.
 func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallInfo, req, resp any, err error, took time.Duration) {
-	log := f.log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := f.logger()
 	if !log.Enabled(ctx, level) {
 		return
 	}
@@ -194,9 +191,23 @@ func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallIn
 			attrs = append(attrs, slog.Int("resp_bytes", n))
 		}
 	} else {
-		attrs = append(attrs, slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
+		attrs = append(attrs, errAttr(err))
 	}
 	log.LogAttrs(ctx, level, "call", attrs...)
+}
+
+// logger is where the lines go: Options.Logger, else slog.Default() as it
+// is now.
+func (f *Filter) logger() *slog.Logger {
+	if f.log != nil {
+		return f.log
+	}
+	return slog.Default()
+}
+
+// errAttr is a failed call's err field: its status message.
+func errAttr(err error) slog.Attr {
+	return slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: "))
 }
 
 var _ kernel.CallObserver = (*Filter)(nil)
@@ -211,17 +222,12 @@ func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
 	if handled || err == nil {
 		return
 	}
-	log := f.log
-	if log == nil {
-		log = slog.Default()
-	}
-	ctx := context.Background()
+	log, ctx := f.logger(), context.Background()
 	if !log.Enabled(ctx, f.errorLevel) {
 		return
 	}
 	log.LogAttrs(ctx, f.errorLevel, "call", slog.String("side", info.Side.String()), slog.String("method", info.Method),
-		slog.String("peer", info.Peer), slog.String("code", kernel.CodeOf(err).String()),
-		slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
+		slog.String("peer", info.Peer), slog.String("code", kernel.CodeOf(err).String()), errAttr(err))
 }
 
 // panicked is the error a line gives a call or stream whose next

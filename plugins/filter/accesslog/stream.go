@@ -3,7 +3,6 @@ package accesslog
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,19 +43,12 @@ func (f *Filter) InvokeStream(ctx context.Context, info *kernel.CallInfo, st ker
 // mayLog reports whether a line at either of the filter's levels would be
 // written: only then are the messages' sizes worth adding up.
 func (f *Filter) mayLog(ctx context.Context) bool {
-	log := f.log
-	if log == nil {
-		log = slog.Default()
-	}
-	return log.Enabled(ctx, min(f.level, f.errorLevel))
+	return f.logger().Enabled(ctx, min(f.level, f.errorLevel))
 }
 
 // streamLine logs one stream.
 func (f *Filter) streamLine(ctx context.Context, level slog.Level, info *kernel.CallInfo, c *countedStream, err error, took time.Duration) {
-	log := f.log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := f.logger()
 	if !log.Enabled(ctx, level) {
 		return
 	}
@@ -76,7 +68,7 @@ func (f *Filter) streamLine(ctx context.Context, level slog.Level, info *kernel.
 		}
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("err", strings.TrimPrefix(kernel.StatusOf(err).Message, "kernrpc: ")))
+		attrs = append(attrs, errAttr(err))
 	}
 	log.LogAttrs(ctx, level, "stream", attrs...)
 }
