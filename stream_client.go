@@ -318,6 +318,13 @@ func (cs *ClientStream) ctxDone() {
 	cs.markOver()
 }
 
+// endWith ends the stream with err and marks it over, as a Recv that
+// returned err as its end would.
+func (cs *ClientStream) endWith(err error) {
+	cs.abandon(err)
+	cs.markOver()
+}
+
 // abandon ends the stream here; if the server had not ended it, the
 // server is told and the pick ends.
 func (cs *ClientStream) abandon(err error) {

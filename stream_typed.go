@@ -130,8 +130,10 @@ func (s ClientStreamOf[Req, Resp]) CloseAndRecv() (*Resp, error) {
 	}
 	if err := s.CloseSend(); err != nil {
 		// The connection is lost: no Recv will return the end that would
-		// free the stream, so it is freed here.
-		s.Close()
+		// free the stream, so it is freed here, ended with that loss (a
+		// Close would end it Canceled, if it came before the reader
+		// recorded the loss, and the filters would see that instead).
+		s.endWith(err)
 		return nil, err
 	}
 	resp, err := s.Recv()
