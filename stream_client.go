@@ -313,10 +313,7 @@ func cancelFrame(id uint64, ctx context.Context) *kernel.Frame {
 }
 
 // ctxDone ends a stream whose context ended, telling the server.
-func (cs *ClientStream) ctxDone() {
-	cs.abandon(cs.ctxStatus())
-	cs.markOver()
-}
+func (cs *ClientStream) ctxDone() { cs.endWith(cs.ctxStatus()) }
 
 // endWith ends the stream with err and marks it over, as a Recv that
 // returned err as its end would.
