@@ -398,11 +398,20 @@ func (lim FrameLimits) Decode(body []byte, f *Frame, in *Interner) error {
 	fields := body[FrameFixedLen : FrameFixedLen+int(fl)]
 	f.Payload = body[FrameFixedLen+int(fl):]
 	mdPairs, mdBytes := 0, 0
+	var seen uint8 // known single-valued tags met so far
 	for len(fields) > 0 {
 		tag := fields[0]
 		l, n := binary.Uvarint(fields[1:])
 		if n <= 0 || l > uint64(len(fields)-1-n) {
 			return malformed("field with tag " + strconv.Itoa(int(tag)) + " runs past the fields section")
+		}
+		// A repeated field would mean whichever value a reader keeps: one
+		// peer (or a filter, a proxy) could act on another than the next.
+		if tag >= tagMethod && tag <= tagCredit && tag != tagMetadata {
+			if seen&(1<<tag) != 0 {
+				return malformed("field with tag " + strconv.Itoa(int(tag)) + " appears twice")
+			}
+			seen |= 1 << tag
 		}
 		v := fields[1+n : 1+n+int(l)]
 		fields = fields[1+n+int(l):]

@@ -137,6 +137,7 @@ func TestDecodeFrameSkipsUnknownTags(t *testing.T) {
 	fields = append(fields, 1, 3, 'A', '.', 'b')           // method
 	fields = append(fields, 99, 4, 0xde, 0xad, 0xbe, 0xef) // a tag from the future
 	fields = append(fields, 200, 0)                        // another, empty
+	fields = append(fields, 99, 1, 0)                      // unknown ones may repeat
 	fields = append(fields, 2, 2, 'p', 'b')                // codec
 	body := []byte{kernel.FrameMagic, kernel.FrameVersion, byte(kernel.FrameRequest), 0, 0, 0, 0, 0, 0, 0, 0, 1}
 	body = binary.BigEndian.AppendUint32(body, uint32(len(fields)))
@@ -171,6 +172,9 @@ func TestDecodeFrameErrorsSayWhatIsWrong(t *testing.T) {
 		{"status code out of range", header(2, 4, 5, 0x81, 0x80, 0x80, 0x80, 0x08), "out of range"},
 		{"credit out of range", header(8, 7, 5, 0x80, 0x80, 0x80, 0x80, 0x10), "credit out of range"},
 		{"metadata key past its field", header(1, 6, 2, 5, 'k'), "metadata key"},
+		{"method twice", header(1, 1, 1, 'a', 2, 1, 'j', 1, 1, 'b'), "tag 1 appears twice"},
+		{"credit twice", header(8, 7, 1, 1, 7, 1, 2), "tag 7 appears twice"},
+		{"timeout twice, the same", header(1, 3, 1, 5, 3, 1, 5), "tag 3 appears twice"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
