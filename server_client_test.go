@@ -403,6 +403,8 @@ func TestServerAnswersBadRequestsAndKeepsTheConnection(t *testing.T) {
 		{"codec not loaded", kernel.Frame{Method: "Echo.Echo", Codec: "xml"}, kernel.InvalidArgument, `codec "xml" is not loaded`},
 		{"streaming not supported", kernel.Frame{Method: "Echo.Echo", Flags: kernel.FlagStream}, kernel.Unimplemented, "stream"},
 		{"valid request", kernel.Frame{Method: "Echo.Echo", Codec: "protobuf", Payload: []byte{0x12, 0x02, 'o', 'k'}}, kernel.OK, ""},
+		// protocol.md: reserved flag bits are ignored, so a later version may use them.
+		{"reserved flags", kernel.Frame{Method: "Echo.Echo", Codec: "protobuf", Flags: 0xf8, Payload: []byte{0x12, 0x02, 'o', 'k'}}, kernel.OK, ""},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
