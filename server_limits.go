@@ -58,7 +58,7 @@ func (w *callIDWindow) admit(id uint64) (fresh, late bool) {
 // the server is going away.
 func (sc *serverConn) refuseLate(id uint64) {
 	sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
-		Message: "the call id is more than " + strconv.Itoa(replayWindow) + " below the highest this connection carried, so the server cannot tell it from a replay; the call was not processed"})
+		Message: "the call id is " + strconv.Itoa(replayWindow) + " or more below the highest this connection carried, so the server cannot tell it from a replay; the call was not processed"})
 }
 
 // refuseOverLimit answers a request over max_concurrent_calls at once,
