@@ -16,8 +16,9 @@
 //	                           written is refused alone, with ResourceExhausted
 //	keepalive_interval  10s    how long a waiting reader hears nothing before a
 //	                           Ping is sent; also the OS TCP keepalive's idle
-//	                           time and probe interval (its probe count is
-//	                           the system's, net.ipv4.tcp_keepalive_probes)
+//	                           time and probe interval, at most 32767s (9.1h,
+//	                           Linux's largest; its probe count is the
+//	                           system's, net.ipv4.tcp_keepalive_probes)
 //	keepalive_timeout   5s     how long after that Ping the peer has to send
 //	                           anything before the connection is declared dead
 //	write_timeout       30s    a peer that does not drain its socket for this

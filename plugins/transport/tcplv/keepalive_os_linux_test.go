@@ -14,8 +14,19 @@ import (
 
 // The OS TCP keepalive covers what Pings do not, idle connections
 // (doc.go): both sides enable it with keepalive_interval as the idle time
-// and the probe interval, and leave the probe count to the system.
+// and the probe interval, up to Linux's largest (32767 s: above it the
+// kernel refuses both and the system's 2 h idle time stays), and leave the
+// probe count to the system.
 func TestOSKeepaliveOnBothSides(t *testing.T) {
+	for _, tc := range []struct {
+		interval time.Duration
+		want     int
+	}{{7 * time.Second, 7}, {12 * time.Hour, 32767}} {
+		t.Run(tc.interval.String(), func(t *testing.T) { testOSKeepalive(t, tc.interval, tc.want) })
+	}
+}
+
+func testOSKeepalive(t *testing.T, interval time.Duration, wantSeconds int) {
 	probes, err := os.ReadFile("/proc/sys/net/ipv4/tcp_keepalive_probes")
 	if err != nil {
 		t.Skipf("no system probe count to compare with: %v", err)
@@ -24,7 +35,7 @@ func TestOSKeepaliveOnBothSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, server := connPair(t, keepaliveOptions(7*time.Second, time.Second))
+	client, server := connPair(t, keepaliveOptions(interval, time.Second))
 	for side, c := range map[string]*conn{"client": client, "server": server} {
 		sc, err := c.raw.(*net.TCPConn).SyscallConn()
 		if err != nil {
@@ -49,7 +60,7 @@ func TestOSKeepaliveOnBothSides(t *testing.T) {
 				t.Fatalf("%s: getsockopt: %v", side, err)
 			}
 		}
-		if want := [4]int{1, 7, 7, wantProbes}; got != want {
+		if want := [4]int{1, wantSeconds, wantSeconds, wantProbes}; got != want {
 			t.Errorf("%s: SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT = %v; want %v", side, got, want)
 		}
 	}

@@ -128,6 +128,12 @@ const minTimeout = time.Millisecond
 // in Unix nanoseconds) cannot overflow into the past.
 const maxTimeout = 100 * 365 * 24 * time.Hour
 
+// maxOSKeepalive is the longest OS TCP keepalive idle time and probe
+// interval Linux takes (its MAX_TCP_KEEPIDLE and MAX_TCP_KEEPINTVL); above
+// it setsockopt fails, net drops the error, and the system's 2 h idle time
+// and 75 s probes stay.
+const maxOSKeepalive = 32767 * time.Second
+
 // maxLengthField is the largest value the 32-bit length prefix can hold.
 const maxLengthField = 1<<32 - 1
 

@@ -67,8 +67,8 @@ func New(o *Options) (kernel.Transport, error) {
 		log:               o.Logger,
 		osKeepalive: net.KeepAliveConfig{
 			Enable:   true,
-			Idle:     o.KeepaliveInterval.D(),
-			Interval: o.KeepaliveInterval.D(),
+			Idle:     min(o.KeepaliveInterval.D(), maxOSKeepalive),
+			Interval: min(o.KeepaliveInterval.D(), maxOSKeepalive),
 			// The system's probe count (9 unless an operator changed
 			// it), which net would otherwise set to 9 with a syscall on
 			// every connection: a short connection pays it on both sides.
