@@ -23,7 +23,7 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"Asks a server (ADDR), or every instance of the config's service the registry lists, for the\n"+
 		"health of SERVICE (default: the whole server with ADDR, else the config's service); exits 1\n"+
 		"unless every answer is SERVING.", stderr)
-	configPath := fs.String("config", "", "config file naming the transport, codec and registry (optional with ADDR)")
+	configPath := fs.String("config", "", "config file naming the transport, registry and client filters, such as auth (optional with ADDR)")
 	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
 	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
 	timeout := 5 * time.Second
@@ -117,8 +117,10 @@ func instancesToAsk(ctx context.Context, cfg *kernrpc.Config, addr string) ([]ke
 
 // askHealth asks the server at addr, on a client of its own.
 func askHealth(ctx context.Context, cfg *kernrpc.Config, addr, service string, timeout time.Duration) (kernrpc.HealthStatus, error) {
+	// The config's client filters apply, as they do to call, list and
+	// bench: a server filter guards the health service like any method
+	// (auth), and the client's side of it is what passes.
 	one := *cfg
-	one.Filters = nil
 	// protobuf, which every server has built in, whatever the config's
 	// codec: the health messages are protobuf well-known types.
 	one.Codec = kernrpc.PluginConfig{Name: kernrpc.DefaultCodec}

@@ -39,3 +39,22 @@ func TestHealthThroughTheRegistry(t *testing.T) {
 		runCmd("", "health", "-config", tc.config, "-timeout", "500ms").check(t, "health: "+tc.name, tc.code, tc.wants...)
 	}
 }
+
+// A server whose auth filter guards every method guards its health
+// service too; health with the config both sides share carries the
+// client's token, as call, list and bench do, and finds it serving.
+func TestHealthCarriesTheConfigsClientFilters(t *testing.T) {
+	const authAll = `service: echo
+address: 127.0.0.1:0
+registry: {name: memory, options: {namespace: cmd-health-auth}}
+filters:
+  - {name: auth, side: client, options: {token: s3cret}}
+  - {name: auth, side: server, options: {tokens: [s3cret]}}
+`
+	addr := startServe(t, authAll)
+	cfg := writeConfig(t, authAll)
+	runCmd("", "call", "-config", cfg, "-addr", addr, "-text", "hi").check(t, "call with the shared config", 0, `Echo.Echo answered "hi"`)
+	runCmd("", "health", "-config", cfg, "-addr", addr).check(t, "health -config -addr with the shared config", 0, "SERVING")
+	runCmd("", "health", "-config", cfg, addr).check(t, "health -config ADDR with the shared config", 0, "SERVING")
+	runCmd("", "health", addr, "-timeout", "1s").check(t, "health ADDR without the token", 1, "Unauthenticated")
+}
