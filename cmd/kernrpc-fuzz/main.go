@@ -55,6 +55,10 @@ type config struct {
 	list         bool
 }
 
+// errBadFlag is a flag that did not parse, already reported with the
+// usage by the flag package.
+var errBadFlag = errors.New("bad flag")
+
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("kernrpc-fuzz", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,7 +73,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	run := fs.String("run", "", "only the targets whose name or package matches this regexp")
 	list := fs.Bool("list", false, "print the targets and exit")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errBadFlag // the flag package printed it, and the usage
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -103,6 +110,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errBadFlag) {
+		return 2
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "kernrpc-fuzz:", err)

@@ -163,6 +163,21 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// A flag that does not parse is reported once, by the flag package, with
+// the usage: not a second time as kernrpc-fuzz's own error.
+func TestBadFlagIsReportedOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-nope"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if n := strings.Count(errOut.String(), "flag provided but not defined: -nope"); n != 1 {
+		t.Fatalf("the error is printed %d times, want once:\n%s", n, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "Usage: kernrpc-fuzz") {
+		t.Fatalf("no usage:\n%s", errOut.String())
+	}
+}
+
 // -time and -minimize reach go test as -fuzztime and -fuzzminimizetime.
 func TestGoTestGetsTheDurations(t *testing.T) {
 	cfg, err := parseFlags([]string{"-time", "15s", "-minimize", "2s"}, io.Discard)

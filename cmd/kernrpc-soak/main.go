@@ -69,6 +69,10 @@ type options struct {
 	heapProfile                       string
 }
 
+// errBadFlag is a flag that did not parse, already reported with the
+// usage by the flag package.
+var errBadFlag = errors.New("bad flag")
+
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("kernrpc-soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -91,7 +95,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write a heap profile here once the traffic stops, before shutdown (to see what a growing heap holds)")
 	slack := fs.Int("heap-slack", 8, "heap growth allowed beyond -heap-tolerance, in MiB (buffer pools hold a few large buffers)")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errBadFlag // the flag package printed it, and the usage
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -110,6 +117,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errBadFlag) {
+		return 2
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "kernrpc-soak:", err)

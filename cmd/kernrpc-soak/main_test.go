@@ -73,6 +73,21 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// A flag that does not parse is reported once, by the flag package, with
+// the usage: not a second time as kernrpc-soak's own error.
+func TestBadFlagIsReportedOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-nope"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if n := strings.Count(errOut.String(), "flag provided but not defined: -nope"); n != 1 {
+		t.Fatalf("the error is printed %d times, want once:\n%s", n, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "Usage: kernrpc-soak") {
+		t.Fatalf("no usage:\n%s", errOut.String())
+	}
+}
+
 func TestStartIsTheEarlyPeakAndEndTheLateFloor(t *testing.T) {
 	mb := uint64(1 << 20)
 	steady := []figures{{goroutines: 50, heap: 30 * mb, fds: 20}, {goroutines: 55, heap: 80 * mb, fds: 22}, {goroutines: 52, heap: 40 * mb, fds: 21},
