@@ -9,12 +9,14 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +44,11 @@ func main() {
 	// The story goes to stdout; the filters' own logs (the recover filter
 	// logs the panic's stack) would interleave with it.
 	slog.SetLogLoggerLevel(slog.LevelError + 1)
-	if _, err := run(context.Background(), os.Stdout); err != nil {
+	o, err := run(context.Background(), os.Stdout)
+	if err == nil {
+		err = o.check()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "governance:", err)
 		os.Exit(1)
 	}
@@ -69,6 +75,41 @@ type outcome struct {
 	panicCode, afterPanicCode                kernel.Code
 	noTokenCode                              kernel.Code
 	noTokenReachedHandler                    bool
+}
+
+// check returns an error naming each filter that did not do what the
+// example prints it does, so that the example fails (exit 1) rather than
+// tell a story that is not true.
+func (o *outcome) check() error {
+	var bad []string
+	if o.flakyFailures != 0 {
+		bad = append(bad, fmt.Sprintf("retry: %d Demo.Flaky calls failed; retry should have sent each to a healthy instance", o.flakyFailures))
+	}
+	if !o.breakerOpen || o.badFlakyCalls > o.flakyCalls/4 {
+		bad = append(bad, fmt.Sprintf("breaker: open %v, the bad instance got %d of %d calls; want it open and the bad instance left alone", o.breakerOpen, o.badFlakyCalls, o.flakyCalls))
+	}
+	if o.hedges == 0 || o.slowP99 >= 150*time.Millisecond {
+		bad = append(bad, fmt.Sprintf("hedge: %d hedges, slowest call %v; want hedges to answer before the slow instance's 200ms", o.hedges, o.slowP99))
+	}
+	if o.burstRejected == 0 || o.burstRetryAfter != o.burstRejected {
+		bad = append(bad, fmt.Sprintf("token-bucket: %d burst calls rejected, %d with retry-after; want rejections that say when to retry", o.burstRejected, o.burstRetryAfter))
+	}
+	// How fast a shed call comes back depends on the machine's load (the
+	// engine resends a shed call to the other instances first); the
+	// overload package's own test measures it.
+	if o.workServed == 0 || o.workShed == 0 {
+		bad = append(bad, fmt.Sprintf("overload: served %d and shed %d; want both: the excess shed", o.workServed, o.workShed))
+	}
+	if o.panicCode != kernel.Internal || o.afterPanicCode != kernel.OK {
+		bad = append(bad, fmt.Sprintf("recover: the panic answered %v, the next call %v; want Internal then OK", o.panicCode, o.afterPanicCode))
+	}
+	if o.noTokenCode != kernel.Unauthenticated || o.noTokenReachedHandler {
+		bad = append(bad, fmt.Sprintf("auth: without a token %v, a handler ran %v; want Unauthenticated before any handler", o.noTokenCode, o.noTokenReachedHandler))
+	}
+	if len(bad) > 0 {
+		return errors.New("not every filter did its part:\n  " + strings.Join(bad, "\n  "))
+	}
+	return nil
 }
 
 func run(ctx context.Context, out io.Writer) (*outcome, error) {
