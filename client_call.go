@@ -304,8 +304,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		ai.Instance, ai.Peer, ai.Attempt = inst, inst.Address, int(cs.attempts.Add(1))
 		var resp any
 		if c.attemptChains != nil {
-			ai.Metadata = callMetadata(ai.Metadata) // attempt filters may add to it
-			resp, err = c.attemptChains.forMethod(info.Method)(ctx, ai, req)
+			resp, err = c.runAttemptFilters(ctx, inst, ai, req)
 		} else {
 			resp, err = c.send(ctx, cs, at, p, ai, req)
 		}
@@ -340,6 +339,28 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		}
 	}
 }
+
+// runAttemptFilters runs the attempt filters for the attempt on inst. One
+// that panics still ends the pick, before the panic goes on up to a
+// recover filter in the call stage: a balancer counting the calls in
+// flight on each instance (least-load) would otherwise count this one
+// there for ever.
+func (c *Client) runAttemptFilters(ctx context.Context, inst *kernel.Instance, ai *kernel.CallInfo, req any) (resp any, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.pickDone(inst, errAttemptPanicked)
+		}
+	}()
+	ai.Metadata = callMetadata(ai.Metadata) // attempt filters may add to it
+	resp, err = c.attemptChains.forMethod(ai.Method)(ctx, ai, req)
+	returned = true
+	return resp, err
+}
+
+// errAttemptPanicked ends, for the balancer, a pick whose attempt filters
+// panicked.
+var errAttemptPanicked = kernel.Errorf(kernel.Internal, "an attempt filter panicked")
 
 // errPassedOver ends, for the balancer, a pick the client did not use: the
 // instance refused a dial or sent a GoAway moments ago. It wraps

@@ -33,7 +33,10 @@
 // panic on the goroutine that runs the chain is caught: one on a goroutine
 // a later filter starts (a hedge's attempt) is that filter's to recover.
 // A client call that panicked inside the engine gives up that call's
-// pooled state, which is no leak: the garbage collector takes it.
+// pooled state, which is no leak: the garbage collector takes it. A panic
+// in an attempt filter still ends its pick for the balancer, so that one
+// counting the calls in flight on each instance (least-load) does not
+// count it there for ever.
 //
 // # Streams
 //

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kernrpc/kernrpc"
@@ -132,5 +133,67 @@ func TestOverTheEngine(t *testing.T) {
 	}
 	if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &resp); err != nil {
 		t.Errorf("the client's next call: %v", err)
+	}
+}
+
+// pickCounter picks the first instance and counts its picks and the ends
+// the client reports of them (kernel.PickObserver), as least-load counts
+// the calls in flight on each instance.
+type pickCounter struct {
+	mu           sync.Mutex
+	instances    []kernel.Instance
+	picks, dones atomic.Int64
+}
+
+func (b *pickCounter) Update(instances []kernel.Instance) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.instances = instances
+}
+
+func (b *pickCounter) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.instances) == 0 {
+		return nil, kernel.ErrNoInstances
+	}
+	b.picks.Add(1)
+	return &b.instances[0], nil
+}
+
+func (b *pickCounter) Done(*kernel.Instance, error) { b.dones.Add(1) }
+
+func init() {
+	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-pick-counter", New: func(any) (kernel.Balancer, error) {
+		return &pickCounter{}, nil
+	}})
+}
+
+// A panic in an attempt filter, which recover in the call stage makes the
+// call's error, still ends the pick it happened after: a balancer that
+// counts calls in flight per instance (least-load) would otherwise count
+// one there for ever, and steer calls away from the instance.
+func TestAttemptFilterPanicEndsItsPick(t *testing.T) {
+	cfg := testConfig(t)
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return &echopb.Echo{Text: "fine"}, nil
+		})
+	})
+	ccfg := enginetest.WithFilters(cfg, kernrpc.FilterConfig{Name: recovery.Name, Side: "client", Options: map[string]any{"stack": false}},
+		kernrpc.FilterConfig{Name: "test-panic", Side: "client", Stage: "attempt"})
+	ccfg.Balancer = kernrpc.PluginConfig{Name: "test-pick-counter"}
+	cli := enginetest.Dial(t, ccfg)
+	b, _ := kernrpc.FindPlugin[*pickCounter](cli.Plugins(), "test-pick-counter")
+
+	ctx := kernrpc.WithMetadata(context.Background(), kernel.Metadata{"panic": "yes"})
+	if err := cli.Call(ctx, "Echo.Who", &echopb.Echo{}, &echopb.Echo{}); kernel.CodeOf(err) != kernel.Internal {
+		t.Fatalf("an attempt filter's panic: %v; want Internal from the recover filter", err)
+	}
+	if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	if picks, dones := b.picks.Load(), b.dones.Load(); picks != dones {
+		t.Errorf("the balancer picked %d times and was told of %d ends; want every pick ended, the panicked one too", picks, dones)
 	}
 }
