@@ -97,6 +97,7 @@ func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, nex
 	resp, err := c.resp, c.err
 	w := &c.cis[c.winner]
 	info.Instance, info.Peer, info.ResponseMetadata = w.Instance, w.Peer, w.ResponseMetadata
+	info.RequestSize, info.ResponseSize = w.RequestSize, w.ResponseSize
 	// Attempt says, for the filters before this one, how many attempts
 	// the call took (kernrpc_client_attempts_total, a call span's
 	// rpc.kernrpc.attempt): at least those launched, though the first

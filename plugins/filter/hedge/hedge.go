@@ -39,7 +39,8 @@
 // cancelled and the call returns it. One with such a code starts the next
 // attempt at once instead of waiting for the delay. The call ends with the
 // first success, or once every attempt failed, with the last failure.
-// The caller gets the winning attempt's response metadata. An attempt
+// The caller gets the winning attempt's response metadata (and its
+// instance and encoded sizes, for the filters before this one). An attempt
 // that panics (a later filter, the codec, the balancer), on the caller's
 // goroutine or a hedge's, decides the call: the others are cancelled and
 // waited for, and the panic is raised again on the caller's goroutine,

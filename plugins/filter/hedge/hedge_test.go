@@ -396,3 +396,34 @@ func TestNoHedgeAfterTheCallsDeadline(t *testing.T) {
 		t.Errorf("%d attempts, Hedges() = %d; want 1 and 0: the hedge was due after the deadline", attempts, f.Hedges())
 	}
 }
+
+// The engine writes an attempt's encoded sizes into the CallInfo it is
+// given (kernel.CallInfo: "on the client both once next returns"), and
+// filters before this one (prometheus's byte counters, a tracing span)
+// read them from the caller's: a call that goes through the hedge, hedged
+// or not, must hand the winner's sizes back as it hands its instance.
+func TestCallerSeesTheWinnersSizes(t *testing.T) {
+	f := build(t, nil)
+	for _, delays := range [][]time.Duration{nil, {10 * time.Second}} {
+		in := &instances{delays: delays}
+		next := func(ctx context.Context, info *kernel.CallInfo, req any) (any, error) {
+			resp, err := in.next(ctx, info, req)
+			if err == nil {
+				info.RequestSize, info.ResponseSize = 100+info.Attempt, 200+info.Attempt
+			}
+			return resp, err
+		}
+		info, resp, err := call(f, t.Context(), next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1 // the attempt that answered
+		if resp == "answer 2" {
+			want = 2
+		}
+		if info.RequestSize != 100+want || info.ResponseSize != 200+want {
+			t.Errorf("%v answered: the caller's info has sizes %d and %d, want the winner's, %d and %d",
+				resp, info.RequestSize, info.ResponseSize, 100+want, 200+want)
+		}
+	}
+}
