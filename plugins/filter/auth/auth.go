@@ -11,7 +11,7 @@
 //	    options:
 //	      metadata_key: authorization # the request metadata entry: "Bearer <token>"
 //	      tokens: []            # static tokens accepted as they are
-//	      tokens_env: ""        # an environment variable with more, comma-separated
+//	      tokens_env: ""        # an environment variable with more, comma-separated (spaces around each dropped)
 //	      keys: {}              # HMAC-SHA256 keys by id, for signed tokens; each at least 32 bytes
 //	      keys_env: ""          # an environment variable with more, as id:secret,id:secret
 //	      max_token_size: 4KiB  # a longer metadata entry is refused unread
@@ -70,7 +70,6 @@ import (
 	"hash"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,21 +138,28 @@ func New(o *Options) (kernel.Filter, error) {
 	if f.log == nil {
 		f.log = slog.Default()
 	}
-	tokens := slices.Clone(o.Tokens)
-	if o.TokensEnv != "" {
-		v, err := env("tokens_env", o.TokensEnv)
-		if err != nil {
-			return nil, err
-		}
-		tokens = append(tokens, strings.Split(v, ",")...)
-	}
-	for i, t := range tokens {
+	for i, t := range o.Tokens {
 		// max_token_size bounds the whole entry, "Bearer <token>": a
 		// longer token could never be accepted.
 		if err := checkToken(t, f.maxSize-len(bearer)); err != nil {
 			return nil, fmt.Errorf(`%s: option "tokens": entry %d %v`, Name, i, err)
 		}
 		f.static = append(f.static, sha256.Sum256([]byte(t)))
+	}
+	if o.TokensEnv != "" {
+		v, err := env("tokens_env", o.TokensEnv)
+		if err != nil {
+			return nil, err
+		}
+		// As keys_env: spaces around an entry are dropped (a token
+		// holds none).
+		for i, t := range strings.Split(v, ",") {
+			t = strings.TrimSpace(t)
+			if err := checkToken(t, f.maxSize-len(bearer)); err != nil {
+				return nil, fmt.Errorf(`%s: option "tokens_env": entry %d of $%s %v`, Name, i, o.TokensEnv, err)
+			}
+			f.static = append(f.static, sha256.Sum256([]byte(t)))
+		}
 	}
 	keys := map[string]string{}
 	for id, secret := range o.Keys {

@@ -334,3 +334,23 @@ func TestStaticTokensThatCannotFitAreRefused(t *testing.T) {
 		t.Errorf("a static token that just fits was refused: %v", err)
 	}
 }
+
+// tokens_env is read as keys_env is: spaces around an entry are dropped
+// (a token holds none), and a bad entry is named as the environment's,
+// not as an entry of tokens, which may be empty.
+func TestTokensFromTheEnvironmentAreReadAsKeysAre(t *testing.T) {
+	t.Setenv("AUTH_TEST_TOKENS", "env-one, env-two")
+	srv, err := auth.Factory.Build(map[string]any{"tokens": []any{"static"}, "tokens_env": "AUTH_TEST_TOKENS"}, "svc.yaml")
+	if err != nil {
+		t.Fatalf("tokens_env %q: %v", "env-one, env-two", err)
+	}
+	info := &kernel.CallInfo{Method: "Echo.Who", Side: kernel.ServerSide, Metadata: kernel.Metadata{"authorization": "Bearer env-two"}}
+	if _, err := srv.Invoke(t.Context(), info, "req", func(context.Context, *kernel.CallInfo, any) (any, error) { return "ok", nil }); err != nil {
+		t.Errorf("the second token of $AUTH_TEST_TOKENS was refused: %v", err)
+	}
+	t.Setenv("AUTH_TEST_TOKENS", "env-one,,env-two")
+	_, err = auth.Factory.Build(map[string]any{"tokens": []any{"static"}, "tokens_env": "AUTH_TEST_TOKENS"}, "svc.yaml")
+	if err == nil || !strings.Contains(err.Error(), `option "tokens_env": entry 1 of $AUTH_TEST_TOKENS is empty`) {
+		t.Errorf("an empty entry in $AUTH_TEST_TOKENS: err = %v, want one naming tokens_env, the variable and its entry", err)
+	}
+}
