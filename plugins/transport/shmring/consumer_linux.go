@@ -81,8 +81,10 @@ func (c *consumer) parse() (record, error) {
 	off := c.rd % c.size
 	avail, toEnd := c.head-c.rd, c.size-off
 	w := c.r.data[off : off+wordLen]
-	size, kind := ne.Uint32(w), w[4]
+	size, kind, zero := ne.Uint32(w), w[4], uint32(w[5])<<16|uint32(w[6])<<8|uint32(w[7])
 	switch {
+	case zero != 0:
+		return record{}, corrupt("record at %d has bytes 5-7 of its first word set (%#06x); they are zero", c.rd, zero)
 	case size < wordLen || size%8 != 0:
 		return record{}, corrupt("record of %d bytes at %d: want a positive multiple of 8", size, c.rd)
 	case uint64(size) > avail || uint64(size) > toEnd:
@@ -98,6 +100,12 @@ func (c *consumer) parse() (record, error) {
 	case kindFrame, kindFirstChunk, kindChunk:
 		if size < recordHeaderLen {
 			return record{}, corrupt("content record of %d bytes at %d is shorter than its header", size, c.rd)
+		}
+		if uint64(size) > c.size/4 {
+			// A writer sends a larger frame as chunks; a frame record this
+			// large, lent out and listed as held, would be refused by the
+			// writer's own check of the table.
+			return record{}, corrupt("content record of %d bytes at %d is larger than a quarter of the ring (%d)", size, c.rd, c.size/4)
 		}
 		start, length := ne.Uint32(c.r.data[off+8:]), ne.Uint32(c.r.data[off+12:])
 		if start < recordHeaderLen || start > size || length > size-start {

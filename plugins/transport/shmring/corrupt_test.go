@@ -39,6 +39,10 @@ func TestCorruptRecordsCloseTheConnectionNamingTheFault(t *testing.T) {
 	header := make([]byte, recordHeaderLen)
 	putWord(header, 0, recordHeaderLen, kindFrame)
 	putContent(header, 0, recordHeaderLen, 0)
+	reserved := rawRecord(kindFrame, frame)
+	reserved[6] = 1
+	// testOptions' rings are 64KiB: a record's largest is a quarter of that.
+	huge := rawRecord(kindFrame, encodeFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 3, Payload: pattern(20000, 1)}))
 	fields := append([]byte(nil), frame...)
 	binary.BigEndian.PutUint32(fields[kernel.FramePrefixLen+12:], 1<<20)
 	for _, tc := range []struct {
@@ -53,6 +57,8 @@ func TestCorruptRecordsCloseTheConnectionNamingTheFault(t *testing.T) {
 		{"a content record shorter than its header", word(8, kindFrame), 0, "content record of 8 bytes at 0 is shorter than its header"},
 		{"content outside its record", outside, 0, "of the " + strconv.Itoa(len(outside)) + "-byte record at 0 is outside it"},
 		{"a record of an unknown kind", word(8, 99), 0, "record of unknown kind 99 at 0"},
+		{"a record word whose zero bytes are not", reserved, 0, "has bytes 5-7 of its first word set (0x000100)"},
+		{"a content record larger than a quarter ring", huge, 0, "content record of " + strconv.Itoa(len(huge)) + " bytes at 0 is larger than a quarter of the ring (16384)"},
 		{"a frame shorter than its record's content", rawRecord(kindFrame, append(append([]byte(nil), frame...), 0, 0, 0, 0)), 0, "does not match its record's content"},
 		{"a content record too short for a frame", header, 0, "malformed frame: 0 bytes, shorter than the length prefix (4)"},
 		{"a fields length past the frame's end", rawRecord(kindFrame, fields), 0, "fields length runs past the frame end"},
@@ -76,8 +82,9 @@ func TestCorruptRecordsCloseTheConnectionNamingTheFault(t *testing.T) {
 			in.head.Store(head)
 			f, err := r.c.ReadFrame(timeout(t, 5*time.Second))
 			if err == nil {
+				typ, id := f.Type, f.CallID
 				f.Release()
-				t.Fatalf("ReadFrame made frame %v of it", f.Type)
+				t.Fatalf("ReadFrame made frame %v (call %d) of it", typ, id)
 			}
 			if !errors.Is(err, kernel.ErrMalformedFrame) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ReadFrame: %v; want ErrMalformedFrame saying %q", err, tc.want)

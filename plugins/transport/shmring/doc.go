@@ -116,8 +116,9 @@
 //
 // The peer can write anything into the shared memory at any time. Every
 // index and record read from it is checked before use (a record must lie
-// within what was published and within the ring, a frame within its
-// record, a chunked frame within max_frame_size), each field is read once,
-// and frame headers are decoded from a private copy. A bad record closes
-// that connection only, with the reason logged.
+// within what was published and within the ring, with its zero bytes
+// zero, a frame or chunk record within a quarter of the ring, a frame
+// within its record, a chunked frame within max_frame_size), each field
+// is read once, and frame headers are decoded from a private copy. A bad
+// record closes that connection only, with the reason logged.
 package shmring

@@ -47,7 +47,11 @@ func buildRecords(script []byte, ringSize int) *recordScript {
 			pieces := 1 + next(&script, 1)%4
 			want = &kernel.Frame{Type: kernel.FrameRequest, CallID: id, Method: "Echo.Echo",
 				Metadata: kernel.Metadata{"n": strconv.Itoa(int(id))}, Payload: pattern(next(&script, 2)%5000, byte(id))}
-			add = chunked(encodeFrame(want), pieces)
+			frame := encodeFrame(want)
+			if align8(recordHeaderLen+len(frame)) > ringSize/4 {
+				pieces = max(pieces, 2) // no record is larger than a quarter ring
+			}
+			add = chunked(frame, pieces)
 		case 2:
 			add = rawWord(kindPad)
 		case 3: // a chunked frame its writer gave up on
