@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -35,7 +36,11 @@ type conn struct {
 	noSender   bool // Close ran: no sender starts any more
 	senderDone chan struct{}
 	closeWrite bool // CloseWrite waits for held to drain
-	wake       chan struct{}
+	// writeShut: CloseWrite ran, so later writes fail. Set under dmu, so
+	// that a frame is held either before it (sent ahead of the half-close)
+	// or not at all.
+	writeShut atomic.Bool
+	wake      chan struct{}
 }
 
 type heldFrame struct {
@@ -98,6 +103,10 @@ func (c *conn) write(f *kernel.Frame, queue bool) error {
 	if err := c.Err(); err != nil {
 		c.inner.Recycle(f.Payload)
 		return err
+	}
+	if c.writeShut.Load() {
+		c.inner.Recycle(f.Payload)
+		return c.shutError()
 	}
 	if a.swallow {
 		c.inner.Recycle(f.Payload)
@@ -182,6 +191,14 @@ func (c *conn) send(f *kernel.Frame, delay time.Duration, queue bool) error {
 		c.dmu.Unlock()
 		c.inner.Recycle(f.Payload)
 		return fmt.Errorf("faulty: connection to %s: %w", c.inner.RemoteAddr(), kernel.ErrClosed)
+	}
+	if c.writeShut.Load() {
+		// CloseWrite ran after this writer looked: held, the frame would
+		// follow the held ones out ahead of the half-close, or fail
+		// unseen after it.
+		c.dmu.Unlock()
+		c.inner.Recycle(f.Payload)
+		return c.shutError()
 	}
 	h := heldFrame{f: *f, due: time.Now().Add(delay)}
 	h.f.Metadata = h.f.Metadata.Clone() // the caller may reuse its map once we return
@@ -311,6 +328,7 @@ func (c *conn) buffered() int {
 // frames are sent first, as CloseWrite promises for queued ones.
 func (c *conn) closeWriteHalf() error {
 	c.dmu.Lock()
+	c.writeShut.Store(true)
 	if len(c.held) > 0 || c.sending {
 		c.closeWrite = true
 		c.dmu.Unlock()
@@ -321,3 +339,8 @@ func (c *conn) closeWriteHalf() error {
 }
 
 func (c *conn) closeInnerWrite() error { return c.inner.(kernel.HalfCloser).CloseWrite() }
+
+// shutError is what a write after CloseWrite returns.
+func (c *conn) shutError() error {
+	return fmt.Errorf("faulty: connection to %s: write side %w", c.inner.RemoteAddr(), kernel.ErrClosed)
+}

@@ -279,3 +279,40 @@ func differing(a, b []byte) int {
 	}
 	return n
 }
+
+// A frame written after CloseWrite fails, as on the wrapped connection,
+// whether the frames before it are still held back by a delay or already
+// sent: accepted, it would reach the peer after the half-close promised
+// that none would come, or be lost with its writer told it was sent.
+func TestWritesAfterCloseWriteFailWhileFramesAreDelayed(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		name := "nothing held"
+		if held {
+			name = "a frame held"
+		}
+		t.Run(name, func(t *testing.T) {
+			d, a := faultyDial(t, map[string]any{"delay": "20ms"})
+			want := []uint64(nil)
+			if held {
+				if err := sendRequests(t, d, 1)[0]; err != nil {
+					t.Fatal(err)
+				}
+				want = []uint64{1}
+			}
+			if err := d.(kernel.HalfCloser).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			p := append(d.Buffer(64), payloadOf(2)...)
+			if err := d.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2, Payload: p}); !errors.Is(err, kernel.ErrClosed) {
+				t.Errorf("WriteFrame after CloseWrite: %v; want an error wrapping ErrClosed", err)
+			}
+			got, err := readFor(a, 5*time.Second)
+			if err == nil {
+				t.Fatalf("the peer read %v and no end after CloseWrite", ids(got))
+			}
+			if !slices.Equal(ids(got), want) {
+				t.Errorf("the peer read frames %v, then %v; want %v, then the end", ids(got), err, want)
+			}
+		})
+	}
+}
