@@ -273,7 +273,8 @@ func treeUint(x any) (uint64, bool) {
 	case uint64:
 		return x, true
 	case float64:
-		return uint64(x), x == math.Trunc(x) && x >= 0 && x < exactFloat
+		// JSON writes -0.0 as -0, which encoding/json refuses an unsigned.
+		return uint64(x), x == math.Trunc(x) && !math.Signbit(x) && x < exactFloat
 	case json.Number:
 		n, err := strconv.ParseUint(string(x), 10, 64)
 		return n, err == nil && jsonNumber(string(x))

@@ -137,6 +137,7 @@ func TestDecodeOptionsFastPathDecodesAsJSONDoes(t *testing.T) {
 		{"limit": []any{"5s"}},                       // a list for a duration
 		{"tags": []any{"a", 1}},                      // a number in a list of strings
 		{"small": 300}, {"unsigned": -1}, {"small": 1.5}, {"on": "true"},
+		{"unsigned": math.Copysign(0, -1)}, // JSON writes -0, which no unsigned takes
 		{"unknown": 1}, {"Skipped": "s"}, {"hidden": "h"}, {"size": "4 parsecs"},
 		{"rules": []any{map[string]any{"tries": 1}, map[string]any{"tries": "x"}}},
 		{"by_name": map[string]any{"k": map[string]any{"unknown": true}}},
