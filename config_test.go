@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,8 @@ func TestBadConfigs(t *testing.T) {
 			[]string{"filters[0].methods[0]", `is "": names no method`}},
 		{"stage on a server filter", map[string]any{"filters": []any{map[string]any{"name": "test-pass", "side": "server", "stage": "call"}}}, []string{"filters[0].stage", "stages are for client filters"}},
 		{"unterminated env reference", map[string]any{"address": "${KERNRPC_ADDR"}, []string{"unterminated ${"}},
+		{"window too large for any integer", map[string]any{"streams": map[string]any{"window": json.Number("99999999999999999999")}},
+			[]string{`key "streams.window"`, "size 99999999999999999999 is over the largest a config may hold"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

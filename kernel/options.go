@@ -293,6 +293,12 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 		*s = Size(n)
 		return nil
 	}
+	if integerLiteral(string(b)) { // an integer, beyond an int64
+		if b[0] == '-' {
+			return valueError(reflect.TypeFor[Size](), "size %s must not be negative", b)
+		}
+		return valueError(reflect.TypeFor[Size](), "size %s is over the largest a config may hold, %d (2^62)", b, int64(maxSize))
+	}
 	var str string
 	if err := json.Unmarshal(b, &str); err != nil {
 		return valueError(reflect.TypeFor[Size](), `size %s must be an integer or a string such as "4MiB"`, b)

@@ -42,7 +42,7 @@ func FuzzDecodeOptions(f *testing.F) {
 		`{"size":9223372036854775807}`, `{"size":9223372035781033984}`, `{"size":"4611686018427387904B"}`, `{"size":-1}`, `{"size":"1.5MiB"}`,
 		`{"window":"-5s"}`, `{"window":5}`, `{"window":0}`, `{"codes":["NOPE"]}`, `{"unknown":1}`,
 		`{"nested":{"nested":{"unknown":true}}}`, `{"count":1e400}`, `{"count":"3"}`,
-		`{"unsigned":-0.0}`,
+		`{"size":99999999999999999999}`, `{"size":-99999999999999999999}`, `{"unsigned":-0.0}`,
 		`{"small":-3,"unsigned":9,"ratio":2.5,"limit":"1s","rules":[{"code":"internal","next":{"tries":1}},{}],"by_name":{"kept":{"tries":2}}}`,
 		`{"rules":[],"tags":["a"],"bytes":[1,2],"Untagged":"u","quoted":"5","folded":"f","inner":{"own":"o"}}`,
 	} {

@@ -39,6 +39,23 @@ func TestSizeOverTheBoundIsRefused(t *testing.T) {
 	}
 }
 
+// An integer too large, or too negative, for any int64 is refused for its
+// range, as one just past 2^62 is, not as if it were no integer at all.
+func TestSizeBeyondAnyIntegerSaysSo(t *testing.T) {
+	for in, want := range map[string]string{
+		"99999999999999999999":  "size 99999999999999999999 is over the largest a config may hold, 4611686018427387904 (2^62)",
+		"-99999999999999999999": "size -99999999999999999999 must not be negative",
+	} {
+		var s Size
+		err := DecodeOptions(map[string]any{"size": json.Number(in)}, &struct {
+			Size *Size `json:"size"`
+		}{&s})
+		if err == nil || err.Error() != want || OptionKey(err) != "size" {
+			t.Errorf("%s: %v (key %q); want key \"size\", %q", in, err, OptionKey(err), want)
+		}
+	}
+}
+
 func TestSizeAndDurationRoundTripThroughJSON(t *testing.T) {
 	type opts struct {
 		S Size     `json:"s"`
