@@ -489,7 +489,8 @@ func expandEnv(v any, path string, fromEnv map[string]bool) (any, error) {
 }
 
 // expandString replaces ${VAR} and ${VAR:-default}. A ${VAR} whose variable
-// is unset is an error, so a typo does not silently become an empty address.
+// is unset is an error, so a typo does not silently become an empty address;
+// so is a default that holds a ${, which is not expanded again.
 func expandString(s string) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
@@ -508,6 +509,13 @@ func expandString(s string) (string, error) {
 		}
 		expr := s[i+2 : i+j]
 		name, def, hasDef := strings.Cut(expr, ":-")
+		switch {
+		case name == "":
+			return "", fmt.Errorf("${%s} names no environment variable", expr)
+		case strings.Contains(def, "${"):
+			// The default ends at the first }: "${A:-${B}}" would give "${B}".
+			return "", fmt.Errorf("the default of ${%s:-...} holds a ${: a default is taken as written, it cannot name another variable", name)
+		}
 		val, ok := os.LookupEnv(name)
 		switch {
 		case ok && val != "":

@@ -222,6 +222,10 @@ func TestEnvironmentErrorsNameTheKey(t *testing.T) {
 			`svc.yaml: key "filters[0].methods[1]": unterminated ${`},
 		{map[string]any{"address": "${KERNRPC_TEST_EMPTY}"},
 			`svc.yaml: key "address": environment variable KERNRPC_TEST_EMPTY is empty`},
+		{map[string]any{"address": "${KERNRPC_TEST_SURELY_UNSET:-${KERNRPC_TEST_EMPTY}}"},
+			`svc.yaml: key "address": the default of ${KERNRPC_TEST_SURELY_UNSET:-...} holds a ${: a default is taken as written, it cannot name another variable`},
+		{map[string]any{"address": "127.0.0.1:${}"},
+			`svc.yaml: key "address": ${} names no environment variable`},
 	} {
 		_, err := parseTree(tc.tree, "svc.yaml")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
