@@ -16,6 +16,18 @@ func init() {
 			return next(ctx, info, req)
 		}), nil
 	}})
+	kernel.RegisterFilter(kernel.NewFactory("test-seeded", "test: takes a seed", func() *seededOptions { return &seededOptions{} },
+		func(*seededOptions) (kernel.Filter, error) {
+			return kernel.FilterFunc(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+				return next(ctx, info, req)
+			}), nil
+		}))
+}
+
+// seededOptions are the options of the test-seeded filter: a uint64, as
+// the faulty transport's seed is.
+type seededOptions struct {
+	Seed uint64 `json:"seed"`
 }
 
 func TestParseTree(t *testing.T) {
@@ -255,6 +267,26 @@ func TestEnvironmentGivesStrings(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), `"`+tc.key+`"`) || !strings.Contains(err.Error(), "a ${VAR} always gives a string") {
 			t.Errorf("%q: %v; want the key named and the string explained", tc.yaml, err)
+		}
+	}
+}
+
+// A plugin's options reach it as the config file wrote them: an integer
+// beyond 2^53, a seed say, is not rounded through a float64 on the way,
+// whether the file is YAML or JSON.
+func TestPluginOptionsKeepLargeIntegersExact(t *testing.T) {
+	const seed = 9007199254740993 // 2^53 + 1: no float64 holds it
+	for source, data := range map[string]string{
+		"svc.yaml": "filters: [{name: test-seeded, options: {seed: 9007199254740993}}]\n",
+		"svc.json": `{"filters": [{"name": "test-seeded", "options": {"seed": 9007199254740993}}]}`,
+	} {
+		c, err := ParseConfig([]byte(data), source)
+		if err != nil {
+			t.Fatalf("%s: %v", source, err)
+		}
+		var opts seededOptions
+		if err := kernel.DecodeOptions(c.Filters[0].Options, &opts); err != nil || opts.Seed != seed {
+			t.Errorf("%s: the filter is given seed %d (%v); the file says %d", source, opts.Seed, err, uint64(seed))
 		}
 	}
 }

@@ -40,6 +40,10 @@ func decodeOptionsJSON(tree map[string]any, opts any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
+	// A number decoded into an any (the options map of a plugin a config
+	// names) stays a json.Number, exact, not a float64 that rounds an
+	// integer beyond 2^53: a seed must reach its plugin as written.
+	dec.UseNumber()
 	if err := dec.Decode(opts); err != nil {
 		return explainDecodeError(err, opts, tree)
 	}
