@@ -46,6 +46,10 @@ type FilterConfig struct {
 	// then fails the check. 0 means 10s: generous, since a loaded machine
 	// is slow, yet far below a test's timeout.
 	Patience time.Duration
+
+	// stage is the client stage the filter declares (kernel.StagedFilter),
+	// set by the Stage check.
+	stage kernel.Stage
 }
 
 // Filter certifies the filter f builds. Each check runs as a subtest per
@@ -61,6 +65,11 @@ type FilterConfig struct {
 //     the client or the server, and FilterConfig.Side, if set, is that one;
 //     the checks below then run on that side only. A failure here ends the
 //     suite.
+//   - Stage: a filter that declares a client stage (kernel.StagedFilter)
+//     declares call or attempt, as the engine requires; one that declares
+//     the attempt stage is given, on the client, a CallInfo with the
+//     picked instance (Instance, Peer, Attempt 1), as the engine gives it.
+//     A failure here ends the suite.
 //   - Outcome: whatever the filter does, its outcome is one a caller can
 //     take: a response, next's or its own, or an error, a rejection being a
 //     *kernel.Status. Never (nil, nil): the caller would get an empty reply
@@ -114,6 +123,19 @@ type FilterConfig struct {
 //     next with that deadline or an earlier one: outside the engine,
 //     which gives the deadline before any filter runs, Invoke must give
 //     it itself.
+//   - Admitter/{BeforeInvoke,Error,Panic,Cancelled}: for a kernel.Admitter
+//     checked on the server side (skipped otherwise), what Admit takes is
+//     given back however an admitted call ends: before Invoke (a later
+//     Admitter refused it, its request did not decode), or in Invoke with
+//     next failing, panicking or cancelled. A fresh filter is given 1024
+//     calls in a row ending each way, made as the server makes them (Admit,
+//     Invoke or not, then CallEnded for a kernel.CallObserver), and fails
+//     if Admit refuses one while a fresh filter admits twice as many calls
+//     that succeed; a filter that refuses those too (a rate limit) skips.
+//   - CallObserver: for a kernel.CallObserver on the server side,
+//     CallEnded returns without panicking or blocking (within Patience)
+//     for calls that went through Invoke and for calls Invoke never saw
+//     (handled false; metadata nil too), also from many goroutines at once.
 //   - RejectsEveryCall: only with FilterConfig.RejectsEveryCall; every
 //     call, with metadata or without, is rejected with a *kernel.Status and
 //     never reaches next.
@@ -183,6 +205,9 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	if !t.Run("Side", func(t tb) { cfg = filterSided(t, f, cfg) }) {
 		return // the checks would run on a side the engine never uses
 	}
+	if !t.Run("Stage", func(t tb) { cfg = filterStaged(t, f, cfg) }) {
+		return // the engine refuses the filter's config
+	}
 	property := func(t tb, name string, check func(t tb, e *filterEnv)) {
 		filterProperty(t, f, cfg, name, check)
 	}
@@ -209,7 +234,9 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	property(t, "NilMetadata", filterNilMetadata)
 	property(t, "Attempts", passing(filterAttempts))
 	property(t, "AfterReturn", filterAfterReturn)
-	property(t, "Deadliner", passing(filterDeadliner)) // filter_deadliner.go
+	property(t, "Deadliner", passing(filterDeadliner))          // filter_deadliner.go
+	t.Run("Admitter", func(t tb) { filterAdmitter(t, f, cfg) }) // filter_admitter.go
+	property(t, "CallObserver", filterCallObserver)
 	if cfg.RejectsEveryCall {
 		property(t, "RejectsEveryCall", filterRejectsEveryCall)
 	}
@@ -245,6 +272,30 @@ func filterSided(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) Filter
 	default:
 		cfg.Side = only
 	}
+	return cfg
+}
+
+// filterStaged checks the stage a kernel.StagedFilter declares and
+// returns cfg with it: the engine refuses a filter that declares a stage
+// other than call or attempt, and gives one in the attempt stage a
+// CallInfo with the picked instance, as the suite then does.
+func filterStaged(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) FilterConfig {
+	t.Helper()
+	probe := build(t, f, cfg.Options)
+	sf, ok := probe.(kernel.StagedFilter)
+	var stage kernel.Stage
+	if ok {
+		stage = sf.Stage()
+	}
+	closePlugin(probe)
+	switch {
+	case !ok:
+		t.Skipf("the filter does not implement kernel.StagedFilter; the engine runs it in the call stage unless its config names one")
+	case stage != kernel.CallStage && stage != kernel.AttemptStage:
+		t.Fatalf("the filter declares (kernel.StagedFilter) stage %s, which is neither call nor attempt: the engine refuses a "+
+			"client config with it; return kernel.CallStage or kernel.AttemptStage", stage)
+	}
+	cfg.stage = stage
 	return cfg
 }
 
@@ -336,6 +387,11 @@ func (e *filterEnv) info() *kernel.CallInfo {
 	info := &kernel.CallInfo{Method: filterMethod, Side: e.side, Codec: filterCodec, Metadata: md}
 	if e.side == kernel.ServerSide {
 		info.Peer = "127.0.0.1:7000"
+	}
+	if e.side == kernel.ClientSide && e.cfg.stage == kernel.AttemptStage {
+		// As the engine gives an attempt filter: after the pick.
+		info.Instance = &kernel.Instance{Service: "plugintest", ID: "plugintest-1", Address: "127.0.0.1:7001"}
+		info.Peer, info.Attempt = info.Instance.Address, 1
 	}
 	return info
 }
