@@ -174,7 +174,8 @@ type StreamConfig struct {
 	// in flight toward this side together: the most a peer can make this
 	// side hold for streams whose application does not read; while such
 	// streams hold most of it, the connection's other streams wait too
-	// (docs/protocol.md, "Flow control"). Default 16MiB; at least Window.
+	// (docs/protocol.md, "Flow control"). Default 16MiB, or Window if that
+	// is larger; at least Window.
 	ConnectionWindow kernel.Size `json:"connection_window"`
 }
 
@@ -251,7 +252,9 @@ func (c *Config) applyDefaults() {
 		c.Streams.Window = DefaultStreamWindow
 	}
 	if c.Streams.ConnectionWindow == 0 {
-		c.Streams.ConnectionWindow = DefaultConnectionWindow
+		// At least one stream's window: a larger streams.window alone must
+		// not fail on a key the config never wrote.
+		c.Streams.ConnectionWindow = max(DefaultConnectionWindow, c.Streams.Window)
 	}
 	if c.Client.Retries == nil {
 		two := 2
@@ -320,7 +323,7 @@ func (c *Config) validateFields() error {
 		return c.errorf("streams.window", "must be at least 1KiB and below 2GiB, got %s (0 means the default, 1MiB)", w)
 	}
 	if w := c.Streams.ConnectionWindow; w < c.Streams.Window || w > maxWindow {
-		return c.errorf("streams.connection_window", "must be at least streams.window (%s) and below 2GiB, got %s (0 means the default, 16MiB)", c.Streams.Window, w)
+		return c.errorf("streams.connection_window", "must be at least streams.window (%s) and below 2GiB, got %s (0 means the default, 16MiB or streams.window if larger)", c.Streams.Window, w)
 	}
 	for i, f := range c.Filters {
 		if f.Name == "" {

@@ -217,6 +217,22 @@ func TestStreamWindowOfTwoGiBIsRefusedForWhatItIs(t *testing.T) {
 	}
 }
 
+// A stream window above the default connection window, given alone, is
+// taken: the connection window it needs follows it, rather than failing on
+// a key the config never wrote.
+func TestALargeStreamWindowAloneRaisesTheConnectionWindow(t *testing.T) {
+	c, err := parseTree(map[string]any{"streams": map[string]any{"window": "32MiB"}}, "svc.yaml")
+	if err != nil {
+		t.Fatalf("streams.window 32MiB alone: %v", err)
+	}
+	if c.Streams.Window != 32<<20 || c.Streams.ConnectionWindow != 32<<20 {
+		t.Errorf("window %d, connection window %d; want 32MiB both", c.Streams.Window, c.Streams.ConnectionWindow)
+	}
+	if c, err = parseTree(map[string]any{"streams": map[string]any{"window": "4MiB"}}, "svc.yaml"); err != nil || c.Streams.ConnectionWindow != DefaultConnectionWindow {
+		t.Errorf("streams.window 4MiB alone: connection window %d (%v); want the default, 16MiB", c.Streams.ConnectionWindow, err)
+	}
+}
+
 // An environment reference that does not expand is named by its key's
 // full path, list indices included, as every other config error is; a
 // variable set to "" is not said to be unset.
