@@ -306,3 +306,19 @@ func TestPluginOptionsKeepLargeIntegersExact(t *testing.T) {
 		}
 	}
 }
+
+// A file an editor saved with a byte order mark reads as one without,
+// JSON as YAML.
+func TestAByteOrderMarkIsIgnored(t *testing.T) {
+	for source, data := range map[string]string{
+		"svc.json": "\ufeff{\"service\": \"bom\"}",
+		"svc.yaml": "\ufeffservice: bom\n",
+	} {
+		c, err := ParseConfig([]byte(data), source)
+		if err != nil {
+			t.Errorf("%s with a byte order mark: %v", source, err)
+		} else if c.Service != "bom" {
+			t.Errorf("%s with a byte order mark: service %q; want \"bom\"", source, c.Service)
+		}
+	}
+}

@@ -192,6 +192,9 @@ func describe(v any) string {
 // after the object, which encoding/json would silently accept. Numbers stay
 // json.Number, as in kernel.ParseConfigJSON.
 func parseJSON(data []byte) (map[string]any, error) {
+	// A byte order mark, which some editors write: RFC 8259 lets a parser
+	// ignore it, and the YAML parser does.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
