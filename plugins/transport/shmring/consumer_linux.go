@@ -137,7 +137,14 @@ func (c *consumer) decode(b []byte, f *kernel.Frame) error {
 		return fmt.Errorf("%w: fields length runs past the frame end", kernel.ErrMalformedFrame)
 	}
 	c.fields = append(c.fields[:0], body[:hl]...)
-	if err := c.limits.Decode(c.fields, f, &c.in); err != nil {
+	err = c.limits.Decode(c.fields, f, &c.in)
+	if cap(c.fields) > maxKeptHeader {
+		// One frame with a large header (a long status message, metadata
+		// under a raised max_metadata_bytes) must not leave a buffer that
+		// large with the connection for good; Decode copied what it kept.
+		c.fields = nil
+	}
+	if err != nil {
 		return err
 	}
 	f.Payload = body[hl:len(body):len(body)]
