@@ -3,6 +3,7 @@ package kernrpc_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ type countingBalancer struct {
 	next        int
 	picks, done atomic.Int64
 	refuse      error // returned by Pick when set
+	once        bool  // the first pick alone succeeds; later ones get refuse
 }
 
 func (b *countingBalancer) Update(set []kernel.Instance) {
@@ -28,7 +30,7 @@ func (b *countingBalancer) Update(set []kernel.Instance) {
 }
 
 func (b *countingBalancer) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
-	if b.refuse != nil {
+	if b.refuse != nil && (!b.once || b.picks.Load() > 0) {
 		return nil, b.refuse
 	}
 	b.mu.Lock()
@@ -53,6 +55,9 @@ func init() {
 	}})
 	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-refusing", New: func(any) (kernel.Balancer, error) {
 		return &countingBalancer{refuse: kernel.Errorf(kernel.InvalidArgument, "this call carries no hash key")}, nil
+	}})
+	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-first-pick-only", New: func(any) (kernel.Balancer, error) {
+		return &countingBalancer{once: true, refuse: kernel.Errorf(kernel.Unavailable, "the instances moved")}, nil
 	}})
 }
 
@@ -110,5 +115,26 @@ func TestBalancerStatusCodeStands(t *testing.T) {
 	err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{})
 	if kernel.CodeOf(err) != kernel.InvalidArgument {
 		t.Errorf("call: %v, want the balancer's InvalidArgument", err)
+	}
+}
+
+// A retry whose last attempt got no instance returns no response
+// metadata: what the earlier attempt's answer carried is not the call's.
+func TestARetryWithNoInstanceLeftReturnsNoEarlierMetadata(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Down", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", "the first attempt")
+			return nil, kernel.Errorf(kernel.Unavailable, "dependency down")
+		})
+	})
+	cfg.Balancer = kernrpc.PluginConfig{Name: "test-first-pick-only"}
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "retry", Side: "client", Options: map[string]any{"max_attempts": 2, "backoff": "1ms"}}}
+	md, err := newClient(t, cfg).CallWithMetadata(t.Context(), "Echo.Down", &echopb.Echo{}, &echopb.Echo{})
+	if st := kernel.StatusOf(err); st.Code != kernel.Unavailable || !strings.Contains(st.Message, "the instances moved") {
+		t.Fatalf("err = %v, want the second pick's Unavailable", err)
+	}
+	if md != nil {
+		t.Errorf("response metadata = %v, want none: the last attempt got no answer, and the first's is not the call's", md)
 	}
 }

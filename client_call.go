@@ -285,11 +285,13 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 	for tries, skipped, refused := 0, 0, 0; ; {
 		inst, err := c.pick(ctx, cs, info)
 		if err != nil {
+			cs.noteNoAttempt(ctx, info)
 			return nil, err
 		}
 		p, err := c.pool(inst.Address)
 		if err != nil {
 			c.pickDone(inst, err)
+			cs.noteNoAttempt(ctx, info)
 			return nil, err
 		}
 		// An instance that refused a dial or said GoAway moments ago is
@@ -309,12 +311,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			resp, err = c.send(ctx, cs, at, p, ai, req)
 		}
 		c.pickDone(inst, err)
-		// An attempt whose context ended (a hedge's loser) has no answer
-		// to report, and must not overwrite the winner's. The call's own
-		// context ends only with the call, which noteAttempt sees, or at
-		// its deadline, when the attempt's answer is still the call's:
-		// asking its Err would read the clock for nothing.
-		if ctx == context.Context(cs.chain) || ctx.Err() == nil {
+		if cs.reportsFor(ctx) {
 			cs.noteAttempt(info, ai)
 		}
 		c.putAttempt(at)
@@ -384,6 +381,41 @@ func (cs *callState) copyInfo(ai, info *kernel.CallInfo) {
 	}
 	*ai = *info
 	ai.ResponseMetadata, ai.ResponseSize = nil, 0
+}
+
+// reportsFor reports whether an attempt made under ctx tells the info
+// next was given what became of it. An attempt whose context ended while
+// the call's did not (a hedge's loser) has no answer to report, and must
+// not overwrite the winner's. One whose context ended with the call's
+// (its deadline passed, its caller gave up) is the call's last: an
+// earlier attempt's answer, if any, is not the call's. The call's own
+// context in place ends only with the call, which noteAttempt sees, or at
+// its deadline: asking its Err would read the clock for nothing.
+func (cs *callState) reportsFor(ctx context.Context) bool {
+	if ctx == context.Context(cs.chain) || ctx.Err() == nil {
+		return true
+	}
+	if cs.chain != nil {
+		return cs.chain.Err() != nil
+	}
+	return cs.Context.Err() != nil
+}
+
+// noteNoAttempt tells the info a call of next that made no attempt (no
+// instance could be picked) that it got no answer: the response metadata
+// and size an earlier attempt left there are not the call's.
+func (cs *callState) noteNoAttempt(ctx context.Context, info *kernel.CallInfo) {
+	if !cs.reportsFor(ctx) {
+		return
+	}
+	if cs.shared {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.over {
+			return
+		}
+	}
+	info.ResponseMetadata, info.ResponseSize = nil, 0
 }
 
 // noteAttempt tells the info an attempt started from what became of it.

@@ -143,3 +143,36 @@ func TestNonIdempotentIsNotRetriedOnceProcessed(t *testing.T) {
 		t.Errorf("the servers saw %d attempts, want 1", n)
 	}
 }
+
+// A retry whose last attempt ends with no answer (the caller gave up while
+// it waited) returns no response metadata: what the earlier attempt's
+// answer carried is not the call's.
+func TestARetryEndingWithoutAnAnswerReturnsNoEarlierMetadata(t *testing.T) {
+	cfg := testConfig(t)
+	second := make(chan struct{})
+	var calls atomic.Int32
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			if calls.Add(1) == 1 {
+				kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", "the first attempt")
+				return nil, kernel.Errorf(kernel.Unavailable, "dependency down")
+			}
+			close(second)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	})
+	cli := newClient(t, cfg, map[string]any{"max_attempts": 2, "backoff": "1ms"})
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-second
+		cancel()
+	}()
+	md, err := cli.CallWithMetadata(ctx, "Echo.Who", wrapperspb.String(""), &wrapperspb.StringValue{})
+	if kernel.CodeOf(err) != kernel.Canceled {
+		t.Fatalf("err = %v, want Canceled: the caller gave up during the second attempt", err)
+	}
+	if md != nil {
+		t.Errorf("response metadata = %v, want none: the last attempt got no answer, and the first's is not the call's", md)
+	}
+}
