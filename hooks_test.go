@@ -202,3 +202,31 @@ func TestFilterHookPanicsKeepTheServerUp(t *testing.T) {
 		}
 	}
 }
+
+// A handler's error that claims OK (a *kernel.Status with code OK) goes to
+// the caller as Unknown, since an error is no answer; CallObservers (a
+// metrics counter, a tracing span) are told the same code, not OK.
+func TestAnErrorClaimingOKEndsUnknownForObserversToo(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-hooks", Side: "server"}}
+	srv := startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Echo.Odd", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, &kernel.Status{Code: kernel.OK, Message: "an error that says OK"}
+		})
+	})
+	h, _ := kernrpc.FindPlugin[*hooks](srv.Plugins(), "test-hooks")
+	err := newClient(t, cfg).Call(context.Background(), "Echo.Odd", &echopb.Echo{}, &echopb.Echo{})
+	if kernel.CodeOf(err) != kernel.Unknown || !strings.Contains(err.Error(), "an error that says OK") {
+		t.Fatalf("call: %v, want Unknown with the handler's message", err)
+	}
+	eventually(5*time.Second, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.ended) >= 1
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ended) != 1 || h.ended[0].code != kernel.Unknown {
+		t.Errorf("CallEnded was told %+v; want one call ended Unknown, as the caller got it", h.ended)
+	}
+}

@@ -39,6 +39,11 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		}
 		c.info.ResponseSize = len(out.Payload)
 	}
+	if st := (*kernel.Status)(nil); err != nil && errors.As(err, &st) && st != nil && st.Code == kernel.OK {
+		// An error is no answer: the caller gets Unknown (setStatus), and
+		// observers (a metrics counter, a span) must count it so too.
+		err = &kernel.Status{Code: kernel.Unknown, Message: st.Message}
+	}
 	if c.desc != nil && len(c.desc.observe) > 0 {
 		defer sc.observe(c, err) // after the answer is written
 	}
