@@ -330,9 +330,12 @@ func (s *streamCore) grant(stream, cost int64) {
 }
 
 // send encodes m and sends it as one StreamData frame once both windows
-// allow it. With a codec that knows sizes, the credit is taken before the
-// transport lends a buffer: a sender waiting for credit then holds none
-// of its memory (a ring transport's space).
+// allow it. A sender waiting for credit holds none of the transport's
+// memory (a ring transport's space, which the connection's other calls
+// need): with a codec that knows sizes, the credit is taken before the
+// transport lends a buffer; without one, or for a message that encoded
+// larger than its size, the encoding is set aside before the wait (see
+// creditFor).
 func (s *streamCore) send(m any) error {
 	if err := s.sendErr(); err != nil {
 		return err
@@ -352,8 +355,7 @@ func (s *streamCore) send(m any) error {
 		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
 	}
 	if actual := kernel.StreamCost(len(payload)); size == 0 {
-		if err := s.waitCredit(actual); err != nil {
-			s.conn.Recycle(payload)
+		if payload, err = s.creditFor(payload, actual); err != nil {
 			return err
 		}
 		cost = actual
@@ -367,8 +369,7 @@ func (s *streamCore) send(m any) error {
 		// window where the message does not, and the receiver checks
 		// what arrives. Taken again, whole, waiting if need be.
 		s.refund(cost)
-		if err := s.waitCredit(actual); err != nil {
-			s.conn.Recycle(payload)
+		if payload, err = s.creditFor(payload, actual); err != nil {
 			return err
 		}
 		cost = actual
@@ -387,6 +388,43 @@ func (s *streamCore) send(m any) error {
 		return s.writeFailed(err)
 	}
 	return nil
+}
+
+// creditFor takes the credit for payload, encoded already into a buffer
+// the transport lent, and returns the payload to send. When the credit is
+// not there, it does not wait holding that buffer: on shm-ring it is space
+// reserved in the ring, and senders blocked on receivers that stopped
+// reading would keep it from the connection's other calls and streams
+// (enough of them fill the ring, and every write in that direction fails
+// with ResourceExhausted). The encoding waits in a pooled copy, and is
+// copied into a buffer lent anew once the credit came. On error the
+// payload is given back.
+func (s *streamCore) creditFor(payload []byte, cost int64) ([]byte, error) {
+	if s.tryCredit(cost) {
+		return payload, nil
+	}
+	held := append(s.flow.copies.Get(len(payload)), payload...)
+	s.conn.Recycle(payload)
+	err := s.waitCredit(cost)
+	payload = nil
+	if err == nil {
+		payload = append(s.conn.Buffer(len(held)), held...)
+	}
+	s.flow.copies.Put(held)
+	return payload, err
+}
+
+// tryCredit takes cost from the stream's window and the connection's if
+// both have it now, without waiting.
+func (s *streamCore) tryCredit(cost int64) bool {
+	if !s.sendWin.tryTake(cost) {
+		return false
+	}
+	if s.flow.send.tryTake(cost) {
+		return true
+	}
+	s.sendWin.refund(cost)
+	return false
 }
 
 // refund gives back credit taken for bytes that did not go out (negative:
