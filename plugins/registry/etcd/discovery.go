@@ -29,6 +29,7 @@ type serviceCache struct {
 
 	mu     sync.Mutex
 	byID   map[string]kernel.Instance
+	mods   map[string]int64  // every key under the prefix (instances or not): its ModRevision, as of rev
 	set    []kernel.Instance // sorted by ID; never changed once published
 	rev    int64             // the revision set is current at
 	subs   map[*subscriber]struct{}
@@ -104,7 +105,8 @@ func (r *Registry) cache(ctx context.Context, service, op string) (*serviceCache
 	if c == nil {
 		c = &serviceCache{
 			r: r, service: service, prefix: r.opts.Prefix + service + "/",
-			ready: make(chan struct{}), byID: make(map[string]kernel.Instance), subs: make(map[*subscriber]struct{}),
+			ready: make(chan struct{}), byID: make(map[string]kernel.Instance), mods: make(map[string]int64),
+			subs: make(map[*subscriber]struct{}),
 		}
 		r.services[service] = c
 		r.caches.Add(1)
@@ -125,6 +127,7 @@ func (r *Registry) cache(ctx context.Context, service, op string) (*serviceCache
 // run reads the service, then follows it until the registry closes.
 func (c *serviceCache) run() {
 	defer c.r.caches.Done()
+	_, gen := c.r.nextReconnect()
 	err := c.readAll(c.r.ctx)
 	if err != nil {
 		c.err = err
@@ -138,7 +141,7 @@ func (c *serviceCache) run() {
 	if err != nil {
 		return
 	}
-	c.r.follow(c.r.ctx, c)
+	c.r.follow(c.r.ctx, c, gen)
 }
 
 // readAll replaces the cache with what etcd holds under the service's
@@ -150,7 +153,9 @@ func (c *serviceCache) readAll(ctx context.Context) error {
 	}
 	c.r.stats.fullReads.Add(1)
 	byID := make(map[string]kernel.Instance, len(resp.Kvs))
+	mods := make(map[string]int64, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
+		mods[string(kv.Key)] = kv.ModRevision
 		in, err := decodeInstance(c.service, c.prefix, kv.Key, kv.Value)
 		if err != nil {
 			c.r.log.Warn("etcd: skipping a value that is not a kernrpc instance", "service", c.service, "err", err)
@@ -160,7 +165,7 @@ func (c *serviceCache) readAll(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.byID, c.rev = byID, resp.Header.Revision
+	c.byID, c.mods, c.rev = byID, mods, resp.Header.Revision
 	c.publishLocked()
 	return nil
 }
@@ -175,6 +180,25 @@ func (c *serviceCache) revision() int64 {
 	return c.rev
 }
 
+func (c *serviceCache) sameAs(kvs []*mvccpb.KeyValue) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sameKeys(c.mods, kvs, func(k []byte) string { return string(k) })
+}
+
+// sameKeys reports whether kvs are the keys of mods, each at its ModRevision.
+func sameKeys(mods map[string]int64, kvs []*mvccpb.KeyValue, key func([]byte) string) bool {
+	if len(kvs) != len(mods) {
+		return false
+	}
+	for _, kv := range kvs {
+		if m, ok := mods[key(kv.Key)]; !ok || m != kv.ModRevision {
+			return false
+		}
+	}
+	return true
+}
+
 // follower is what follows the keys under one prefix through a watch: a
 // service's cache (this file), a WatchShared (shared.go).
 type follower interface {
@@ -187,6 +211,9 @@ type follower interface {
 	revision() int64
 	// apply brings the follower to the revision of resp.
 	apply(resp clientv3.WatchResponse)
+	// sameAs reports whether kvs (keys only) are the keys the follower
+	// holds, each at the ModRevision it holds.
+	sameAs(kvs []*mvccpb.KeyValue) bool
 }
 
 // readPrefix gets every key under prefix, for what (named in the error).
@@ -202,9 +229,11 @@ func (r *Registry) readPrefix(ctx context.Context, what, prefix string) (*client
 
 // follow watches f's prefix from the revision after f's, applying every
 // change, until ctx is done. When the watch breaks it resumes from the
-// last revision applied; when that revision was compacted away it reads
-// the prefix whole, once, and watches on from there.
-func (r *Registry) follow(ctx context.Context, f follower) {
+// last revision applied; when that revision was compacted away, or etcd's
+// history is another (a cluster wiped, or restored from an older backup),
+// it reads the prefix whole, once, and watches on from there. gen is the
+// count of reconnections to etcd (nextReconnect) before f's read.
+func (r *Registry) follow(ctx context.Context, f follower, gen uint64) {
 	cli, err := r.client()
 	if err != nil {
 		return // closed
@@ -215,7 +244,11 @@ func (r *Registry) follow(ctx context.Context, f follower) {
 	for ctx.Err() == nil {
 		from := f.revision() + 1
 		started := time.Now()
-		compacted, worked, err := r.watchFrom(ctx, cli, f, prefix, from)
+		var (
+			reread string
+			worked bool
+		)
+		reread, worked, gen, err = r.watchFrom(ctx, cli, f, prefix, from, gen)
 		if ctx.Err() != nil {
 			return
 		}
@@ -225,11 +258,13 @@ func (r *Registry) follow(ctx context.Context, f follower) {
 			// did not fail, and the next resume pauses the least again.
 			wait = firstWait
 		}
-		if compacted {
-			r.log.Info("etcd: watch revision compacted; reading the keys again", append(what, "revision", from)...)
+		if reread != "" {
+			r.log.Info("etcd: "+reread+"; reading the keys again", append(what, "revision", f.revision())...)
 			for ctx.Err() == nil {
+				_, now := r.nextReconnect()
 				if err := f.readAll(ctx); err == nil {
 					wait = firstWait
+					gen = now
 					break
 				} else {
 					r.log.Warn("etcd: reading the keys again failed; retrying", append(what, "err", err, "in", wait)...)
@@ -251,24 +286,96 @@ func (r *Registry) follow(ctx context.Context, f follower) {
 }
 
 // watchFrom runs one watch of prefix from revision from until it ends,
-// applying its events to f; it reports whether it ended because from was
-// compacted, and whether it applied any response (it worked).
-func (r *Registry) watchFrom(ctx context.Context, cli *clientv3.Client, f follower, prefix string, from int64) (compacted, worked bool, err error) {
+// applying its events to f. It reports why f must read the prefix whole
+// again, if it must ("" if not): from was compacted away, or etcd's
+// history is no longer the one f followed; whether it applied any
+// response (it worked); and the count of reconnections f is known to be
+// consistent with, gen when the watch began.
+//
+// etcd accepts a watch from a revision it has not reached, and waits for
+// it; so does the etcd client, which resumes a broken watch by itself,
+// from the revision after the last it received, without telling. A
+// cluster wiped, or restored from an older backup, has another history:
+// its revision starts again behind f's, and the watch would stay silent
+// until the new history passed it, then go on from there, missing all
+// that came before. So the watch checks that etcd still has f's history
+// (sameHistory) each time the client connects to etcd again (see
+// watchConnection); and when it is created, if the client reconnected
+// since f was last checked or read (a reconnection the watch before did
+// not see), or if its created response says etcd is behind from.
+func (r *Registry) watchFrom(ctx context.Context, cli *clientv3.Client, f follower, prefix string, from int64, gen uint64) (reread string, worked bool, _ uint64, err error) {
 	// WithRequireLeader: a member cut off from its cluster ends the watch
 	// instead of leaving it silently stale; the next one finds a leader.
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
-		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
-			return true, worked, resp.Err()
+	reconnected, now := r.nextReconnect()
+	wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				return "", worked, gen, nil
+			}
+			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+				return "watch revision compacted", worked, gen, resp.Err()
+			}
+			if err := resp.Err(); err != nil {
+				return "", worked, gen, err
+			}
+			if resp.Created {
+				// Its header holds the revision of the member that
+				// serves the watch: behind the one f holds when that
+				// member lags behind the one f heard from last, or when
+				// etcd's history is another.
+				if now == gen && resp.Header.Revision >= from-1 {
+					continue
+				}
+				if reread, err := r.sameHistory(ctx, f, prefix); reread != "" || err != nil {
+					return reread, worked, gen, err
+				}
+				gen = now
+				continue
+			}
+			f.apply(resp)
+			worked = true
+		case <-reconnected:
+			reconnected, now = r.nextReconnect()
+			if reread, err := r.sameHistory(ctx, f, prefix); reread != "" || err != nil {
+				// A failed check ends the watch too: the next one is
+				// checked when it is created.
+				return reread, worked, gen, err
+			}
+			gen = now
 		}
-		if err := resp.Err(); err != nil {
-			return false, worked, err
-		}
-		f.apply(resp)
-		worked = true
 	}
-	return false, worked, nil
+}
+
+// sameHistory checks that etcd holds the history f follows: that the keys
+// under prefix at f's revision, as etcd has them now (one Get, keys only),
+// are those f holds. They are not when etcd was wiped (the revision is in
+// its future) or restored from an older backup (the revision may be past,
+// but its keys are others). It returns why f must read the prefix again,
+// or "" when it need not.
+func (r *Registry) sameHistory(ctx context.Context, f follower, prefix string) (reread string, err error) {
+	rev := f.revision()
+	var resp *clientv3.GetResponse
+	err = r.request(ctx, "check the history of keys "+prefix+"*", func(ctx context.Context, cli *clientv3.Client) error {
+		var err error
+		resp, err = cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+		return err
+	})
+	const other = "etcd's history is not the one the watch followed (etcd wiped, or restored from an older backup)"
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return "watch revision compacted", nil
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return other, nil
+	case err != nil:
+		return "", err
+	case !f.sameAs(resp.Kvs):
+		return other, nil
+	}
+	return "", nil
 }
 
 // apply brings the cache to the revision of resp and tells the
@@ -284,11 +391,13 @@ func (c *serviceCache) apply(resp clientv3.WatchResponse) {
 		id := string(ev.Kv.Key[len(c.prefix):])
 		switch ev.Type {
 		case mvccpb.DELETE:
+			delete(c.mods, string(ev.Kv.Key))
 			if _, ok := c.byID[id]; ok {
 				delete(c.byID, id)
 				changed = true
 			}
 		case mvccpb.PUT:
+			c.mods[string(ev.Kv.Key)] = ev.Kv.ModRevision
 			in, err := decodeInstance(c.service, c.prefix, ev.Kv.Key, ev.Kv.Value)
 			if err != nil {
 				c.r.log.Warn("etcd: skipping a value that is not a kernrpc instance", "service", c.service, "err", err)

@@ -53,7 +53,11 @@
 // Resolves answer from memory and never wait on etcd. The watch resumes
 // from its last revision after a disconnect; when that revision has been
 // compacted away, the service is read whole once more. A service once
-// resolved is watched until Close.
+// resolved is watched until Close. After each reconnection to etcd, a
+// watch checks (one keys-only Get as of its revision) that etcd still has
+// the history it followed, and the lease that its keys are there: an etcd
+// wiped or restored from an older backup is read whole again, and the
+// instances are registered again.
 //
 // Load reports (kernel.LoadReporter) rewrite the instance's value under the
 // same lease, at most once per load_report_interval per instance: a report
@@ -91,6 +95,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -130,6 +135,13 @@ type Registry struct {
 
 	clientMu sync.Mutex
 	cli      *clientv3.Client // dialled by the first call that needs etcd
+	connDone chan struct{}    // closed when watchConnection returns
+
+	// reconnected is closed, and replaced, each time the connection to
+	// etcd is ready again after it was lost (watchConnection).
+	reconnMu    sync.Mutex
+	reconnected chan struct{}
+	reconnects  uint64 // how many times reconnected was closed
 
 	keeper *leaseKeeper
 	shared sharedLeases // the leases of the shared entries it put (shared.go)
@@ -169,6 +181,8 @@ func New(opts Options) (*Registry, error) {
 		cancel:   cancel,
 		services: make(map[string]*serviceCache),
 		sessions: make(map[*concurrency.Session]struct{}),
+
+		reconnected: make(chan struct{}),
 	}
 	r.keeper = newLeaseKeeper(r)
 	return r, nil
@@ -194,7 +208,44 @@ func (r *Registry) client() (*clientv3.Client, error) {
 		return nil, r.unreachable(err)
 	}
 	r.cli = cli
+	r.connDone = make(chan struct{})
+	go r.watchConnection(cli.ActiveConnection(), r.connDone)
 	return cli, nil
+}
+
+// watchConnection tells the watches each time the connection to etcd is
+// ready again after it was lost (closing r.reconnected), until Close. The
+// etcd client resumes a broken watch by itself, from the revision after
+// the last it received; a watch checks then that etcd did not go back
+// behind that revision (watchFrom). It costs nothing while connected.
+func (r *Registry) watchConnection(conn *grpc.ClientConn, done chan struct{}) {
+	defer close(done)
+	state, lost := conn.GetState(), false
+	for {
+		if state == connectivity.Ready && lost {
+			lost = false
+			r.reconnMu.Lock()
+			close(r.reconnected)
+			r.reconnected = make(chan struct{})
+			r.reconnects++
+			r.reconnMu.Unlock()
+		}
+		if !conn.WaitForStateChange(r.ctx, state) {
+			return // closed
+		}
+		// Whatever came between, it left Ready: the next Ready is a
+		// reconnection.
+		lost = lost || state == connectivity.Ready
+		state = conn.GetState()
+	}
+}
+
+// nextReconnect is closed at the next reconnection to etcd; gen counts
+// the reconnections before it.
+func (r *Registry) nextReconnect() (next <-chan struct{}, gen uint64) {
+	r.reconnMu.Lock()
+	defer r.reconnMu.Unlock()
+	return r.reconnected, r.reconnects
 }
 
 // unreachable explains err, a request that ran out of dial_timeout, with
@@ -290,10 +341,11 @@ func (r *Registry) Close() error {
 		c.closeSubscribers()
 	}
 	r.clientMu.Lock()
-	cli := r.cli
+	cli, connDone := r.cli, r.connDone
 	r.cli = nil
 	r.clientMu.Unlock()
 	if cli != nil {
+		<-connDone // r.ctx is done: watchConnection returns
 		cli.Close()
 	}
 	return errors.Join(errs...)

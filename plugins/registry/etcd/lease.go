@@ -23,6 +23,7 @@ type instanceKey struct{ service, id string }
 type ownedInstance struct {
 	inst kernel.Instance
 	ttl  int64 // seconds
+	rev  int64 // the revision of its last write
 
 	// Load reports: when the instance's value was last written, whether a
 	// report is waiting for the interval to end, and the timer that will
@@ -196,7 +197,10 @@ func (k *leaseKeeper) putLocked(ctx context.Context, what string, o *ownedInstan
 	}
 	r := k.r
 	err = r.request(ctx, what, func(ctx context.Context, cli *clientv3.Client) error {
-		_, err := cli.Put(ctx, r.key(o.inst.Service, o.inst.ID), val, clientv3.WithLease(k.id))
+		resp, err := cli.Put(ctx, r.key(o.inst.Service, o.inst.ID), val, clientv3.WithLease(k.id))
+		if err == nil {
+			o.rev = resp.Header.Revision
+		}
 		return err
 	})
 	if err == nil {
@@ -278,8 +282,12 @@ func (k *leaseKeeper) putAllLocked(ctx context.Context, what string, id clientv3
 			}
 			ops[i] = clientv3.OpPut(r.key(o.inst.Service, o.inst.ID), val, clientv3.WithLease(id))
 		}
+		var rev int64
 		err := r.request(ctx, what+": put instances", func(ctx context.Context, cli *clientv3.Client) error {
-			_, err := cli.Txn(ctx).Then(ops...).Commit()
+			resp, err := cli.Txn(ctx).Then(ops...).Commit()
+			if err == nil {
+				rev = resp.Header.Revision
+			}
 			return err
 		})
 		if err != nil {
@@ -287,7 +295,7 @@ func (k *leaseKeeper) putAllLocked(ctx context.Context, what string, id clientv3
 		}
 		now := time.Now()
 		for _, o := range batch {
-			o.lastWrite = now
+			o.lastWrite, o.rev = now, rev
 		}
 		r.stats.instanceWrites.Add(int64(len(batch)))
 	}
@@ -315,9 +323,11 @@ func (k *leaseKeeper) startLocked() {
 
 // run drains the KeepAlive channel of the current lease and, when it
 // closes (the lease expired, or went a whole TTL unanswered), registers
-// every instance again.
+// every instance again; and each time the client connects to etcd again,
+// it checks that etcd's history did not go back behind its writes.
 func (k *leaseKeeper) run() {
 	defer close(k.loopDone)
+	reconnected, _ := k.r.nextReconnect()
 	for {
 		k.mu.Lock()
 		ch, id := k.kaCh, k.id
@@ -330,8 +340,112 @@ func (k *leaseKeeper) run() {
 			if !ok {
 				k.reregister(id)
 			}
+		case <-reconnected:
+			reconnected, _ = k.r.nextReconnect()
+			k.checkHistory()
 		}
 	}
+}
+
+// checkHistory registers every instance again, under a new lease, when
+// the lease no longer holds them all: etcd was wiped, or restored from an
+// older backup, while the registry ran. A lease in that backup lives on,
+// kept alive as before, while the keys written after the backup are gone
+// and those deleted after it are back. A new lease holds every instance
+// again, and revoking the old one deletes what came back. It costs one
+// request per reconnection (the lease's keys), and a Get of the keys the
+// lease lacks, if it lacks any.
+func (k *leaseKeeper) checkHistory() {
+	r := k.r
+	wait := 100 * time.Millisecond
+	for {
+		k.mu.Lock()
+		if k.stopped || k.id == 0 || len(k.owned) == 0 {
+			// Stopped, or lost (reregister writes everything again), or
+			// nothing to write.
+			k.mu.Unlock()
+			return
+		}
+		why, err := k.lostKeysLocked()
+		if err == nil && why == "" {
+			k.mu.Unlock()
+			return
+		}
+		if err == nil {
+			r.log.Warn("etcd: "+why+" (etcd wiped, or restored from an older backup); registering the instances again under a new lease",
+				"lease", fmt.Sprintf("%x", int64(k.id)), "instances", len(k.owned))
+			err = k.renewLocked(r.ctx, "register again after etcd's history changed")
+			if err == nil {
+				r.stats.reregistrations.Add(1)
+				r.log.Info("etcd: instances registered again", "instances", len(k.owned))
+				k.mu.Unlock()
+				return
+			}
+		}
+		k.mu.Unlock()
+		r.log.Warn("etcd: checking the lease's keys after a reconnection failed; retrying", "err", err, "in", wait)
+		select {
+		case <-k.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// lostKeysLocked says what is amiss, if anything, with the keys of the
+// current lease: it is gone, it holds a key the registry does not own, or
+// it lacks an owned key that nobody wrote since the registry did (the key
+// is missing, or older than the registry's last write of it). An owned
+// key that another registry wrote since is that registry's: not amiss.
+func (k *leaseKeeper) lostKeysLocked() (string, error) {
+	r := k.r
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err := r.request(r.ctx, "check the lease's keys", func(ctx context.Context, cli *clientv3.Client) error {
+		var err error
+		ttl, err = cli.TimeToLive(ctx, k.id, clientv3.WithAttachedKeys())
+		return err
+	})
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return "the lease is gone", nil
+	case err != nil:
+		return "", err
+	case ttl.TTL <= 0:
+		return "the lease is gone", nil
+	}
+	attached := make(map[string]bool, len(ttl.Keys))
+	for _, key := range ttl.Keys {
+		attached[string(key)] = true
+	}
+	var missing []*ownedInstance
+	for _, o := range k.owned {
+		key := r.key(o.inst.Service, o.inst.ID)
+		if attached[key] {
+			delete(attached, key)
+		} else {
+			missing = append(missing, o)
+		}
+	}
+	if len(attached) > 0 {
+		return "the lease holds keys this registry does not own", nil
+	}
+	for _, o := range missing {
+		var resp *clientv3.GetResponse
+		key := r.key(o.inst.Service, o.inst.ID)
+		err := r.request(r.ctx, "check the lease's keys", func(ctx context.Context, cli *clientv3.Client) error {
+			var err error
+			resp, err = cli.Get(ctx, key, clientv3.WithKeysOnly())
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision < o.rev {
+			return "the lease lacks instance " + o.inst.Service + "/" + o.inst.ID, nil
+		}
+	}
+	return "", nil
 }
 
 // reregister replaces lease id, lost, with a new one holding every owned

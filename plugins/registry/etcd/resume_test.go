@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,13 +20,16 @@ import (
 // fakeEtcd answers a registry's Range with no keys and serves its
 // watches one at a time: each watch's creation is sent on created, then
 // the watch sends every event given on events, and ends with an error
-// that the etcd client does not retry itself when end is signalled.
+// that the etcd client does not retry itself when end is signalled. A
+// watch's created response holds the revision of the last event sent, as
+// etcd's holds its current revision.
 type fakeEtcd struct {
 	pb.UnimplementedKVServer
 	pb.UnimplementedWatchServer
 	created chan time.Time
 	events  chan *mvccpb.Event
 	end     chan struct{}
+	rev     atomic.Int64
 }
 
 func (f *fakeEtcd) Range(context.Context, *pb.RangeRequest) (*pb.RangeResponse, error) {
@@ -36,13 +40,14 @@ func (f *fakeEtcd) Watch(stream pb.Watch_WatchServer) error {
 	if _, err := stream.Recv(); err != nil {
 		return err
 	}
-	if err := stream.Send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 1}, Created: true}); err != nil {
+	if err := stream.Send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: max(1, f.rev.Load())}, Created: true}); err != nil {
 		return err
 	}
 	f.created <- time.Now()
 	for {
 		select {
 		case ev := <-f.events:
+			f.rev.Store(ev.Kv.ModRevision)
 			if err := stream.Send(&pb.WatchResponse{Header: &pb.ResponseHeader{Revision: ev.Kv.ModRevision}, Events: []*mvccpb.Event{ev}}); err != nil {
 				return err
 			}

@@ -173,7 +173,8 @@ func (r *Registry) WatchShared(ctx context.Context, prefix string, fn func(key s
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(r.ctx, cancel) // the registry's Close ends the watch
-	w := &sharedWatch{r: r, prefix: r.sharedKey(prefix), fn: fn, known: make(map[string]bool)}
+	w := &sharedWatch{r: r, prefix: r.sharedKey(prefix), fn: fn, known: make(map[string]int64)}
+	_, gen := r.nextReconnect()
 	if err := w.readAll(wctx); err != nil {
 		stop()
 		cancel()
@@ -192,7 +193,7 @@ func (r *Registry) WatchShared(ctx context.Context, prefix string, fn func(key s
 		defer r.caches.Done()
 		defer stop()
 		defer cancel()
-		r.follow(wctx, w)
+		r.follow(wctx, w, gen)
 	}()
 	return nil
 }
@@ -205,12 +206,14 @@ type sharedWatch struct {
 	prefix string // the etcd prefix: <shared_prefix><prefix>
 	fn     func(key string, value []byte)
 	rev    int64
-	known  map[string]bool // keys given to fn and not removed since
+	known  map[string]int64 // keys given to fn and not removed since, with their ModRevision
 }
 
 func (w *sharedWatch) watched() (string, []any) { return w.prefix, []any{"shared_prefix", w.prefix} }
 
 func (w *sharedWatch) revision() int64 { return w.rev }
+
+func (w *sharedWatch) sameAs(kvs []*mvccpb.KeyValue) bool { return sameKeys(w.known, kvs, w.key) }
 
 // readAll gives fn every entry under the prefix, in key order, and nil
 // for the keys it was given before that are gone.
@@ -219,15 +222,15 @@ func (w *sharedWatch) readAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := make(map[string]bool, len(resp.Kvs))
+	now := make(map[string]int64, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		k := w.key(kv.Key)
-		now[k] = true
+		now[k] = kv.ModRevision
 		w.fn(k, entryValue(kv.Value))
 	}
 	gone := make([]string, 0)
 	for k := range w.known {
-		if !now[k] {
+		if _, ok := now[k]; !ok {
 			gone = append(gone, k)
 		}
 	}
@@ -250,7 +253,7 @@ func (w *sharedWatch) apply(resp clientv3.WatchResponse) {
 			delete(w.known, k)
 			w.fn(k, nil)
 		case mvccpb.PUT:
-			w.known[k] = true
+			w.known[k] = ev.Kv.ModRevision
 			w.fn(k, entryValue(ev.Kv.Value))
 		}
 	}

@@ -12,11 +12,13 @@ type Stats struct {
 	// LeaseGrants counts leases granted for instances: the first, a longer
 	// one when a Register asks for more, and one per re-registration.
 	LeaseGrants int64
-	// Reregistrations counts times the lease was lost and every instance
-	// was put again under a new one.
+	// Reregistrations counts times the lease was lost, or no longer held
+	// every instance (etcd wiped or restored from a backup), and every
+	// instance was put again under a new one.
 	Reregistrations int64
 	// FullReads counts reads of a whole service: the first of each service,
-	// and one each time its watch found its revision compacted.
+	// and one each time its watch found its revision compacted, or etcd's
+	// history another (etcd wiped or restored from a backup).
 	FullReads int64
 	// WatchResumes counts service watches that ended (not compacted) and
 	// were started again from their last revision.

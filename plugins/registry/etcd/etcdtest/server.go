@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -124,6 +125,42 @@ func (s *Server) Stop() {
 	s.e.Close()
 	<-s.e.Server.StopNotify()
 	s.e = nil
+}
+
+// Wipe stops the member and starts it again at the same ports on a fresh,
+// empty data directory: a cluster lost and built anew (disaster recovery),
+// whose revision starts again from 1 while its clients run on.
+func (s *Server) Wipe() {
+	s.t.Helper()
+	s.Stop()
+	s.dir = s.t.TempDir()
+	s.StartAgain()
+}
+
+// Backup stops the member, copies its data directory, starts it again,
+// and returns the copy, for RestoreBackup.
+func (s *Server) Backup() string {
+	s.t.Helper()
+	s.Stop()
+	backup := s.t.TempDir()
+	if err := os.CopyFS(backup, os.DirFS(s.dir)); err != nil {
+		s.t.Fatalf("etcdtest: back up %s: %v", s.dir, err)
+	}
+	s.StartAgain()
+	return backup
+}
+
+// RestoreBackup stops the member and starts it again at the same ports on
+// a copy of backup (from Backup): a cluster restored from an older backup,
+// whose revision goes back to the backup's while its clients run on.
+func (s *Server) RestoreBackup(backup string) {
+	s.t.Helper()
+	s.Stop()
+	s.dir = s.t.TempDir()
+	if err := os.CopyFS(s.dir, os.DirFS(backup)); err != nil {
+		s.t.Fatalf("etcdtest: restore %s: %v", backup, err)
+	}
+	s.StartAgain()
 }
 
 // Version is the version of the etcd server embedded.
