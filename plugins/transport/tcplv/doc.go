@@ -86,9 +86,13 @@
 // caller of WriteFrame writes its frame itself. When a write is in flight the
 // frame is queued, and whoever writes next (the per-connection writer
 // goroutine, or a caller that finds the connection free) sends the whole
-// queue in one write or writev. While the reader works through frames it
-// has already received (a burst of answers, say), the requests their
-// callers write meanwhile, and answers queued with QueueFrame, wait in the
+// queue in one write or writev. A caller that writes the queue writes its
+// own frame last (frames queued meanwhile wait for the next write), so
+// that a write that fails says truly that the caller's frame did not reach
+// the peer whole: the engine sends such a call again elsewhere. While the
+// reader works through frames it has already received (a burst of
+// answers, say), the requests their callers write meanwhile, and answers
+// queued with QueueFrame, wait in the
 // queue: the writer goroutine sends them together once no whole frame is
 // left unread. Other frames (Cancel, GoAway, Ping) never wait. At 64
 // callers this cut the client's write calls per call from 0.54 to about

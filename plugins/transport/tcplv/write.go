@@ -101,9 +101,7 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		err = c.writeDirect(f)
 	default:
 		// Frames queued before this one must leave first.
-		if err = c.enqueue(f, f.Payload); err == nil {
-			err = c.flushLocked()
-		}
+		err = c.flushWith(f)
 	}
 	c.wmu.Unlock()
 	return err
@@ -341,6 +339,27 @@ func (c *conn) flushLocked() error {
 	c.qmu.Lock()
 	c.takeQueueLocked()
 	c.qmu.Unlock()
+	return c.writeTaken()
+}
+
+// flushWith sends the queue with f last, in one write or writev; wmu is
+// held. f is added and the queue taken in one hold of qmu, so that a frame
+// queued meanwhile waits for the next write: a write that fails has then
+// failed before f's last byte, and f did not reach the peer whole, as the
+// error WriteFrame returns says (kernel.Conn). Behind f, such a frame
+// could fail the write after f had left whole: the engine, taking f for
+// unsent, would send its call again, and the server would run it twice.
+func (c *conn) flushWith(f *kernel.Frame) error {
+	c.qmu.Lock()
+	own, queued := c.appendLocked(f, f.Payload)
+	if queued >= 0 {
+		c.takeQueueLocked()
+	}
+	c.qmu.Unlock()
+	c.pool.Put(own)
+	if queued < 0 {
+		return c.queueOverflow(-queued)
+	}
 	return c.writeTaken()
 }
 

@@ -3,10 +3,14 @@ package tcplv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
+	"reflect"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -238,5 +242,80 @@ func TestWriteQueueHoldsNoMoreThanMaxWriteQueue(t *testing.T) {
 	}
 	if accepted > int(o.MaxWriteQueue) {
 		t.Fatalf("the connection accepted %d bytes for a peer that read none of them before cutting it off; max_write_queue is %d", accepted, o.MaxWriteQueue)
+	}
+}
+
+// TestAFrameTheFailedFlushSentWholeIsNotReportedUnsent: a caller that
+// finds the socket free but frames queued flushes them with its own; a
+// frame another caller queues meanwhile must not ride in that write
+// behind it. If it does, and the write fails in that frame, the flushing
+// caller's WriteFrame returns the failure though its own frame reached
+// the peer whole: the engine takes that error for "not sent" and sends
+// the call again on another connection, and the server runs it twice.
+//
+// The flushing caller is held between queueing its frame and writing
+// (in the Put of its payload's buffer, on a free list's lock the test
+// holds), while the other caller queues; the peer then reads exactly
+// the frames before the other one and hangs up.
+func TestAFrameTheFailedFlushSentWholeIsNotReportedUnsent(t *testing.T) {
+	c, peer := pipeConn(t, testOptions())
+	queued := &kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "/s/m", Payload: []byte("queued before")}
+	want := encode(queued)
+	if err := c.enqueue(queued, nil); err != nil { // as a caller that found the socket busy
+		t.Fatal(err)
+	}
+	// The flushing caller's payload: copied into the queue, then its
+	// buffer (1 KiB: the own pool's second class) goes back to the pool.
+	payload := append(make([]byte, 0, 1024), "flushed"...)
+	flushed := &kernel.Frame{Type: kernel.FrameRequest, CallID: 2, Method: "/s/m", Payload: payload}
+	want = append(want, encode(flushed)...)
+	class := reflect.ValueOf(c.pool.own).Elem().FieldByName("classes").Index(1).FieldByName("mu")
+	held := (*sync.Mutex)(unsafe.Pointer(class.UnsafeAddr()))
+	held.Lock()
+	done := make(chan error, 1)
+	go func() { done <- c.WriteFrame(flushed) }()
+	// Its frame is in the queue, or in the batch it took for its write.
+	for c.queued.Load() != 2 && c.inflight.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// The flushing caller holds wmu: this one queues and returns.
+	later := &kernel.Frame{Type: kernel.FrameRequest, CallID: 3, Method: "/s/m", Payload: []byte("queued after")}
+	if err := c.WriteFrame(later); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(want))
+		n, _ := io.ReadFull(peer, b)
+		peer.Close() // the peer dies with the frames it read
+		got <- b[:n]
+	}()
+	held.Unlock()
+	err := <-done
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the peer read %q, want the two frames before the later one, whole: %q", b, want)
+	}
+	if err != nil {
+		t.Fatalf("WriteFrame of call 2 = %v, though the peer read its frame whole: the engine would send it again, and it would run twice", err)
+	}
+}
+
+// TestAFramePartlyWrittenIsReportedUnsent: the other half of WriteFrame's
+// promise. A frame whose write fails before its last byte never reached
+// the peer whole, so no server ran it: WriteFrame says so with an error
+// that is not a *Status (the connection died), and the engine may send
+// the call again elsewhere.
+func TestAFramePartlyWrittenIsReportedUnsent(t *testing.T) {
+	c, peer := pipeConn(t, testOptions())
+	f := &kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Method: "/s/m", Payload: []byte("cut short")}
+	n := len(encode(f)) - 1
+	go func() {
+		io.ReadFull(peer, make([]byte, n))
+		peer.Close()
+	}()
+	err := c.WriteFrame(f)
+	var st *kernel.Status
+	if err == nil || errors.As(err, &st) || c.Err() == nil {
+		t.Fatalf("WriteFrame of a frame the peer got %d of %d bytes of = %v (connection: %v); want the connection's death, which says it was not sent", n, n+1, err, c.Err())
 	}
 }
