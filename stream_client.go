@@ -3,6 +3,7 @@ package kernrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	}
 	if cc.flow == nil {
 		cc.flow = newConnFlow(int64(c.cfg.Streams.ConnectionWindow))
+		cc.flow.refused = cc.grantRefused
 	}
 	cc.stopIdleReadLocked()
 	cc.nextID++
@@ -295,6 +297,19 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	cs.stop = stop
 	cs.core.mu.Unlock()
 	return nil
+}
+
+// grantRefused fails a connection on which the transport refused a
+// WindowUpdate alone (shm-ring: the server read nothing for wait_timeout):
+// the server would wait for that credit for good (writeGrant). Its streams
+// and calls end at once, Unavailable, instead of hanging.
+func (cc *clientConn) grantRefused(id uint64, err error) {
+	if cc.conn.Err() != nil {
+		return
+	}
+	cc.log.get().Warn("flow-control credit not sent; closing the connection so that its streams end instead of waiting for it",
+		"call_id", id, "peer", cc.conn.RemoteAddr(), "err", err)
+	cc.fail(fmt.Errorf("flow-control credit (a WindowUpdate on call id %d) could not be sent: %w", id, err))
 }
 
 // queueCtl sends a control frame (or a stream's message) through the

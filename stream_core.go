@@ -323,7 +323,7 @@ func (s *streamCore) finalErr() error {
 // grant sends the credit a read earned back to the sender: on the stream,
 // once half its window is read, and on the connection.
 func (s *streamCore) grant(stream, cost int64) {
-	writeGrant(s.writeCtl, s.id, stream)
+	s.flow.writeGrant(s.writeCtl, s.id, stream)
 	if cost > 0 {
 		s.flow.consumed(cost, s.writeCtl)
 	}

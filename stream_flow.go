@@ -1,6 +1,7 @@
 package kernrpc
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -156,6 +157,11 @@ type connFlow struct {
 	// copies are the buffers received payloads are copied into once held
 	// is at its bound, taken back after decoding.
 	copies *bufpool.Pool
+	// refused is told of a WindowUpdate the transport refused alone (a
+	// *kernel.Status: shm-ring found no room in its ring for wait_timeout)
+	// on a connection that lives on; the side closes the connection (see
+	// writeGrant). Set once, before the first grant.
+	refused func(id uint64, err error)
 }
 
 // maxHeldPerConn bounds the payloads a connection's streams keep lent.
@@ -202,7 +208,7 @@ func (fl *connFlow) consumed(cost int64, write func(*kernel.Frame) error) {
 	fl.mu.Lock()
 	grant := fl.recv.consumed(cost)
 	fl.mu.Unlock()
-	writeGrant(write, 0, grant)
+	fl.writeGrant(write, 0, grant)
 }
 
 // maxGrant is the most one WindowUpdate grants: credit goes below 2³¹.
@@ -211,12 +217,32 @@ const maxGrant = 1<<31 - 1
 // writeGrant sends n of credit on stream id (0: the connection), in as
 // many WindowUpdates as it takes: what is due can pass maxGrant when a
 // message larger than the window was read.
-func writeGrant(write func(*kernel.Frame) error, id uint64, n int64) {
+//
+// Credit whose WindowUpdate fails is not sent again. On a dead connection
+// that does not matter. One the transport refused alone (the connection
+// lives on) leaves the peer short of that credit for good: counted as
+// granted here, it never reaches the sender, whose stream (or, on the
+// connection, every stream) may wait for it until its context ends, and
+// nothing would prompt a second try, since the sender sends nothing while
+// it waits. So the side is told (refused), and closes the connection: its
+// calls and streams end at once, Unavailable on the client, instead of
+// hanging.
+func (fl *connFlow) writeGrant(write func(*kernel.Frame) error, id uint64, n int64) {
 	for n > 0 {
 		c := min(n, maxGrant)
-		if write(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: id, Credit: uint32(c)}) != nil {
+		if err := write(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: id, Credit: uint32(c)}); err != nil {
+			fl.grantFailed(id, err)
 			return
 		}
 		n -= c
+	}
+}
+
+// grantFailed handles a WindowUpdate (a grant, or a window announced)
+// that could not be written: refused alone, it tells the side.
+func (fl *connFlow) grantFailed(id uint64, err error) {
+	var st *kernel.Status
+	if fl.refused != nil && errors.As(err, &st) {
+		fl.refused(id, err)
 	}
 }

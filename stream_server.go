@@ -154,8 +154,14 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 		c.timer = time.AfterFunc(f.Timeout, c.expire)
 		c.mu.Unlock()
 	}
-	if err := flow.announce(sc.send); err == nil {
-		_ = sc.send(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: c.id, Credit: uint32(ss.core.recvWin.window)})
+	err = flow.announce(sc.send)
+	if err == nil {
+		err = sc.send(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: c.id, Credit: uint32(ss.core.recvWin.window)})
+	}
+	if err != nil {
+		// The client sends nothing on the stream before it has both
+		// windows: refused alone, the connection is closed (writeGrant).
+		flow.grantFailed(c.id, err)
 	}
 	go sc.runStream(ss)
 }
@@ -165,8 +171,23 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 func (sc *serverConn) connFlow() *connFlow {
 	if sc.flow == nil {
 		sc.flow = newConnFlow(sc.srv.connWindow())
+		sc.flow.refused = sc.grantRefused
 	}
 	return sc.flow
+}
+
+// grantRefused closes a connection on which the transport refused a
+// WindowUpdate alone (shm-ring: the client read nothing for wait_timeout):
+// the client would wait for that credit for good (writeGrant). Its streams
+// and calls fail at once, Unavailable, as when an answer is refused for
+// want of room (closeUnanswered).
+func (sc *serverConn) grantRefused(id uint64, err error) {
+	if sc.conn.Err() != nil {
+		return
+	}
+	sc.srv.log.Warn("flow-control credit not sent; closing the connection so that its streams end instead of waiting for it",
+		"call_id", id, "peer", sc.conn.RemoteAddr(), "err", err)
+	_ = sc.conn.Close()
 }
 
 // send writes f without waiting on the peer where the transport allows

@@ -99,3 +99,26 @@ func TestGrantsNearTheLargestWindow(t *testing.T) {
 		t.Fatalf("granted %d back in %d frames, after %d was read", granted, len(frames), due)
 	}
 }
+
+// A grant the transport refuses alone (a *kernel.Status) is reported to
+// the side, which closes the connection: the credit would never reach the
+// peer otherwise. One that fails because the connection is dead is not:
+// nothing waits for it.
+func TestRefusedGrantIsReported(t *testing.T) {
+	fl := newConnFlow(1 << 10)
+	var reported []uint64
+	fl.refused = func(id uint64, err error) { reported = append(reported, id) }
+	refuse := func(*kernel.Frame) error {
+		return kernel.RefusedFrame(kernel.ResourceExhausted, "test: no room", nil)
+	}
+	dead := func(*kernel.Frame) error { return kernel.ErrClosed }
+	fl.writeGrant(refuse, 7, 600)
+	fl.writeGrant(dead, 8, 600)
+	if !fl.accept(600) {
+		t.Fatal("600 of a 1024 window refused")
+	}
+	fl.consumed(600, refuse)
+	if len(reported) != 2 || reported[0] != 7 || reported[1] != 0 {
+		t.Fatalf("refusals reported for call ids %v; want [7 0] (the stream's, then the connection's)", reported)
+	}
+}
