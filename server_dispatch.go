@@ -39,10 +39,8 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		}
 		c.info.ResponseSize = len(out.Payload)
 	}
-	if st := (*kernel.Status)(nil); err != nil && errors.As(err, &st) && st != nil && st.Code == kernel.OK {
-		// An error is no answer: the caller gets Unknown (setStatus), and
-		// observers (a metrics counter, a span) must count it so too.
-		err = &kernel.Status{Code: kernel.Unknown, Message: st.Message}
+	if err != nil {
+		err = notOK(err)
 	}
 	if c.desc != nil && len(c.desc.observe) > 0 {
 		defer sc.observe(c, err) // after the answer is written
@@ -88,6 +86,18 @@ func setStatus(out *kernel.Frame, c *callCtx, err error, what string) {
 	if st.Retryable && !c.handled {
 		out.Flags |= kernel.FlagRetryable
 	}
+}
+
+// notOK returns err, or, for a *kernel.Status claiming OK, one saying
+// Unknown with its message: an error is no answer, the caller gets Unknown
+// (setStatus), and observers (a metrics counter, a span) must count it so
+// too. Only on the error path: errors.As makes its target escape.
+func notOK(err error) error {
+	var st *kernel.Status
+	if errors.As(err, &st) && st != nil && st.Code == kernel.OK {
+		return &kernel.Status{Code: kernel.Unknown, Message: st.Message}
+	}
+	return err
 }
 
 // maxStatusMessage bounds the status message an answer carries: a
