@@ -124,26 +124,29 @@ const maxRefusalMessage = 1 << 10
 // the answer becomes that status, which the caller receives at once
 // instead of waiting for its deadline. Refused for another reason, or if
 // even the status cannot be sent, the connection is closed, so that the
-// client learns at once.
-func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) {
+// client learns at once. It returns the code the client gets. A stream's
+// final status comes here too: c.out is free then.
+func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) kernel.Code {
 	s := sc.srv
 	var st *kernel.Status
 	if !errors.As(err, &st) || sc.conn.Err() != nil {
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
-		return
+		return kernel.Unavailable
 	}
 	if !errors.Is(err, kernel.ErrFrameTooLarge) && !errors.Is(err, kernel.ErrMetadataTooLarge) {
 		// Refused for want of room (a client that does not read its
 		// answers, say): a second answer would wait as long in vain.
 		sc.closeUnanswered(c, err)
-		return
+		return kernel.Unavailable
 	}
 	s.log.Warn("response refused by the transport; answering with the reason instead", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
 	msg := cutMessage("the server could not send the answer to "+c.info.Method+": "+st.Message, maxRefusalMessage)
 	c.out = kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id, Code: st.Code, Message: msg}
 	if err := write(&c.out); err != nil {
 		sc.closeUnanswered(c, err)
+		return kernel.Unavailable
 	}
+	return st.Code
 }
 
 // closeUnanswered closes a connection on which c's answer cannot be sent,

@@ -48,15 +48,21 @@ func TestStreamGrantRefusedByAFullRingDoesNotStallTheConnection(t *testing.T) {
 		})
 		// Flood.Late, once its client cancelled it (and so reads nothing
 		// more), sends until the ring has no room for even an empty
-		// message: ResourceExhausted after wait_timeout.
+		// message: ResourceExhausted after wait_timeout. Its own final
+		// status would find no room either, and close the connection
+		// (answerRefused): it returns only once the grant was refused.
 		kernrpc.HandleServerStream(srv, "Flood.Late", func(ctx context.Context, _ *echopb.Echo, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
 			<-ctx.Done()
 			time.Sleep(5 * time.Millisecond) // the client's reader has left
-			defer close(flooded)
 			for _, size := range []int{1 << 10, 0} {
 				m := &echopb.Echo{Payload: make([]byte, size)}
 				for st.Send(m) == nil {
 				}
+			}
+			close(flooded)
+			<-release
+			for end := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "flow-control credit not sent") && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
 			}
 			return nil
 		})

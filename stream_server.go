@@ -209,11 +209,14 @@ func (sc *serverConn) answerStreamWith(c *callCtx, err error, md kernel.Metadata
 		setStatus(out, c, err, "the stream of "+c.info.Method)
 	}
 	out.Metadata = md
+	code := out.Code
 	if err := sc.send(out); err != nil {
-		sc.srv.log.Debug("stream's final status not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
+		// As a unary answer: refused alone, the client gets the reason
+		// (or loses the connection), not a stream that never ends.
+		code = sc.answerRefused(c, sc.send, err)
 	}
 	if cn := sc.srv.console; cn != nil {
-		cn.recordStream(c, out.Code)
+		cn.recordStream(c, code)
 	}
 }
 
