@@ -43,7 +43,9 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 		err = notOK(err)
 	}
 	if c.desc != nil && len(c.desc.observe) > 0 {
-		defer sc.observe(c, err) // after the answer is written
+		// After the answer is written, with what was sent: an answer the
+		// transport refused for its size went as a status (answerRefused).
+		defer func() { sc.observe(c, err) }()
 	}
 	if lent != nil {
 		// Only now: the response may have pointed into the request.
@@ -57,8 +59,10 @@ func (sc *serverConn) serve(c *callCtx, f *kernel.Frame, burst bool) {
 	if q, ok := sc.conn.(kernel.FrameQueuer); ok && burst {
 		write = q.QueueFrame
 	}
-	if err := write(out); err != nil {
-		sc.answerRefused(c, write, err)
+	if werr := write(out); werr != nil {
+		if sent := sc.answerRefused(c, write, werr); sent != nil {
+			err, c.info.ResponseSize = sent, 0
+		}
 	}
 }
 
@@ -124,29 +128,30 @@ const maxRefusalMessage = 1 << 10
 // the answer becomes that status, which the caller receives at once
 // instead of waiting for its deadline. Refused for another reason, or if
 // even the status cannot be sent, the connection is closed, so that the
-// client learns at once. It returns the code the client gets. A stream's
-// final status comes here too: c.out is free then.
-func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) kernel.Code {
+// client learns at once. It returns the status sent instead, for the
+// call's observers, or nil if none was (the client then loses the
+// connection). A stream's final status comes here too: c.out is free then.
+func (sc *serverConn) answerRefused(c *callCtx, write func(*kernel.Frame) error, err error) *kernel.Status {
 	s := sc.srv
 	var st *kernel.Status
 	if !errors.As(err, &st) || sc.conn.Err() != nil {
 		s.log.Debug("response not sent: connection gone", "method", c.info.Method, "call_id", c.id, "err", err)
-		return kernel.Unavailable
+		return nil
 	}
 	if !errors.Is(err, kernel.ErrFrameTooLarge) && !errors.Is(err, kernel.ErrMetadataTooLarge) {
 		// Refused for want of room (a client that does not read its
 		// answers, say): a second answer would wait as long in vain.
 		sc.closeUnanswered(c, err)
-		return kernel.Unavailable
+		return nil
 	}
 	s.log.Warn("response refused by the transport; answering with the reason instead", "method", c.info.Method, "call_id", c.id, "peer", sc.conn.RemoteAddr(), "err", err)
 	msg := cutMessage("the server could not send the answer to "+c.info.Method+": "+st.Message, maxRefusalMessage)
 	c.out = kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: c.id, Code: st.Code, Message: msg}
 	if err := write(&c.out); err != nil {
 		sc.closeUnanswered(c, err)
-		return kernel.Unavailable
+		return nil
 	}
-	return st.Code
+	return &kernel.Status{Code: st.Code, Message: msg}
 }
 
 // closeUnanswered closes a connection on which c's answer cannot be sent,

@@ -213,7 +213,10 @@ func (sc *serverConn) answerStreamWith(c *callCtx, err error, md kernel.Metadata
 	if err := sc.send(out); err != nil {
 		// As a unary answer: refused alone, the client gets the reason
 		// (or loses the connection), not a stream that never ends.
-		code = sc.answerRefused(c, sc.send, err)
+		code = kernel.Unavailable // the connection is closed
+		if sent := sc.answerRefused(c, sc.send, err); sent != nil {
+			code = sent.Code
+		}
 	}
 	if cn := sc.srv.console; cn != nil {
 		cn.recordStream(c, code)

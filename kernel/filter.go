@@ -175,9 +175,10 @@ type Admitter interface {
 // info.ResponseSize set and err the error the call was answered with:
 // for the calls that went through Invoke (handled is true; err is what the
 // chain returned, or the Internal status sent instead of an answer that
-// failed to encode), and for those answered before it, which no filter's
-// Invoke sees: refused by an Admitter, or whose request did not decode
-// (handled is false).
+// failed to encode, or the status sent instead of an answer the transport
+// refused for its size, with ResponseSize 0), and for those answered
+// before it, which no filter's Invoke sees: refused by an Admitter, or
+// whose request did not decode (handled is false).
 // It runs on the call's goroutine, so it must be quick and must not block.
 type CallObserver interface {
 	CallEnded(info *CallInfo, err error, handled bool)

@@ -332,7 +332,9 @@ func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
 }
 
 // codeOf is kernel.CodeOf without its allocation for the errors calls
-// usually end with: a *kernel.Status or a context error as such.
+// usually end with: a *kernel.Status or a context error as such. An error
+// that claims OK is Unknown, as the engine sends it: an error is no
+// answer.
 func codeOf(err error) kernel.Code {
 	switch err {
 	case nil:
@@ -342,8 +344,14 @@ func codeOf(err error) kernel.Code {
 	case context.DeadlineExceeded:
 		return kernel.DeadlineExceeded
 	}
+	var c kernel.Code
 	if s, ok := err.(*kernel.Status); ok {
-		return s.Code
+		c = s.Code
+	} else {
+		c = kernel.CodeOf(err)
 	}
-	return kernel.CodeOf(err)
+	if c == kernel.OK {
+		return kernel.Unknown
+	}
+	return c
 }

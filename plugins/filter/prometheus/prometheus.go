@@ -70,7 +70,9 @@
 // answer of a call of a served method is written, with its size and
 // code, and kernrpc_server_calls_total counts every call there, by the
 // code it was answered with (Internal for a handler's answer that failed
-// to encode). The calls answered before Invoke (refused by a
+// to encode, ResourceExhausted with no response bytes for one the
+// transport refused for its size, Unknown for an error that claims OK).
+// The calls answered before Invoke (refused by a
 // kernel.Admitter such as auth, token-bucket or overload, or whose
 // request did not decode) are counted in the request bytes there too,
 // but not timed: the histogram counts the calls that went through Invoke
