@@ -34,6 +34,12 @@
 // of the chain panics (a handler: the engine answers it Internal) is a
 // failure, logged with code=Internal as the panic goes on up; for a
 // call, a recover filter after this one puts the panic's value in err.
+// An error that claims OK (a *kernel.Status with code OK) is logged
+// code=Unknown, as the engine sends it: an error is no answer. A
+// server's line of a handled call is written when the rest of the chain
+// returns, with its outcome: an answer that then fails to encode (sent
+// as Internal) or that the transport refuses for its size (sent as
+// ResourceExhausted) is logged as the chain ended it.
 //
 // On the server, a call answered before the filters ran (an Admitter
 // refused it: auth, token-bucket, overload; or its request did not
@@ -182,7 +188,7 @@ func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallIn
 	if info.Side == kernel.ClientSide && info.Attempt > 0 {
 		attrs = append(attrs, slog.Int("attempt", info.Attempt))
 	}
-	attrs = append(attrs, slog.String("code", kernel.CodeOf(err).String()), slog.Duration("duration", took))
+	attrs = append(attrs, slog.String("code", codeOf(err).String()), slog.Duration("duration", took))
 	if n, ok := size(req); ok {
 		attrs = append(attrs, slog.Int("req_bytes", n))
 	}
@@ -227,7 +233,18 @@ func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
 		return
 	}
 	log.LogAttrs(ctx, f.errorLevel, "call", slog.String("side", info.Side.String()), slog.String("method", info.Method),
-		slog.String("peer", info.Peer), slog.String("code", kernel.CodeOf(err).String()), errAttr(err))
+		slog.String("peer", info.Peer), slog.String("code", codeOf(err).String()), errAttr(err))
+}
+
+// codeOf is the code a call or stream that ended with err was answered
+// with: an error that claims OK is Unknown, as the engine sends it, since
+// an error is no answer.
+func codeOf(err error) kernel.Code {
+	c := kernel.CodeOf(err)
+	if c == kernel.OK && err != nil {
+		return kernel.Unknown
+	}
+	return c
 }
 
 // panicked is the error a line gives a call or stream whose next
