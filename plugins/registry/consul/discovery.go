@@ -236,6 +236,13 @@ func (c *serviceCache) update(entries []*api.ServiceEntry, first bool) {
 	set := make([]kernel.Instance, 0, len(entries))
 	var skipped map[string]string
 	for _, e := range entries {
+		if e.Service != nil && e.Service.Service != c.service {
+			// Consul looks a service up whatever the case of its name
+			// (hashicorp/consul#5707): this entry is of "Echo" where
+			// c.service is "echo". kernrpc's service names are exact, and
+			// a client of one must not dial the servers of the other.
+			continue
+		}
 		in, err := decodeEntry(c.service, e)
 		if err == nil {
 			set = append(set, in)

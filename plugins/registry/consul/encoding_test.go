@@ -108,8 +108,8 @@ func TestUndialableEntriesAreLoggedOnce(t *testing.T) {
 	var logged strings.Builder
 	c := &serviceCache{r: &Registry{log: slog.New(slog.NewTextHandler(&logged, nil))}, service: "web",
 		attempted: make(chan struct{}), watchers: map[*watcher]func() bool{}}
-	good := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.1"}, Service: &api.AgentService{ID: "web-1", Port: 8080}}
-	noPort := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.2"}, Service: &api.AgentService{ID: "web-2"}}
+	good := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.1"}, Service: &api.AgentService{ID: "web-1", Service: "web", Port: 8080}}
+	noPort := &api.ServiceEntry{Node: &api.Node{Address: "10.1.1.2"}, Service: &api.AgentService{ID: "web-2", Service: "web"}}
 	noAddr := entryOf("web", map[string]string{metaMark: "1", metaChunk + "0": `{"id":"a"}`})
 	c.update([]*api.ServiceEntry{good, noPort, noAddr}, true)
 	c.update([]*api.ServiceEntry{good, noPort, noAddr}, false)

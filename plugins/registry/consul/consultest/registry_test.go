@@ -439,3 +439,41 @@ func TestCloseEndsAWaitForTheFirstAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Consul finds a service whatever the case of its name, but kernrpc's
+// service names are exact: "Echo" and "echo" are two services, and a
+// client of one must not be given the servers of the other (which would
+// answer its calls with an unknown service).
+func TestServicesDifferingOnlyInCaseStayApart(t *testing.T) {
+	s := standIn(t, fast)
+	upper := open(t, s.Addr(), nil)
+	lower := open(t, s.Addr(), nil)
+	observer := open(t, s.Addr(), nil)
+	if err := upper.Register(ctx(t), instance("Echo", "a"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := lower.Register(ctx(t), instance("echo", "b"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := observer.Watch(ctx(t), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set := <-ch; ids(set) != "b" {
+		t.Errorf("Watch(echo) first set: %s; want b only (a is of service Echo)", ids(set))
+	}
+	for _, tc := range []struct{ service, want string }{{"echo", "b"}, {"Echo", "a"}, {"ECHO", ""}} {
+		set, err := observer.Resolve(ctx(t), tc.service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids(set) != tc.want {
+			t.Errorf("Resolve(%s): %q; want %q", tc.service, ids(set), tc.want)
+		}
+		for _, in := range set {
+			if in.Service != tc.service {
+				t.Errorf("Resolve(%s) gave an instance of service %q", tc.service, in.Service)
+			}
+		}
+	}
+}

@@ -21,6 +21,8 @@
 //     Options.ReapInterval (Consul's 30s).
 //   - GET /v1/health/service/:service (?passing, ?index, ?wait): the
 //     service's entries, only those whose checks all pass with ?passing.
+//     As in Consul, the name matches services registered under any case
+//     of it ("Echo" finds "echo"), each entry keeping its own.
 //     X-Consul-Index is the index of the last change to that service
 //     (registration, deregistration, a check's status, not its output,
 //     as an agent syncs output changes lazily). With ?index=N the request

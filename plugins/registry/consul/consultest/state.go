@@ -18,7 +18,7 @@ const nodeName = "consultest"
 type state struct {
 	index    uint64              // the last index handed out
 	services map[string]*service // by service ID
-	names    map[string]uint64   // service name -> index of its last change
+	names    map[string]uint64   // lower-cased service name -> index of its last change
 	sessions map[string]*session
 	kv       map[string]*kvEntry
 	kvIndex  map[string]uint64 // key -> index of its last change, deletions included
@@ -70,10 +70,12 @@ func newState() *state {
 
 func (st *state) next() uint64 { st.index++; return st.index }
 
-// serviceIndex is the X-Consul-Index of a health query on name.
-func (st *state) serviceIndex(name string) uint64 { return max(st.names[name], 1) }
+// serviceIndex is the X-Consul-Index of a health query on name. Consul
+// looks a service up by its name regardless of case (see byName), so the
+// index is kept per lower-cased name.
+func (st *state) serviceIndex(name string) uint64 { return max(st.names[strings.ToLower(name)], 1) }
 
-func (st *state) touchService(name string) { st.names[name] = st.next() }
+func (st *state) touchService(name string) { st.names[strings.ToLower(name)] = st.next() }
 
 var metaKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
@@ -104,7 +106,7 @@ func validateMeta(meta map[string]string) error {
 func (st *state) register(svc *service, now time.Time) {
 	if old := st.services[svc.ID]; old != nil {
 		svc.CreateIndex = old.CreateIndex
-		if old.Name != svc.Name {
+		if !strings.EqualFold(old.Name, svc.Name) {
 			st.touchService(old.Name)
 		}
 		if svc.Check != nil && old.Check != nil && old.Check.ID == svc.Check.ID && svc.Check.Status == "" {
@@ -121,7 +123,7 @@ func (st *state) register(svc *service, now time.Time) {
 		}
 	}
 	st.touchService(svc.Name)
-	svc.ModifyIndex = st.names[svc.Name]
+	svc.ModifyIndex = st.names[strings.ToLower(svc.Name)]
 	if svc.CreateIndex == 0 {
 		svc.CreateIndex = svc.ModifyIndex
 	}
@@ -195,11 +197,16 @@ func (st *state) reap(now time.Time, minAfter time.Duration) bool {
 // always does here).
 func (svc *service) passing() bool { return svc.Check == nil || svc.Check.Status == "passing" }
 
-// byName returns the services of a name sorted by ID.
+// byName returns the services of a name sorted by ID. As in Consul, the
+// name matches regardless of case, and each service keeps the case it was
+// registered with: /v1/health/service/Echo also returns the instances
+// registered as "echo" (hashicorp/consul#5707: the catalog's list of
+// services is case-sensitive, the lookups of one service, health, catalog
+// and DNS, are not).
 func (st *state) byName(name string) []*service {
 	var out []*service
 	for _, svc := range st.services {
-		if svc.Name == name {
+		if strings.EqualFold(svc.Name, name) {
 			out = append(out, svc)
 		}
 	}
