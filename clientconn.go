@@ -354,7 +354,7 @@ func (cc *clientConn) wait(ctx context.Context, c *Client, call *callState, at *
 		cc.mu.Unlock()
 		// Tell the server to stop working on it; its late answer, if any, is
 		// dropped as a response for an unknown call.
-		_ = cc.conn.WriteFrame(cancelFrame(at.id, ctx))
+		cc.cancel(at.id, ctx)
 		return c.ctxStatus(ctx, call, "while waiting for the answer to "+info.Method+" from "+cc.conn.RemoteAddr())
 	}
 }

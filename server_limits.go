@@ -1,6 +1,7 @@
 package kernrpc
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -57,7 +58,7 @@ func (w *callIDWindow) admit(id uint64) (fresh, late bool) {
 // connection still serves: a retryable Unavailable would tell the client
 // the server is going away.
 func (sc *serverConn) refuseLate(id uint64) {
-	sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
+	sc.answerUnprocessed(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
 		Message: "the call id is " + strconv.Itoa(replayWindow) + " or more below the highest this connection carried, so the server cannot tell it from a replay; the call was not processed"})
 }
 
@@ -66,8 +67,28 @@ func (sc *serverConn) refuseLate(id uint64) {
 // a transport without a queue (shm-ring) may wait for room to write.
 func (sc *serverConn) refuseOverLimit(id uint64) {
 	max := sc.srv.cfg.Server.MaxConcurrentCalls
-	sc.queue(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
+	sc.answerUnprocessed(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream | kernel.FlagRetryable, CallID: id, Code: kernel.ResourceExhausted,
 		Message: "the connection already has " + strconv.Itoa(max) + " calls in flight, the server's server.max_concurrent_calls; the call was not processed"})
+}
+
+// answerUnprocessed sends f, the read loop's answer to a call it refused
+// unprocessed. Refused alone (shm-ring: the client read nothing for
+// wait_timeout), it would leave that call waiting in vain on a connection
+// that lives on, since nothing sends it again: the connection is closed
+// instead, as for a refused answer of a call served (closeUnanswered), so
+// that the client learns at once.
+func (sc *serverConn) answerUnprocessed(f *kernel.Frame) {
+	err := sc.send(f)
+	if err == nil {
+		return
+	}
+	var st *kernel.Status
+	if !errors.As(err, &st) || sc.conn.Err() != nil {
+		sc.srv.log.Debug("frame not sent: connection gone", "type", f.Type, "call_id", f.CallID, "err", err)
+		return
+	}
+	sc.srv.log.Warn("refusal of a call not sent; closing the connection so that the client learns at once", "call_id", f.CallID, "peer", sc.conn.RemoteAddr(), "err", err)
+	_ = sc.conn.Close()
 }
 
 // noteReplay logs the first dropped duplicate of a connection: one line

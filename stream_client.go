@@ -316,6 +316,24 @@ func (cc *clientConn) grantRefused(id uint64, err error) {
 // connection's writer where it has one (queueFrame).
 func (cc *clientConn) queueCtl(f *kernel.Frame) error { return queueFrame(cc.conn, f) }
 
+// cancel tells the server that the caller gave up call or stream id. A
+// Cancel the transport refuses alone (shm-ring: the server read nothing
+// for wait_timeout) is not sent again, and the server would run the
+// handler on, a stream's for good (it waits for messages or credit that
+// will not come), holding one of its max_concurrent_calls: the connection
+// is closed instead, which ends every call and stream on it on both sides
+// (Unavailable on the client).
+func (cc *clientConn) cancel(id uint64, ctx context.Context) {
+	err := cc.conn.WriteFrame(cancelFrame(id, ctx))
+	var st *kernel.Status
+	if err == nil || !errors.As(err, &st) || cc.conn.Err() != nil {
+		return
+	}
+	cc.log.get().Warn("cancel not sent; closing the connection so that the server stops the call",
+		"call_id", id, "peer", cc.conn.RemoteAddr(), "err", err)
+	cc.fail(fmt.Errorf("the Cancel of call id %d could not be sent: %w", id, err))
+}
+
 // cancelFrame tells the server a call or stream was given up, and why: a
 // deadline that passed reads as DeadlineExceeded there too, whichever of
 // the Cancel and the server's own copy of the deadline comes first.
@@ -342,7 +360,7 @@ func (cs *ClientStream) endWith(err error) {
 func (cs *ClientStream) abandon(err error) {
 	if ended, first := cs.core.endFirst(err); ended && first {
 		cs.cc.removeStream(cs.core.id)
-		_ = cs.cc.conn.WriteFrame(cancelFrame(cs.core.id, cs.ctx))
+		cs.cc.cancel(cs.core.id, cs.ctx)
 		cs.client.pickDone(cs.inst, err)
 	}
 }
@@ -483,8 +501,18 @@ func (cs *ClientStream) recvNew(v any) error {
 }
 
 // CloseSend tells the server no more messages will come; its RecvMsg
-// returns io.EOF once it has read them all.
-func (cs *ClientStream) CloseSend() error { return cs.core.closeSend() }
+// returns io.EOF once it has read them all. If the transport refuses the
+// half-close alone (shm-ring: the server read nothing for wait_timeout),
+// the stream ends with that status, and the server is told: nothing sends
+// the half-close again, and the server's handler would wait for it.
+func (cs *ClientStream) CloseSend() error {
+	err := cs.core.closeSend()
+	var st *kernel.Status
+	if err != nil && errors.As(err, &st) && cs.cc.conn.Err() == nil {
+		cs.abandon(err)
+	}
+	return err
+}
 
 // Header waits for the server's header metadata, sent with its first
 // message or its final status.
