@@ -62,7 +62,7 @@
 // Load reports (kernel.LoadReporter) rewrite the instance's value under the
 // same lease, at most once per load_report_interval per instance: a report
 // sooner than that is coalesced, and the latest one is written when the
-// interval ends.
+// interval ends; when that write fails, at the end of the next interval.
 //
 // Elections (kernel.Elector) run on concurrency.Election, each Campaign on
 // a session (a lease of the ttl option) of its own: a leader whose process

@@ -106,9 +106,6 @@ func (k *leaseKeeper) register(ctx context.Context, inst kernel.Instance, ttl in
 	key := instanceKey{inst.Service, inst.ID}
 	prev := k.owned[key]
 	o := &ownedInstance{inst: inst, ttl: ttl}
-	if prev != nil {
-		stopFlush(prev)
-	}
 	k.owned[key] = o
 	var err error
 	if k.id == 0 || ttl > k.ttl {
@@ -122,12 +119,16 @@ func (k *leaseKeeper) register(ctx context.Context, inst kernel.Instance, ttl in
 		}
 	}
 	if err != nil {
+		// As it was, with the load report it holds, if any.
 		if prev != nil {
 			k.owned[key] = prev
 		} else {
 			delete(k.owned, key)
 		}
 		return err
+	}
+	if prev != nil {
+		stopFlush(prev) // replaced: what it held goes with it
 	}
 	k.startLocked()
 	return nil

@@ -12,7 +12,8 @@ import (
 // registry must have registered, and writes its value again under the same
 // lease, at most once per load_report_interval: a report sooner than that
 // after the last write is coalesced, and the latest load is written when
-// the interval ends. A zero load.Updated is set to now. While the lease is
+// the interval ends (should that write fail, at the end of the next
+// interval, and so on). A zero load.Updated is set to now. While the lease is
 // lost nothing is written; the re-registration carries the latest load.
 func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load kernel.Load) error {
 	what := fmt.Sprintf("report load of %s/%s", inst.Service, inst.ID)
@@ -68,6 +69,14 @@ func (k *leaseKeeper) flushLoad(key instanceKey, o *ownedInstance) {
 	o.pending = false
 	what := fmt.Sprintf("report load of %s/%s", key.service, key.id)
 	if err := k.putLocked(k.r.ctx, what, o); err != nil {
-		k.r.log.Warn("etcd: writing a coalesced load report failed", "err", err)
+		if k.r.ctx.Err() != nil {
+			return // closed
+		}
+		// Held again, for the next interval: the engine reports a load
+		// only when it changes, so a report dropped here would leave the
+		// old load in etcd indefinitely.
+		o.pending = true
+		o.flush = time.AfterFunc(k.r.opts.LoadReportInterval.D(), func() { k.flushLoad(key, o) })
+		k.r.log.Warn("etcd: writing a coalesced load report failed; trying again at the end of the next interval", "err", err)
 	}
 }
