@@ -229,7 +229,8 @@ func (reg *registration) lock(ctx context.Context) error {
 // ReportLoad writes load into the Meta of an instance this registry
 // registered: at once when the last write is load_report_interval old,
 // otherwise at the end of the interval, where only the latest report of
-// the interval is written. A zero load.Updated is set to now.
+// the interval is written (should that write fail, at the end of the next
+// interval, and so on). A zero load.Updated is set to now.
 func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load kernel.Load) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("consul: report load: %w", err)
@@ -362,11 +363,17 @@ func (r *Registry) keepOne(reg *registration, now time.Time) time.Time {
 	if reg.pending != nil {
 		due := reg.lastLoadWrite.Add(r.cfg.loadEvery)
 		if !now.Before(due) {
-			prev := reg.load
-			reg.load, reg.pending, reg.lastLoadWrite = *reg.pending, nil, now
+			prev, held := reg.load, reg.pending
+			reg.load, reg.pending, reg.lastLoadWrite = *held, nil, now
 			if err := r.writeRegistration(ctx, reg); err != nil && ctx.Err() == nil {
-				reg.load = prev
-				r.log.Warn("consul: writing a load report failed; the next report will try again", "service", reg.inst.Service, "id", reg.inst.ID, "err", err)
+				// Held again, for the next interval: the engine reports a
+				// load only when it changes, so a report dropped here
+				// would leave the old load published indefinitely.
+				reg.load, reg.pending = prev, held
+				r.log.Warn("consul: writing a load report failed; trying again at the end of the next interval", "service", reg.inst.Service, "id", reg.inst.ID, "err", err)
+			}
+			if retry := reg.lastLoadWrite.Add(r.cfg.loadEvery); reg.pending != nil && retry.Before(next) {
+				next = retry
 			}
 		} else if due.Before(next) {
 			next = due

@@ -163,7 +163,7 @@ func TestKeeperRidesOutAnAgentBlip(t *testing.T) {
 	eventually(t, 5*time.Second, "a failed check pass logged", func() bool {
 		return strings.Contains(logs.String(), `msg="consul: passing a TTL check failed; trying again"`)
 	})
-	if !strings.Contains(logs.String(), `msg="consul: writing a load report failed; the next report will try again"`) {
+	if !strings.Contains(logs.String(), `msg="consul: writing a load report failed; trying again at the end of the next interval"`) {
 		t.Errorf("the load write that failed while the agent was away was not logged:\n%s", logs.String())
 	}
 	if err := s.Start(); err != nil {
