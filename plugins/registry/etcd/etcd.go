@@ -1,7 +1,7 @@
 // Package etcd is a service registry on an etcd v3 cluster: servers in any
 // process register instances under one lease per registry, clients resolve
-// and watch them through a local cache, and leaders are elected on etcd's
-// concurrency recipes. docs/registry-etcd.md tells the whole design.
+// and watch them through a local cache, and leaders are elected the way etcd's
+// concurrency recipe does. docs/registry-etcd.md tells the whole design.
 //
 // Config name: "etcd". Options, with defaults:
 //
@@ -64,9 +64,11 @@
 // sooner than that is coalesced, and the latest one is written when the
 // interval ends; when that write fails, at the end of the next interval.
 //
-// Elections (kernel.Elector) run on concurrency.Election, each Campaign on
-// a session (a lease of the ttl option) of its own: a leader whose process
-// dies is replaced once its session's lease expires, within ttl.
+// Elections (kernel.Elector) queue candidates by creation revision, as
+// concurrency.Election does, each Campaign on a session (a lease of the ttl
+// option) of its own, renewed by the registry: a leader whose process dies
+// is replaced once its session's lease expires, within ttl, and a leader
+// that cannot renew gives up within 2/3 of it, before that.
 //
 // Shared entries (kernel.SharedStore, for plugins that keep one state
 // across the clients of a service, such as the breaker's share: registry)
@@ -92,7 +94,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -151,8 +152,9 @@ type Registry struct {
 	closed    bool
 	abandoned bool
 	services  map[string]*serviceCache
-	sessions  map[*concurrency.Session]struct{}
+	sessions  map[*session]struct{}
 	caches    sync.WaitGroup // the services' watch goroutines
+	revoking  sync.WaitGroup // revocations of dropped election sessions
 }
 
 // New builds a registry from opts. It does not dial: a registry of an
@@ -180,7 +182,7 @@ func New(opts Options) (*Registry, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		services: make(map[string]*serviceCache),
-		sessions: make(map[*concurrency.Session]struct{}),
+		sessions: make(map[*session]struct{}),
 
 		reconnected: make(chan struct{}),
 	}
@@ -321,10 +323,12 @@ func (r *Registry) Close() error {
 
 	var errs []error
 	for s := range sessions {
+		s.stop()
 		if abandoned {
-			s.Orphan()
-		} else if err := s.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, fmt.Errorf("%s: close: revoke election session: %w", Name, err))
+			continue
+		}
+		if err := r.revokeSession(r.ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("%s: close: %w", Name, err))
 		}
 	}
 	if err := r.keeper.close(!abandoned); err != nil {
@@ -337,6 +341,7 @@ func (r *Registry) Close() error {
 	}
 	r.cancel()
 	r.caches.Wait()
+	r.revoking.Wait()
 	for _, c := range services {
 		c.closeSubscribers()
 	}
@@ -359,14 +364,14 @@ func (r *Registry) Close() error {
 func (r *Registry) AbandonLeases() {
 	r.mu.Lock()
 	r.abandoned = true
-	sessions := make([]*concurrency.Session, 0, len(r.sessions))
+	sessions := make([]*session, 0, len(r.sessions))
 	for s := range r.sessions {
 		sessions = append(sessions, s)
 	}
 	r.mu.Unlock()
 	r.keeper.abandon()
 	for _, s := range sessions {
-		s.Orphan()
+		s.stop()
 	}
 }
 
