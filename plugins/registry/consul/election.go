@@ -254,7 +254,15 @@ func (l *leadership) monitor(ctx context.Context) {
 	}
 }
 
-func (l *leadership) end() { l.once.Do(func() { close(l.lost) }) }
+// end closes lost, and stops renew and monitor: a leadership that is over
+// neither keeps its session alive nor queries its key, whether or not
+// Resign is called on it (the session, now holding nothing, expires).
+func (l *leadership) end() {
+	l.once.Do(func() {
+		close(l.lost)
+		l.stop()
+	})
+}
 
 // Lost is closed when the leadership ends: resigned, the session lost or
 // no longer renewed (AbandonLeases), the lock taken away, or the registry
