@@ -126,6 +126,11 @@ const registryLongTTL = time.Minute
 //     latest report wins, and a report for an instance not registered
 //     fails and registers nothing (registry_load.go lists them); skipped
 //     otherwise.
+//   - Elector/...: when the registry implements kernel.Elector, one leader
+//     at a time (a new one only once the last one's Lost closed), Resign
+//     handing over, Close and a lost lease ending a leadership, and
+//     Campaign ending with its ctx (registry_elector.go lists them);
+//     skipped otherwise.
 //   - Lease/Expires, Lease/WatchSeesExpiry: an instance whose registry
 //     stopped renewing its lease (kernel.LeaseAbandoner) disappears within
 //     TTL+Tolerance, for Resolve and for watchers. Skipped when the registry
@@ -187,6 +192,7 @@ func registrySuite(t tb, f kernel.Factory[kernel.Registry], cfg RegistryConfig) 
 	t.Run("SharedStore", s.sharedStore) // registry_shared.go
 	t.Run("Notify", s.notify)           // registry_notify.go
 	t.Run("Load", s.load)               // registry_load.go
+	t.Run("Elector", s.elector)         // registry_elector.go
 	t.Run("Lease", s.lease)
 	t.Run("Concurrent", s.concurrent)
 	t.Run("Leaks", s.leaks)

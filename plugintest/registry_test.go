@@ -78,6 +78,9 @@ func TestRegistryMemoryPasses(t *testing.T) {
 		t.Errorf("the good memory registry failed %s: %s", f.path, f.msg)
 	}
 	for _, s := range rec.skips {
+		if s.path == "Registry/Elector" {
+			continue // memory runs no elections: TestRegistryElectorPasses
+		}
 		t.Errorf("the memory registry, which has every capability, had %s skipped: %s", s.path, s.msg)
 	}
 }
