@@ -132,64 +132,8 @@ func TestARefusalOfACallOverTheLimitThatFindsNoRoomClosesTheConnection(t *testin
 // for the stream comes, or the connection ends; a stream opened next must
 // not come first.
 func TestACancelTheTransportRefusesClosesTheConnection(t *testing.T) {
-	logs := enginetest.DefaultLog(t)
-	opts := map[string]any{"ring_size": "16KiB", "wait_timeout": "100ms"}
-	addr := fixedAddress(t, "shm-ring")
-	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	conns := make(chan kernel.Conn, 4)
-	go func() {
-		for {
-			c, err := l.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-			conns <- c
-		}
-	}()
-	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
-	cli := newClient(t, clientCfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	opened := make(chan error, 1)
-	var st kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
-	go func() {
-		var err error
-		st, err = kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.In")
-		opened <- err
-	}()
-	c := receive(t, conns, 10*time.Second, "the client never connected")
-	if !readUntil(t, c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest && f.CallID == 1 }) {
-		t.Fatal("the connection ended before the stream's request")
-	}
-	if err := receive(t, opened, 10*time.Second, "the stream never opened"); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 30}, {Type: kernel.FrameWindowUpdate, CallID: 1, Credit: 1 << 30}} {
-		if err := c.WriteFrame(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Until the ring has no room for even an empty message; the credit
-	// comes in on the client's stream reader meanwhile.
-	for _, size := range []int{1 << 10, 0} {
-		m := &echopb.Echo{Payload: make([]byte, size)}
-		for {
-			err := st.Send(m)
-			if err == nil {
-				continue
-			}
-			if kernel.CodeOf(err) != kernel.ResourceExhausted {
-				t.Fatalf("send: %v, want ResourceExhausted once the ring is full", err)
-			}
-			break
-		}
-	}
+	fs := newFloodedStream(t, "Flood.In")
+	logs, c, cli, ctx, st := fs.logs, fs.c, fs.cli, fs.ctx, fs.st
 	st.Close() // its Cancel finds no room either
 	// Close may leave the Cancel to the stream's own goroutine: wait for
 	// its refusal (the client logs it), so that the reads below cannot
@@ -235,62 +179,8 @@ func TestACancelTheTransportRefusesClosesTheConnection(t *testing.T) {
 // the test is the server: the half-close, a Cancel, or the connection's
 // end must come before a stream opened next.
 func TestAHalfCloseTheTransportRefusesEndsTheStream(t *testing.T) {
-	logs := enginetest.DefaultLog(t)
-	opts := map[string]any{"ring_size": "16KiB", "wait_timeout": "100ms"}
-	addr := fixedAddress(t, "shm-ring")
-	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	conns := make(chan kernel.Conn, 4)
-	go func() {
-		for {
-			c, err := l.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-			conns <- c
-		}
-	}()
-	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
-	cli := newClient(t, clientCfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	opened := make(chan error, 1)
-	var st kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
-	go func() {
-		var err error
-		st, err = kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Sink.Count")
-		opened <- err
-	}()
-	c := receive(t, conns, 10*time.Second, "the client never connected")
-	if !readUntil(t, c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest && f.CallID == 1 }) {
-		t.Fatal("the connection ended before the stream's request")
-	}
-	if err := receive(t, opened, 10*time.Second, "the stream never opened"); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 30}, {Type: kernel.FrameWindowUpdate, CallID: 1, Credit: 1 << 30}} {
-		if err := c.WriteFrame(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, size := range []int{1 << 10, 0} {
-		m := &echopb.Echo{Payload: make([]byte, size)}
-		for {
-			err := st.Send(m)
-			if err == nil {
-				continue
-			}
-			if kernel.CodeOf(err) != kernel.ResourceExhausted {
-				t.Fatalf("send: %v, want ResourceExhausted once the ring is full", err)
-			}
-			break
-		}
-	}
+	fs := newFloodedStream(t, "Sink.Count")
+	logs, c, cli, ctx, st := fs.logs, fs.c, fs.cli, fs.ctx, fs.st
 	if err := st.CloseSend(); kernel.CodeOf(err) != kernel.ResourceExhausted {
 		t.Fatalf("CloseSend on a full ring: %v, want ResourceExhausted", err)
 	}
@@ -322,4 +212,79 @@ func TestAHalfCloseTheTransportRefusesEndsTheStream(t *testing.T) {
 	if err := receive(t, done, 10*time.Second, "Recv after a refused CloseSend never returned"); err == nil {
 		t.Fatal("Recv after a refused CloseSend returned a message")
 	}
+}
+
+// floodedStream is a client on shm-ring whose server is the test itself,
+// speaking frames over c: the client opened a stream (call id 1), was
+// granted credit, and sent messages until the ring to c had no room for
+// even an empty one. c reads nothing until the test does.
+type floodedStream struct {
+	logs *enginetest.LogBuffer
+	c    kernel.Conn
+	cli  *kernrpc.Client
+	ctx  context.Context
+	st   kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
+}
+
+func newFloodedStream(t *testing.T, method string) *floodedStream {
+	t.Helper()
+	fs := &floodedStream{logs: enginetest.DefaultLog(t)}
+	opts := map[string]any{"ring_size": "16KiB", "wait_timeout": "100ms"}
+	addr := fixedAddress(t, "shm-ring")
+	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	conns := make(chan kernel.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			conns <- c
+		}
+	}()
+	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
+	fs.cli = newClient(t, clientCfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fs.ctx = ctx
+
+	opened := make(chan error, 1)
+	go func() {
+		var err error
+		fs.st, err = kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, fs.cli, method)
+		opened <- err
+	}()
+	fs.c = receive(t, conns, 10*time.Second, "the client never connected")
+	if !readUntil(t, fs.c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest && f.CallID == 1 }) {
+		t.Fatal("the connection ended before the stream's request")
+	}
+	if err := receive(t, opened, 10*time.Second, "the stream never opened"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 30}, {Type: kernel.FrameWindowUpdate, CallID: 1, Credit: 1 << 30}} {
+		if err := fs.c.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until the ring has no room for even an empty message; the credit
+	// comes in on the client's stream reader meanwhile.
+	for _, size := range []int{1 << 10, 0} {
+		m := &echopb.Echo{Payload: make([]byte, size)}
+		for {
+			err := fs.st.Send(m)
+			if err == nil {
+				continue
+			}
+			if kernel.CodeOf(err) != kernel.ResourceExhausted {
+				t.Fatalf("send: %v, want ResourceExhausted once the ring is full", err)
+			}
+			break
+		}
+	}
+	return fs
 }
