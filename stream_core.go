@@ -27,7 +27,7 @@ type streamCore struct {
 
 	sendWin sendWindow
 	out     kernel.Frame // the StreamData frame being sent; one sender at a time
-	sent    bool         // a message went out: headers go with the first only
+	sent    bool         // a frame that carried the headers went out: they go with the first only
 	header  kernel.Metadata
 
 	mu       sync.Mutex
@@ -381,12 +381,17 @@ func (s *streamCore) send(m any) error {
 	f.Reset()
 	f.Type, f.CallID, f.Payload = kernel.FrameStreamData, s.id, payload
 	if !s.sent {
-		s.sent, f.Metadata = true, s.header
+		// The headers go with the first message that goes out: one the
+		// transport refuses alone (over max_frame_size, or no room in a
+		// ring for wait_timeout) leaves them for the next message, or the
+		// final status (runStream).
+		f.Metadata = s.header
 	}
 	if err := s.writeCtl(f); err != nil {
 		s.refund(cost)
 		return s.writeFailed(err)
 	}
+	s.sent = true
 	return nil
 }
 
@@ -513,11 +518,12 @@ func (s *streamCore) closeSend() error {
 	s.mu.Unlock()
 	f := &kernel.Frame{Type: kernel.FrameStreamData, Flags: kernel.FlagEndStream, CallID: s.id}
 	if !s.sent {
-		s.sent, f.Metadata = true, s.header
+		f.Metadata = s.header
 	}
 	if err := s.conn.WriteFrame(f); err != nil {
 		return s.writeFailed(err)
 	}
+	s.sent = true
 	return nil
 }
 

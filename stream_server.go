@@ -56,7 +56,8 @@ func (ss *ServerStream) SendMsg(m any) error { return ss.msgs.SendMsg(m) }
 func (ss *ServerStream) RecvMsg(m any) error { return ss.msgs.RecvMsg(m) }
 
 // SetHeader adds metadata that goes to the client with the first message
-// (or, if none is sent, with the final status).
+// that goes out (or, if none does, with the final status): a message the
+// transport refused alone leaves them to the next.
 func (ss *ServerStream) SetHeader(md kernel.Metadata) {
 	if ss.core.header == nil {
 		ss.core.header = make(kernel.Metadata, len(md))
