@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/kernrpc/kernrpc"
-	"github.com/kernrpc/kernrpc/kernel"
 )
 
 // Client calls any method by name, with requests and responses built from
@@ -221,7 +220,9 @@ func (g *Client) ServerStreamJSON(ctx context.Context, method string, reqJSON []
 	return g.serverStream(ctx, md, req, func(m *dynamicpb.Message) error {
 		b, err := g.EncodeJSON(ctx, m)
 		if err != nil {
-			return kernel.Errorf(kernel.Internal, "%v", err)
+			// The client's own failure, as CallJSON returns it: a status
+			// would read as the server's answer.
+			return err
 		}
 		return fn(b)
 	}, opts)

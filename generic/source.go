@@ -110,9 +110,12 @@ type Source interface {
 }
 
 // FindMethod returns the descriptor of method, a kernrpc method name
-// ("pkg.Service.Method"). An error wraps ErrUnknownService,
+// ("pkg.Service.Method", or ".pkg.Service.Method"). An error wraps ErrUnknownService,
 // ErrUnknownMethod or ErrNotDescribed, and says what the source knows.
 func FindMethod(ctx context.Context, src Source, method string) (protoreflect.MethodDescriptor, error) {
+	// A leading dot, as .proto files and describe write full names, names
+	// the same method; the server's reflection accepts it too.
+	method = strings.TrimPrefix(method, ".")
 	dot := strings.LastIndexByte(method, '.')
 	if dot <= 0 || dot == len(method)-1 {
 		return nil, fmt.Errorf("generic: method %q: %w: want SERVICE.METHOD, e.g. kernrpc.echo.v1.EchoService.Say", method, ErrUnknownMethod)

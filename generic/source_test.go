@@ -152,3 +152,15 @@ func TestKindNames(t *testing.T) {
 		}
 	}
 }
+
+// A leading dot, as .proto files write full names, names the same method.
+func TestFindMethodTakesALeadingDot(t *testing.T) {
+	src, err := generic.LoadDescriptorSet(notesSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := generic.FindMethod(context.Background(), src, "."+notes+"Split")
+	if err != nil || md.FullName() != notes+"Split" {
+		t.Fatalf("FindMethod(.%sSplit) = %v, %v", notes, md, err)
+	}
+}
