@@ -141,7 +141,7 @@ func (d *dialFlags) dialPool(target string, pool int) (*endpoint, error) {
 	}
 	e.cfg = &cfg
 	if d.protoset == "" {
-		e.source = generic.NewReflectionSource(e.cli, kernrpc.CallTimeout(d.timeout))
+		e.source = generic.NewReflectionSource(e.cli, d.callOptions()...)
 	}
 	return e, nil
 }
@@ -155,6 +155,7 @@ func prepareBench(ctx context.Context, e *endpoint, d *dialFlags, method string,
 	if err != nil {
 		return nil, err
 	}
+	method = string(md.FullName()) // the name it is served under, without a leading dot
 	if k := generic.KindOf(md); k != generic.Unary {
 		return nil, fmt.Errorf("%s is %s: bench calls unary methods", method, k)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -29,22 +30,39 @@ are SERVICE.METHOD [JSON]. A non-OK status prints its code and message and
 exits 1.
 
 The second form, with no arguments, calls the built-in echo service with an
-echo message carrying -text.`
+echo message carrying -text. Each form refuses the flags only the other reads
+(-d, -registry and -protoset; -text and -method).`
 
 func call(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("call", callSynopsis, stderr)
 	var d dialFlags
 	d.add(fs, true)
 	addr := fs.String("addr", "", "call this address (first form: instead of ADDR; second form: instead of resolving the config's service)")
-	method := fs.String("method", "Echo.Echo", "second form: method to call (the built-in echo service serves Echo.Echo)")
-	text := fs.String("text", "hello", "second form: text to send in the echo message")
-	data := fs.String("d", "", "the request: JSON, @FILE, or - for standard input (instead of the argument)")
+	method := fs.String("method", "Echo.Echo", "second form only: method to call (the built-in echo service serves Echo.Echo)")
+	text := fs.String("text", "hello", "second form only: text to send in the echo message")
+	data := fs.String("d", "", "first form only: the request: JSON, @FILE, or - for standard input (instead of the argument)")
 	pos, err := parseAnywhere(fs, args, 0, 3)
 	if err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if len(pos) == 0 {
+		// The echo form reads none of these: ignoring one would call
+		// something other than what was asked.
+		for _, name := range []string{"d", "registry", "protoset"} {
+			if set[name] {
+				return usageProblem(fs, fmt.Sprintf("-%s is for the form with arguments (ADDR SERVICE.METHOD [JSON]); "+
+					"without arguments call sends the built-in echo service an echo message carrying -text, through -config's registry or to -addr", name))
+			}
+		}
 		return callEcho(ctx, &d, *addr, *method, *text, stdout)
+	}
+	for _, name := range []string{"text", "method"} {
+		if set[name] {
+			return usageProblem(fs, fmt.Sprintf("-%s is for the echo form (call -config FILE with no arguments); "+
+				"with arguments the method is SERVICE.METHOD and the request its JSON (the argument or -d)", name))
+		}
 	}
 	target := *addr
 	if target == "" {

@@ -38,6 +38,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	target, only := splitTarget(&d, pos)
+	only = strings.TrimPrefix(only, ".")
 	src, done, err := sourceFor(&d, target)
 	if err != nil {
 		return err
@@ -118,6 +119,8 @@ func describe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errUsage
 	}
+	// A leading dot, as describe prints message types, names the same.
+	name = strings.TrimPrefix(name, ".")
 	src, done, err := sourceFor(&d, target)
 	if err != nil {
 		return err
@@ -125,7 +128,7 @@ func describe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer done()
 	ctx, cancel := ctxFor(ctx, d.timeout)
 	defer cancel()
-	desc, err := src.FindDescriptor(ctx, protoreflect.FullName(strings.TrimPrefix(name, ".")))
+	desc, err := src.FindDescriptor(ctx, protoreflect.FullName(name))
 	if errors.Is(err, generic.ErrNotFound) {
 		return notFound(ctx, src, name, err)
 	}

@@ -32,7 +32,7 @@ func (d *dialFlags) add(fs *flag.FlagSet, calls bool) {
 	fs.Var((*timeoutFlag)(&d.timeout), "timeout", "give up on each call after this `duration`")
 	if calls {
 		fs.StringVar(&d.codec, "codec", "", "codec to call in: protobuf or json (default: the config's, else protobuf)")
-		fs.Var(&d.headers, "H", "metadata key=value to send with each call (repeatable)")
+		fs.Var(&d.headers, "H", "metadata key=value to send with each call, reflection lookups included (repeatable)")
 	}
 }
 
@@ -78,7 +78,9 @@ func (d *dialFlags) dial(target string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &endpoint{cfg: cfg, cli: cli, what: what, source: generic.NewReflectionSource(cli, kernrpc.CallTimeout(d.timeout))}
+	// The reflection lookups carry -H too: a server may guard its
+	// reflection service as it does any other method.
+	e := &endpoint{cfg: cfg, cli: cli, what: what, source: generic.NewReflectionSource(cli, d.callOptions()...)}
 	if d.protoset != "" {
 		src, err := generic.LoadDescriptorSet(d.protoset)
 		if err != nil {
