@@ -1,12 +1,14 @@
 package etcdtest
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
+	"github.com/kernrpc/kernrpc/plugins/registry/etcd"
 )
 
 // TestAHeldLoadReportWhoseWriteFailedIsWrittenLater: a load report held
@@ -17,34 +19,8 @@ import (
 // server's load stays as it is.
 func TestAHeldLoadReportWhoseWriteFailedIsWrittenLater(t *testing.T) {
 	logs := enginetest.DefaultLog(t) // before open: the registry keeps slog.Default's logger
-	srv := Start(t)
-	proxy := startProxy(t, srv.Endpoint())
-	r := open(t, proxy.Addr(), map[string]any{"dial_timeout": "300ms", "load_report_interval": "500ms"})
-	reader := open(t, srv.Endpoint(), nil)
-	ctx := ctxFor(t)
-	in := instance("echo", "a")
-	if err := r.Register(ctx, in, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// The registration was a write: the first report is held too, and
-	// written at the end of the interval.
-	first := kernel.Load{InFlight: 1, QPS: 10, Updated: time.Now()}
-	if err := r.ReportLoad(ctx, in, first); err != nil {
-		t.Fatal(err)
-	}
-	resolveLoad := func(want kernel.Load) func() bool {
-		return func() bool {
-			set, err := reader.Resolve(ctx, "echo")
-			return err == nil && len(set) == 1 && set[0].Load.InFlight == want.InFlight && set[0].Load.QPS == want.QPS
-		}
-	}
-	if !within(10*time.Second, resolveLoad(first)) {
-		t.Fatal("the first load report did not reach etcd")
-	}
-	second := kernel.Load{InFlight: 2, QPS: 20, Updated: time.Now()}
-	if err := r.ReportLoad(ctx, in, second); err != nil { // held: the last write was just now
-		t.Fatal(err)
-	}
+	h := newHeldReport(t)
+	proxy, r, reader, ctx, second, resolveLoad := h.proxy, h.r, h.reader, h.ctx, h.second, h.resolveLoad
 	proxy.Cut()
 	const failed = `msg="etcd: writing a coalesced load report failed`
 	if !within(10*time.Second, func() bool { return strings.Contains(logs.String(), failed) }) {
@@ -78,32 +54,8 @@ func within(d time.Duration, cond func() bool) bool {
 // instance as it was, its held load report included, which is written
 // once etcd answers again.
 func TestAFailedRegisterAgainKeepsTheHeldLoadReport(t *testing.T) {
-	srv := Start(t)
-	proxy := startProxy(t, srv.Endpoint())
-	r := open(t, proxy.Addr(), map[string]any{"dial_timeout": "300ms", "load_report_interval": "500ms"})
-	reader := open(t, srv.Endpoint(), nil)
-	ctx := ctxFor(t)
-	in := instance("echo", "a")
-	if err := r.Register(ctx, in, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	first := kernel.Load{InFlight: 1, QPS: 10, Updated: time.Now()}
-	if err := r.ReportLoad(ctx, in, first); err != nil { // held: the registration was just written
-		t.Fatal(err)
-	}
-	resolveLoad := func(want kernel.Load) func() bool {
-		return func() bool {
-			set, err := reader.Resolve(ctx, "echo")
-			return err == nil && len(set) == 1 && set[0].Load.InFlight == want.InFlight && set[0].Load.QPS == want.QPS
-		}
-	}
-	if !within(10*time.Second, resolveLoad(first)) {
-		t.Fatal("the first load report did not reach etcd")
-	}
-	second := kernel.Load{InFlight: 2, QPS: 20, Updated: time.Now()}
-	if err := r.ReportLoad(ctx, in, second); err != nil { // held: the last write was just now
-		t.Fatal(err)
-	}
+	h := newHeldReport(t)
+	proxy, r, reader, ctx, in, second, resolveLoad := h.proxy, h.r, h.reader, h.ctx, h.in, h.second, h.resolveLoad
 	proxy.Cut()
 	if err := r.Register(ctx, in, 30*time.Second); err == nil {
 		t.Fatal("Register with etcd out of reach: nil error")
@@ -114,4 +66,48 @@ func TestAFailedRegisterAgainKeepsTheHeldLoadReport(t *testing.T) {
 		t.Fatalf("10s after a failed Register again and etcd in reach again, the instance resolves as %+v (err %v); want the load held before, %+v",
 			set, err, second)
 	}
+}
+
+// heldReport is a registry r, through proxy, whose instance in had one
+// load report written and a second, second, held for the end of the
+// interval; reader resolves straight from etcd, and resolveLoad(want)
+// reports whether reader sees want.
+type heldReport struct {
+	proxy       *cutProxy
+	r, reader   *etcd.Registry
+	ctx         context.Context
+	in          kernel.Instance
+	second      kernel.Load
+	resolveLoad func(want kernel.Load) func() bool
+}
+
+func newHeldReport(t *testing.T) *heldReport {
+	t.Helper()
+	srv := Start(t)
+	h := &heldReport{proxy: startProxy(t, srv.Endpoint()), ctx: ctxFor(t), in: instance("echo", "a")}
+	h.r = open(t, h.proxy.Addr(), map[string]any{"dial_timeout": "300ms", "load_report_interval": "500ms"})
+	h.reader = open(t, srv.Endpoint(), nil)
+	if err := h.r.Register(h.ctx, h.in, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The registration was a write: the first report is held too, and
+	// written at the end of the interval.
+	first := kernel.Load{InFlight: 1, QPS: 10, Updated: time.Now()}
+	if err := h.r.ReportLoad(h.ctx, h.in, first); err != nil {
+		t.Fatal(err)
+	}
+	h.resolveLoad = func(want kernel.Load) func() bool {
+		return func() bool {
+			set, err := h.reader.Resolve(h.ctx, "echo")
+			return err == nil && len(set) == 1 && set[0].Load.InFlight == want.InFlight && set[0].Load.QPS == want.QPS
+		}
+	}
+	if !within(10*time.Second, h.resolveLoad(first)) {
+		t.Fatal("the first load report did not reach etcd")
+	}
+	h.second = kernel.Load{InFlight: 2, QPS: 20, Updated: time.Now()}
+	if err := h.r.ReportLoad(h.ctx, h.in, h.second); err != nil { // held: the last write was just now
+		t.Fatal(err)
+	}
+	return h
 }
