@@ -140,11 +140,17 @@ func StatusOf(err error) *Status {
 }
 
 // CodeOf returns the code of err: OK for nil, see StatusOf for the rest.
+// An error is never OK: one whose *Status claims OK reads Unknown, the
+// code the engine answers it with, so that every observer (a metric, a
+// log line, a span) counts the call as the caller got it.
 func CodeOf(err error) Code {
 	if err == nil {
 		return OK
 	}
-	return StatusOf(err).Code
+	if c := StatusOf(err).Code; c != OK {
+		return c
+	}
+	return Unknown
 }
 
 // IsRetryable reports whether err says the call was never processed.

@@ -20,6 +20,9 @@ func TestStatusOf(t *testing.T) {
 		{context.DeadlineExceeded, DeadlineExceeded},
 		{fmt.Errorf("op: %w", context.Canceled), Canceled},
 		{errors.New("plain"), Unknown},
+		// An error is never OK: the engine answers it Unknown.
+		{&Status{Code: OK, Message: "an error that says OK"}, Unknown},
+		{fmt.Errorf("wrapped: %w", &Status{Code: OK}), Unknown},
 	}
 	for _, tc := range cases {
 		if got := CodeOf(tc.err); got != tc.want {

@@ -188,7 +188,7 @@ func (f *Filter) line(ctx context.Context, level slog.Level, info *kernel.CallIn
 	if info.Side == kernel.ClientSide && info.Attempt > 0 {
 		attrs = append(attrs, slog.Int("attempt", info.Attempt))
 	}
-	attrs = append(attrs, slog.String("code", codeOf(err).String()), slog.Duration("duration", took))
+	attrs = append(attrs, slog.String("code", kernel.CodeOf(err).String()), slog.Duration("duration", took))
 	if n, ok := size(req); ok {
 		attrs = append(attrs, slog.Int("req_bytes", n))
 	}
@@ -233,18 +233,7 @@ func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
 		return
 	}
 	log.LogAttrs(ctx, f.errorLevel, "call", slog.String("side", info.Side.String()), slog.String("method", info.Method),
-		slog.String("peer", info.Peer), slog.String("code", codeOf(err).String()), errAttr(err))
-}
-
-// codeOf is the code a call or stream that ended with err was answered
-// with: an error that claims OK is Unknown, as the engine sends it, since
-// an error is no answer.
-func codeOf(err error) kernel.Code {
-	c := kernel.CodeOf(err)
-	if c == kernel.OK && err != nil {
-		return kernel.Unknown
-	}
-	return c
+		slog.String("peer", info.Peer), slog.String("code", kernel.CodeOf(err).String()), errAttr(err))
 }
 
 // panicked is the error a line gives a call or stream whose next

@@ -57,7 +57,7 @@ func (f *Filter) streamLine(ctx context.Context, level slog.Level, info *kernel.
 	if info.Side == kernel.ClientSide && info.Attempt > 0 {
 		attrs = append(attrs, slog.Int("attempt", info.Attempt))
 	}
-	attrs = append(attrs, slog.String("code", codeOf(err).String()), slog.Duration("duration", took),
+	attrs = append(attrs, slog.String("code", kernel.CodeOf(err).String()), slog.Duration("duration", took),
 		slog.Int64("sent_msgs", c.sent.Load()), slog.Int64("recv_msgs", c.received.Load()))
 	if c.sizes {
 		if !c.sentUnsized.Load() {

@@ -332,9 +332,7 @@ func (f *Filter) CallEnded(info *kernel.CallInfo, err error, handled bool) {
 }
 
 // codeOf is kernel.CodeOf without its allocation for the errors calls
-// usually end with: a *kernel.Status or a context error as such. An error
-// that claims OK is Unknown, as the engine sends it: an error is no
-// answer.
+// usually end with: a *kernel.Status or a context error as such.
 func codeOf(err error) kernel.Code {
 	switch err {
 	case nil:
@@ -344,14 +342,8 @@ func codeOf(err error) kernel.Code {
 	case context.DeadlineExceeded:
 		return kernel.DeadlineExceeded
 	}
-	var c kernel.Code
-	if s, ok := err.(*kernel.Status); ok {
-		c = s.Code
-	} else {
-		c = kernel.CodeOf(err)
+	if s, ok := err.(*kernel.Status); ok && s.Code != kernel.OK {
+		return s.Code
 	}
-	if c == kernel.OK {
-		return kernel.Unknown
-	}
-	return c
+	return kernel.CodeOf(err) // an error claiming OK reads Unknown
 }
