@@ -37,8 +37,8 @@ func TestCallRefusesTheOtherFormsFlags(t *testing.T) {
 
 // -H is sent with each call call makes, the reflection lookups included: a
 // server whose auth filter guards its reflection service too
-// (docs/reflection.md) lets the token through.
-func TestCallSendsHeadersToReflection(t *testing.T) {
+// (docs/reflection.md) lets the token through, to call, list and describe.
+func TestHeadersReachReflection(t *testing.T) {
 	addr := startServe(t, `service: echo
 address: 127.0.0.1:0
 registry: {name: memory, options: {namespace: cmd-inspect-guarded}}
@@ -50,4 +50,7 @@ filters:
 	if r.code == 0 {
 		jsonIs(t, "call with reflection guarded", r.out, `{"text":"guarded"}`)
 	}
+	runCmd("", "list", addr, "-H", token).check(t, "list with reflection guarded", 0, "kernrpc.echo.EchoService.Echo")
+	runCmd("", "describe", "-H", token, addr, "kernrpc.echo.Echo").check(t, "describe with reflection guarded", 0, "message Echo {")
+	runCmd("", "list", addr).check(t, "list without the token", 1, "Unauthenticated")
 }

@@ -30,9 +30,11 @@ func (d *dialFlags) add(fs *flag.FlagSet, calls bool) {
 	fs.StringVar(&d.protoset, "protoset", "", "read descriptors from this descriptor set file (protoc --descriptor_set_out --include_imports) instead of the server's reflection")
 	d.timeout = 5 * time.Second
 	fs.Var((*timeoutFlag)(&d.timeout), "timeout", "give up on each call after this `duration`")
+	// list and describe take -H too: a server may guard its reflection
+	// service with the token its other methods want.
+	fs.Var(&d.headers, "H", "metadata key=value to send with each call, reflection lookups included (repeatable)")
 	if calls {
 		fs.StringVar(&d.codec, "codec", "", "codec to call in: protobuf or json (default: the config's, else protobuf)")
-		fs.Var(&d.headers, "H", "metadata key=value to send with each call, reflection lookups included (repeatable)")
 	}
 }
 
