@@ -107,6 +107,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.duration <= 0 || o.interval <= 0 || o.churn <= 0 || o.callers <= 0 || o.settle <= 0 {
 		return nil, errors.New("-duration, -interval, -churn, -callers and -settle must be positive")
 	}
+	// A negative -heap-slack would wrap to a huge allowance and pass any
+	// heap growth; negative margins would fail every run.
+	if o.warmup < 0 || o.limits.goroutines < 0 || o.limits.fds < 0 || o.limits.heapRatio < 0 || *slack < 0 {
+		return nil, errors.New("-warmup, -goroutine-margin, -fd-margin, -heap-tolerance and -heap-slack must not be negative")
+	}
 	o.warmup = min(o.warmup, o.duration/3)
 	o.limits.heapSlack = uint64(*slack) << 20
 	o.limits.afterGoroutines, o.limits.afterFDs = o.limits.goroutines, o.limits.fds

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -69,6 +70,16 @@ func TestFlags(t *testing.T) {
 	for _, bad := range [][]string{{"-duration", "0s"}, {"-callers", "0"}, {"-settle", "0s"}, {"extra"}, {"-nope"}} {
 		if code := run(t.Context(), bad, &out, &errOut); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// A negative margin is refused, not run: a negative -heap-slack wrapped to
+// an allowance of some 16 EiB and passed any heap growth.
+func TestNegativeMarginsAreRefused(t *testing.T) {
+	for _, bad := range [][]string{{"-heap-slack", "-1"}, {"-heap-tolerance", "-0.5"}, {"-goroutine-margin", "-1"}, {"-fd-margin", "-1"}, {"-warmup", "-1s"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("%q: error %v, want one saying it must not be negative", bad, err)
 		}
 	}
 }
