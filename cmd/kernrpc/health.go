@@ -27,7 +27,7 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	addr := fs.String("addr", "", "ask this address instead of every instance the registry lists")
 	service := fs.String("service", "", `service to ask about (default: the config's service; "-" asks about the whole server)`)
 	timeout := 5 * time.Second
-	fs.Var((*timeoutFlag)(&timeout), "timeout", "give up on an instance after this `duration`")
+	fs.Var((*timeoutFlag)(&timeout), "timeout", "give up on the registry lookup, and on each instance, after this `duration`")
 	pos, err := parseAnywhere(fs, args, 0, 2)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	default:
 		about = *service
 	}
-	insts, err := instancesToAsk(ctx, cfg, *addr)
+	insts, err := instancesToAsk(ctx, cfg, *addr, timeout)
 	if err != nil {
 		return err
 	}
@@ -92,8 +92,10 @@ func health(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// instancesToAsk is the -addr given, or what the config's registry lists.
-func instancesToAsk(ctx context.Context, cfg *kernrpc.Config, addr string) ([]kernel.Instance, error) {
+// instancesToAsk is the -addr given, or what the config's registry lists
+// within timeout: a probe's -timeout bounds the whole run, not only the
+// instances it reaches.
+func instancesToAsk(ctx context.Context, cfg *kernrpc.Config, addr string, timeout time.Duration) ([]kernel.Instance, error) {
 	if addr != "" {
 		return []kernel.Instance{{Service: cfg.Service, ID: addr, Address: addr}}, nil
 	}
@@ -105,7 +107,12 @@ func instancesToAsk(ctx context.Context, cfg *kernrpc.Config, addr string) ([]ke
 		return nil, err
 	}
 	defer reg.Close()
-	insts, err := reg.Resolve(ctx, cfg.Service)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	insts, err := reg.Resolve(rctx, cfg.Service)
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		return nil, fmt.Errorf("resolve %q through registry %q: no answer within -timeout %s", cfg.Service, cfg.Registry.Name, timeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("resolve %q through registry %q: %w", cfg.Service, cfg.Registry.Name, err)
 	}

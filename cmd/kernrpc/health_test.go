@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
@@ -16,6 +18,22 @@ func init() {
 	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-unreachable", New: func(any) (kernel.Registry, error) {
 		return enginetest.FixedRegistry{Err: errors.New("connection refused")}, nil
 	}})
+	kernel.RegisterRegistry(kernel.Factory[kernel.Registry]{Name: "test-silent", New: func(any) (kernel.Registry, error) {
+		return silentRegistry{}, nil
+	}})
+}
+
+// silentRegistry answers Resolve only when ctx ends, or after 20s: a
+// registry that is reached but does not answer.
+type silentRegistry struct{ enginetest.FixedRegistry }
+
+func (silentRegistry) Resolve(ctx context.Context, _ string) ([]kernel.Instance, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(20 * time.Second):
+		return nil, errors.New("no answer in 20s")
+	}
 }
 
 // Without -addr, health asks every instance the config's registry lists,
@@ -35,6 +53,8 @@ func TestHealthThroughTheRegistry(t *testing.T) {
 		{"one of two unreachable", static(addr + ", 127.0.0.1:1"), 1, []string{"SERVING", "127.0.0.1:1", "ERROR", `not every instance of "echo" is serving`}},
 		{"a registry listing none", writeConfig(t, "service: echo\nregistry: test-empty\n"), 1, []string{`registry "test-empty" lists no instance of "echo"`, "pass -addr"}},
 		{"a registry unreachable", writeConfig(t, "service: echo\nregistry: test-unreachable\n"), 1, []string{`resolve "echo" through registry "test-unreachable": connection refused`}},
+		// A probe's -timeout bounds the lookup too, not only each instance.
+		{"a registry that does not answer", writeConfig(t, "service: echo\nregistry: test-silent\n"), 1, []string{`resolve "echo" through registry "test-silent": no answer within -timeout 500ms`}},
 	} {
 		runCmd("", "health", "-config", tc.config, "-timeout", "500ms").check(t, "health: "+tc.name, tc.code, tc.wants...)
 	}
