@@ -72,6 +72,7 @@ func (p *protoPrinter) comments(depth int, d protoreflect.Descriptor) {
 func (p *protoPrinter) service(sd protoreflect.ServiceDescriptor) {
 	p.comments(0, sd)
 	p.linef(0, "service %s {", sd.Name())
+	p.optionLines(1, sd)
 	for i := range sd.Methods().Len() {
 		p.method(1, sd.Methods().Get(i))
 	}
@@ -86,13 +87,23 @@ func (p *protoPrinter) method(depth int, md protoreflect.MethodDescriptor) {
 		}
 		return ""
 	}
-	p.linef(depth, "rpc %s(%s.%s) returns (%s.%s);", md.Name(),
+	sig := fmt.Sprintf("rpc %s(%s.%s) returns (%s.%s)", md.Name(),
 		stream(md.IsStreamingClient()), md.Input().FullName(), stream(md.IsStreamingServer()), md.Output().FullName())
+	var opts protoPrinter
+	opts.optionLines(depth+1, md)
+	if opts.b.Len() == 0 {
+		p.linef(depth, "%s;", sig)
+		return
+	}
+	p.linef(depth, "%s {", sig)
+	p.b.WriteString(opts.b.String())
+	p.linef(depth, "}")
 }
 
 func (p *protoPrinter) message(depth int, m protoreflect.MessageDescriptor) {
 	p.comments(depth, m)
 	p.linef(depth, "message %s {", m.Name())
+	p.optionLines(depth+1, m)
 	for i := range m.Enums().Len() {
 		p.enum(depth+1, m.Enums().Get(i))
 	}
@@ -120,6 +131,8 @@ func (p *protoPrinter) message(depth int, m protoreflect.MessageDescriptor) {
 			p.field(depth+1, f)
 		}
 	}
+	p.extensionRanges(depth+1, m)
+	p.reserved(depth+1, fieldRanges(m.ReservedRanges()), true, maxFieldNumber, m.ReservedNames())
 	p.linef(depth, "}")
 }
 
@@ -139,7 +152,7 @@ func (p *protoPrinter) field(depth int, f protoreflect.FieldDescriptor) {
 	if f.IsMap() {
 		typ = fmt.Sprintf("map<%s, %s>", typeName(f.MapKey()), typeName(f.MapValue()))
 	}
-	p.linef(depth, "%s%s %s = %d;", label, typ, f.Name(), f.Number())
+	p.linef(depth, "%s%s %s = %d%s;", label, typ, f.Name(), f.Number(), fieldOptions(f))
 }
 
 func typeName(f protoreflect.FieldDescriptor) string {
@@ -155,10 +168,12 @@ func typeName(f protoreflect.FieldDescriptor) string {
 func (p *protoPrinter) enum(depth int, e protoreflect.EnumDescriptor) {
 	p.comments(depth, e)
 	p.linef(depth, "enum %s {", e.Name())
+	p.optionLines(depth+1, e)
 	for i := range e.Values().Len() {
 		v := e.Values().Get(i)
 		p.comments(depth+1, v)
-		p.linef(depth+1, "%s = %d;", v.Name(), v.Number())
+		p.linef(depth+1, "%s = %d%s;", v.Name(), v.Number(), enumValueOptions(v))
 	}
+	p.reserved(depth+1, enumRanges(e.ReservedRanges()), false, maxEnumNumber, e.ReservedNames())
 	p.linef(depth, "}")
 }

@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 // shapes.proto has what a describe must write back: comments, a nested
@@ -90,4 +94,106 @@ func TestDescribeWritesValidProto(t *testing.T) {
 
 	runCmd("", "describe", "-protoset", set, "shapes.v1.Shape.labels").check(t, "describe a field", 0,
 		"// shapes.v1.Shape.labels is a field of shapes.v1.Shape (shapes.proto)\n// labels by language.\nmap<string, string> labels = 2;\n")
+}
+
+// legacy.proto has what proto2 and the standard options add to a
+// declaration: defaults, a JSON name, packed, deprecated, reserved numbers
+// and names, extension ranges, enum aliases, a method's idempotency level.
+const legacyProto = `syntax = "proto2";
+package legacy.v1;
+
+message Old {
+  option deprecated = true;
+  enum Mode {
+    option allow_alias = true;
+    MODE_OFF = 0;
+    MODE_DISABLED = 0;
+    MODE_ON = 1 [deprecated = true];
+    reserved 5 to 9, 100 to max;
+    reserved "MODE_GONE";
+  }
+  optional string name = 1 [default = "caf\303\251 \"q\"\n"];
+  optional int32 count = 2 [default = -7, json_name = "n"];
+  optional double ratio = 3 [default = inf];
+  optional Mode mode = 4 [default = MODE_ON];
+  repeated int32 ids = 5 [packed = true, deprecated = true];
+  optional bytes blob = 6 [default = "\000\377"];
+  optional uint64 big = 7 [default = 18446744073709551615];
+  optional float f = 8 [default = 1.5];
+  optional string user_id = 9;
+  extensions 100 to 199, 1000 to max;
+  reserved 10, 20 to 29;
+  reserved "gone", "older";
+}
+
+service Legacy {
+  option deprecated = true;
+  rpc Get(Old) returns (Old) {
+    option idempotency_level = NO_SIDE_EFFECTS;
+  }
+  rpc Put(Old) returns (Old);
+}
+`
+
+// describe writes back what changes what a caller sends or gets (proto2
+// defaults, JSON names, reserved numbers) and the standard options a
+// caller acts on, in a file protoc compiles into the same descriptors.
+func TestDescribeWritesDefaultsReservedAndOptions(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "legacy.proto"), []byte(legacyProto), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set := protoc(t, dir, "legacy.proto")
+	msg := runCmd("", "describe", "-protoset", set, "legacy.v1.Old")
+	msg.check(t, "describe a proto2 message", 0,
+		"message Old {\n  option deprecated = true;\n",
+		"    option allow_alias = true;\n",
+		"    MODE_ON = 1 [deprecated = true];\n",
+		"    reserved 5 to 9, 100 to max;\n    reserved \"MODE_GONE\";\n",
+		`optional string name = 1 [default = "caf\303\251 \"q\"\012"];`,
+		`optional int32 count = 2 [default = -7, json_name = "n"];`,
+		"optional double ratio = 3 [default = inf];",
+		"optional .legacy.v1.Old.Mode mode = 4 [default = MODE_ON];",
+		"repeated int32 ids = 5 [packed = true, deprecated = true];",
+		`optional bytes blob = 6 [default = "\000\377"];`,
+		"optional uint64 big = 7 [default = 18446744073709551615];",
+		"optional float f = 8 [default = 1.5];",
+		"optional string user_id = 9;\n",
+		"  extensions 100 to 199, 1000 to max;\n  reserved 10, 20 to 29;\n  reserved \"gone\", \"older\";\n}")
+	svc := runCmd("", "describe", "-protoset", set, "legacy.v1.Legacy")
+	svc.check(t, "describe a service with options", 0,
+		"service Legacy {\n  option deprecated = true;\n",
+		"  rpc Get(.legacy.v1.Old) returns (.legacy.v1.Old) {\n    option idempotency_level = NO_SIDE_EFFECTS;\n  }\n",
+		"  rpc Put(.legacy.v1.Old) returns (.legacy.v1.Old);\n")
+
+	// Written back under the same package, it compiles into the same
+	// descriptors: nothing describe left out changes the contract.
+	again := filepath.Join(dir, "again")
+	if err := os.Mkdir(again, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := "syntax = \"proto2\";\npackage legacy.v1;\n" + msg.out + svc.out
+	if err := os.WriteFile(filepath.Join(again, "legacy.proto"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := readSet(t, set), readSet(t, protoc(t, again, "legacy.proto")); !proto.Equal(a, b) {
+		t.Errorf("describe's output compiles into other descriptors:\n%s\nwant\n%s", prototext.Format(b), prototext.Format(a))
+	}
+}
+
+// readSet reads a descriptor set's one file, without source info (the
+// comments and positions describe does not keep).
+func readSet(t *testing.T, path string) *descriptorpb.FileDescriptorProto {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(raw, &set); err != nil {
+		t.Fatal(err)
+	}
+	f := set.GetFile()[0]
+	f.SourceCodeInfo = nil
+	return f
 }
