@@ -24,10 +24,11 @@ const callSynopsis = `call [flags] ADDR SERVICE.METHOD ['{json}' | @FILE | -]
 The first form finds the method's descriptor through the server's reflection
 service (or -protoset), builds the request from JSON (the argument, -d, a file
 with @FILE, or standard input with -), calls it and prints the response as
-JSON; a server stream prints each message. ADDR may be a service name
-resolved through -registry or -config's registry; with -addr, the arguments
-are SERVICE.METHOD [JSON]. A non-OK status prints its code and message and
-exits 1.
+JSON; no request is the empty message. A server stream prints each message;
+a client or bidi stream sends each JSON value given, one after another (none
+without a request). ADDR may be a service name resolved through -registry
+or -config's registry; with -addr, the arguments are SERVICE.METHOD [JSON].
+A non-OK status prints its code and message and exits 1.
 
 The second form, with no arguments, calls the built-in echo service with an
 echo message carrying -text. Each form refuses the flags only the other reads

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -270,7 +271,8 @@ func TestCallAgainstServe(t *testing.T) {
 }
 
 // call works on each kind of streaming method: a server stream prints
-// every message, a client or bidi stream sends each JSON value given.
+// every message, a client or bidi stream sends each JSON value given (none
+// without a request).
 func TestCallStreams(t *testing.T) {
 	cfg := kernrpc.DefaultConfig()
 	cfg.Service = "notes"
@@ -298,7 +300,7 @@ func TestCallStreams(t *testing.T) {
 		for {
 			n, err := s.Recv()
 			if err == io.EOF {
-				return &testpb.Note{Text: strings.Join(texts, "+")}, nil
+				return &testpb.Note{Text: strings.Join(texts, "+"), Tags: []string{strconv.Itoa(len(texts))}}, nil
 			}
 			if err != nil {
 				return nil, err
@@ -333,7 +335,11 @@ func TestCallStreams(t *testing.T) {
 	}
 	r = runCmd(`{"text":"x"} {"text":"y"}`+"\n"+`{"text":"z"}`, "call", addr, notes+"Join", "-")
 	r.check(t, "call a client stream", 0)
-	jsonIs(t, "Join", r.out, `{"text":"x+y+z"}`)
+	jsonIs(t, "Join", r.out, `{"text":"x+y+z","tags":["3"]}`)
+	// Without a request, a client stream sends no message, not one empty.
+	r = runCmd("", "call", addr, notes+"Join")
+	r.check(t, "call a client stream without a request", 0)
+	jsonIs(t, "Join without a request", r.out, `{"tags":["0"]}`)
 	r = runCmd("", "call", addr, notes+"Chat", `{"text":"1"}{"text":"2"}`)
 	r.check(t, "call a bidi stream", 0)
 	if got := strings.Join(strings.Fields(r.out), ""); got != `{"text":"re:1"}{"text":"re:2"}` {
