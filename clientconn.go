@@ -292,7 +292,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	}
 	f.CallID = at.id
 
-	if err := cc.conn.WriteFrame(f); err != nil {
+	if err := writeFrame(ctx, cc.conn, f); err != nil {
 		cc.mu.Lock()
 		cc.dropLocked(at)
 		var st *kernel.Status
@@ -302,6 +302,9 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 			cc.unsent++
 			cc.closeIfIdleLocked()
 			cc.mu.Unlock()
+			if ctx.Err() != nil { // it gave up waiting for room when ctx ended
+				return c.ctxStatus(ctx, call, "while the request for "+info.Method+" waited for room to be sent to "+cc.conn.RemoteAddr())
+			}
 			return st
 		}
 		cc.mu.Unlock()

@@ -23,6 +23,32 @@ func rawShmRing(t *testing.T, opts map[string]any) kernel.Transport {
 	return tr
 }
 
+// rawShmServer listens on shm-ring with opts for a test that speaks
+// frames itself, and returns a client of it and the connections it
+// accepts.
+func rawShmServer(t *testing.T, opts map[string]any) (*kernrpc.Client, <-chan kernel.Conn) {
+	t.Helper()
+	addr := fixedAddress(t, "shm-ring")
+	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	conns := make(chan kernel.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			conns <- c
+		}
+	}()
+	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
+	return newClient(t, clientCfg), conns
+}
+
 // readUntil reads c's frames, releasing them, until stop says one is what
 // it waited for (true) or the connection ends (false).
 func readUntil(t *testing.T, c kernel.Conn, stop func(f *kernel.Frame) bool) bool {
@@ -229,26 +255,8 @@ type floodedStream struct {
 func newFloodedStream(t *testing.T, method string) *floodedStream {
 	t.Helper()
 	fs := &floodedStream{logs: enginetest.DefaultLog(t)}
-	opts := map[string]any{"ring_size": "16KiB", "wait_timeout": "100ms"}
-	addr := fixedAddress(t, "shm-ring")
-	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	conns := make(chan kernel.Conn, 4)
-	go func() {
-		for {
-			c, err := l.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-			conns <- c
-		}
-	}()
-	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
-	fs.cli = newClient(t, clientCfg)
+	var conns <-chan kernel.Conn
+	fs.cli, conns = rawShmServer(t, map[string]any{"ring_size": "16KiB", "wait_timeout": "100ms"})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fs.ctx = ctx

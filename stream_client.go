@@ -260,7 +260,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	}
 	err := cc.flow.announce(cc.conn.WriteFrame)
 	if err == nil {
-		err = cc.conn.WriteFrame(req)
+		err = writeFrame(ctx, cc.conn, req)
 	}
 	cs.core.mu.Lock()
 	lost := cs.core.lost

@@ -387,12 +387,24 @@ func (s *streamCore) send(m any) error {
 		// final status (runStream).
 		f.Metadata = s.header
 	}
-	if err := s.writeCtl(f); err != nil {
+	if err := s.writeMessage(f); err != nil {
 		s.refund(cost)
+		if s.ctx.Err() != nil { // it gave up waiting for room when the stream's context ended
+			return s.ctxStatus()
+		}
 		return s.writeFailed(err)
 	}
 	s.sent = true
 	return nil
+}
+
+// writeMessage writes a message frame; the stream's context bounds any
+// wait on the peer where the transport can (writeFrame).
+func (s *streamCore) writeMessage(f *kernel.Frame) error {
+	if _, ok := s.conn.(kernel.ContextWriter); ok {
+		return writeFrame(s.ctx, s.conn, f)
+	}
+	return s.writeCtl(f)
 }
 
 // creditFor takes the credit for payload, encoded already into a buffer
@@ -525,6 +537,16 @@ func (s *streamCore) closeSend() error {
 	}
 	s.sent = true
 	return nil
+}
+
+// writeFrame writes f, ending any wait on the peer when ctx ends where
+// the transport can (kernel.ContextWriter: shm-ring waiting for room in
+// its ring), so that a call's deadline bounds its writes too.
+func writeFrame(ctx context.Context, conn kernel.Conn, f *kernel.Frame) error {
+	if w, ok := conn.(kernel.ContextWriter); ok {
+		return w.WriteFrameContext(ctx, f)
+	}
+	return conn.WriteFrame(f)
 }
 
 // queueFrame writes f through conn's writer where the transport has one

@@ -127,6 +127,19 @@ type FrameQueuer interface {
 	QueueFrame(f *Frame) error
 }
 
+// ContextWriter is an optional Conn interface, for a transport whose
+// WriteFrame may wait on the peer (shm-ring waits for room in its ring,
+// up to wait_timeout): WriteFrameContext is WriteFrame that also stops
+// waiting when ctx is done. f is then refused alone, as by a full ring:
+// the error is a *Status with ctx's code (DeadlineExceeded or Canceled),
+// nothing of f is delivered, and the connection stays usable. A frame
+// that needs no wait is written whatever ctx. The engine writes a call's
+// request and a stream's messages with the call's context, so that a
+// deadline bounds the wait as it bounds the rest of the call.
+type ContextWriter interface {
+	WriteFrameContext(ctx context.Context, f *Frame) error
+}
+
 // DeadlineOnly reports the deadline of a context the engine passes to
 // ReadFrame when nothing but that deadline can end the context while a read
 // matters: the engine's own call contexts for a deadline it gave (from

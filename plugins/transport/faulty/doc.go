@@ -86,5 +86,6 @@
 // transport owns a payload once it has it. Read payloads are the wrapped
 // transport's, released through it. A wrapped connection offers
 // BufferedReader, FrameQueuer and HalfCloser when the connection it wraps
-// does, and no others.
+// does, and no others: not kernel.ContextWriter, so a write through it on
+// shm-ring waits for room up to wait_timeout whatever the call's deadline.
 package faulty

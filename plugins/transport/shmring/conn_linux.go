@@ -2,6 +2,7 @@ package shmring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 var (
 	_ kernel.Conn           = (*conn)(nil)
 	_ kernel.HalfCloser     = (*conn)(nil)
+	_ kernel.ContextWriter  = (*conn)(nil)
 	_ kernel.BufferedReader = (*conn)(nil)
 	_ kernel.FrameOwner     = (*ringFrame)(nil)
 )
@@ -344,7 +346,11 @@ func (c *conn) writable() error {
 // fit in one record. When the ring stays full for wait_timeout (the peer
 // does not read), WriteFrame fails with status ResourceExhausted; nothing
 // of f is delivered, and the connection stays usable.
-func (c *conn) WriteFrame(f *kernel.Frame) error {
+func (c *conn) WriteFrame(f *kernel.Frame) error { return c.WriteFrameContext(context.Background(), f) }
+
+// WriteFrameContext is WriteFrame that also stops waiting for room when
+// ctx is done (kernel.ContextWriter): f is refused alone, with ctx's code.
+func (c *conn) WriteFrameContext(ctx context.Context, f *kernel.Frame) error {
 	payload := f.Payload
 	if err := c.writable(); err != nil {
 		c.Recycle(payload)
@@ -370,7 +376,7 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 	defer c.releaseRef()
 	off, inRing := c.ringOffset(payload)
 	if !inRing {
-		err := c.writeCopy(f, hl, payload)
+		err := c.writeCopy(ctx, f, hl, payload)
 		c.pool.put(payload)
 		return err
 	}
@@ -403,7 +409,7 @@ func (c *conn) WriteFrame(f *kernel.Frame) error {
 	// first, a second copy on this path only.
 	moved := append(c.pool.get(len(payload)), payload...)
 	c.giveBack(off)
-	err := c.writeCopy(f, hl, moved)
+	err := c.writeCopy(ctx, f, hl, moved)
 	c.pool.put(moved)
 	return err
 }
@@ -422,14 +428,14 @@ func (c *conn) commit(pos uint64, used int, kind uint8) {
 
 // writeCopy copies f (header hl bytes long) into the ring: one record if
 // it fits, else a chunked frame.
-func (c *conn) writeCopy(f *kernel.Frame, hl int, payload []byte) error {
+func (c *conn) writeCopy(ctx context.Context, f *kernel.Frame, hl int, payload []byte) error {
 	total := hl + len(payload)
 	n := align8(recordHeaderLen + total)
 	p := &c.out
 	if n > p.maxRecord {
-		return c.writeChunked(f, payload)
+		return c.writeChunked(ctx, f, payload)
 	}
-	pos, _, err := c.reserveWait(n, n)
+	pos, _, err := c.reserveWait(ctx, n, n)
 	if err != nil {
 		return err
 	}
@@ -445,7 +451,7 @@ func (c *conn) writeCopy(f *kernel.Frame, hl int, payload []byte) error {
 // writeChunked streams a frame too large for one record through the ring
 // in pieces, each as large as the room there is (at least minChunk), so
 // that the peer copies one piece out while the next is copied in.
-func (c *conn) writeChunked(f *kernel.Frame, payload []byte) error {
+func (c *conn) writeChunked(ctx context.Context, f *kernel.Frame, payload []byte) error {
 	c.streamMu.Lock()
 	defer c.streamMu.Unlock()
 	p := &c.out
@@ -456,7 +462,7 @@ func (c *conn) writeChunked(f *kernel.Frame, payload []byte) error {
 	kind := uint8(kindFirstChunk)
 	for sent := 0; sent < total; {
 		want := min(align8(recordHeaderLen+total-sent), p.maxRecord)
-		pos, n, err := c.reserveWait(min(minChunk, want), want)
+		pos, n, err := c.reserveWait(ctx, min(minChunk, want), want)
 		if err != nil {
 			if sent > 0 {
 				p.mu.Lock()
@@ -489,12 +495,12 @@ func (c *conn) writeChunked(f *kernel.Frame, payload []byte) error {
 const maxKeptHeader = 64 << 10
 
 // reserveWait reserves between minN and maxN bytes for a record this
-// goroutine writes now, waiting up to wait_timeout for the reader to make
-// room.
-func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
+// goroutine writes now, waiting up to wait_timeout, or until ctx is done
+// if sooner, for the reader to make room.
+func (c *conn) reserveWait(ctx context.Context, minN, maxN int) (pos uint64, n int, err error) {
 	p := &c.out
 	var deadline time.Time
-	waiting, waited := false, false
+	waiting, waited, ctxDeadline := false, false, false
 	defer func() {
 		if waiting {
 			p.mu.Lock()
@@ -523,9 +529,17 @@ func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
 			return 0, 0, c.protocolError(err)
 		case ok:
 			return pos, n, nil
+		case ctx.Err() != nil:
+			return 0, 0, c.ctxEnded(ctx, minN)
 		case deadline.IsZero():
 			deadline = time.Now().Add(c.t.waitTimeout)
+			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+				deadline, ctxDeadline = d, true
+			}
 		case !time.Now().Before(deadline):
+			if ctxDeadline {
+				return 0, 0, c.ctxEnded(ctx, minN)
+			}
 			return 0, 0, c.ringFull(minN)
 		}
 		// Only the first wait polls: later ones follow a wake-up or a
@@ -533,6 +547,18 @@ func (c *conn) reserveWait(minN, maxN int) (pos uint64, n int, err error) {
 		c.waitSpace(deadline, seen, !waited)
 		waited = true
 	}
+}
+
+// ctxEnded refuses a record for which the ring had no room before ctx
+// ended; the ring's own clock may pass ctx's deadline before ctx says so.
+func (c *conn) ctxEnded(ctx context.Context, n int) error {
+	code := kernel.DeadlineExceeded
+	if errors.Is(ctx.Err(), context.Canceled) {
+		code = kernel.Canceled
+	}
+	return &kernel.Status{Code: code, Message: fmt.Sprintf(
+		"shm-ring: connection %s: no room for a %d-byte record in the %d-byte ring before the write's context ended: the peer is not reading",
+		c.remote, n, c.out.size)}
 }
 
 func (c *conn) ringFull(n int) error {

@@ -73,7 +73,12 @@
 //
 // A full ring makes the writer wait (polling, then asleep) for
 // wait_timeout, then fail with status ResourceExhausted: a frame is never
-// dropped. The connection stays usable. A frame the reader still lends
+// dropped. The connection stays usable. WriteFrameContext
+// (kernel.ContextWriter) stops waiting sooner when its context ends, with
+// the context's code (DeadlineExceeded or Canceled) and nothing of the
+// frame delivered (a chunked frame given up on midway is aborted): the
+// engine writes a call's request and a stream's messages so, and a
+// deadline bounds the wait. A frame the reader still lends
 // out (a handler reading its request in place) does not hold the writer
 // up: when the writer runs short of space, the reader lists such records
 // in the segment and the writer skips them until they are released.

@@ -1,0 +1,122 @@
+package kernrpc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/kernel"
+)
+
+// A server that stops reading fills an shm-ring connection's ring, and a
+// writer waits for room up to wait_timeout. A call's deadline bounds that
+// wait as it bounds the rest of the call: the request is given up on
+// when the deadline passes (DeadlineExceeded, not ResourceExhausted a
+// wait_timeout later), and nothing of it reaches the server, so the
+// connection serves the next call once the server reads again.
+func TestARequestWaitingForRoomEndsAtTheCallsDeadline(t *testing.T) {
+	cli, conns := rawShmServer(t, map[string]any{"ring_size": "16KiB", "wait_timeout": "10s"})
+	big := &echopb.Echo{Payload: make([]byte, 64<<10)}
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		first <- cli.Call(ctx, "Echo.Echo", big, new(echopb.Echo))
+	}()
+	c := receive(t, conns, 10*time.Second, "the client never connected")
+	if !readUntil(t, c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest }) {
+		t.Fatal("the connection ended before the first request")
+	}
+	// The server reads no more: the first call's deadline passes, and
+	// the second's request, four times the ring, finds it full.
+	if err := receive(t, first, 10*time.Second, "the first call never ended"); kernel.CodeOf(err) != kernel.DeadlineExceeded {
+		t.Fatalf("first call: %v, want DeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := cli.Call(ctx, "Echo.Echo", big, new(echopb.Echo))
+	if waited := time.Since(start); kernel.CodeOf(err) != kernel.DeadlineExceeded || waited > 5*time.Second {
+		t.Fatalf("a request finding no room returned %v after %s, want DeadlineExceeded at its 300ms deadline, not wait_timeout's 10s", err, waited)
+	}
+
+	// The server reads again: the frame given up on left nothing behind
+	// that the next call's request could be mistaken for.
+	third := make(chan error, 1)
+	var resp echopb.Echo
+	go func() { third <- cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "after"}, &resp) }()
+	var id uint64
+	if !readUntil(t, c, func(f *kernel.Frame) bool {
+		if f.Type == kernel.FrameRequest {
+			var req echopb.Echo
+			if err := proto.Unmarshal(f.Payload, &req); err != nil || req.Text != "after" {
+				t.Fatalf("the server read a request for %s of %d bytes (%v), want the third call's", f.Method, len(f.Payload), err)
+			}
+			id = f.CallID
+			return true
+		}
+		return false
+	}) {
+		t.Fatal("the connection ended before the third call's request")
+	}
+	payload, _ := proto.Marshal(&echopb.Echo{Text: "after"})
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: id, Codec: "protobuf", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, third, 10*time.Second, "the third call never ended"); err != nil || resp.Text != "after" {
+		t.Fatalf("third call: %v (%q), want its answer", err, resp.Text)
+	}
+}
+
+// A stream's message waiting for room in a full ring ends with the
+// stream's context too.
+func TestAStreamMessageWaitingForRoomEndsWithTheStreamsContext(t *testing.T) {
+	cli, conns := rawShmServer(t, map[string]any{"ring_size": "16KiB", "wait_timeout": "10s"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type stream = kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
+	opened := make(chan stream, 1)
+	failed := make(chan error, 1)
+	go func() {
+		st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.Hold")
+		if err != nil {
+			failed <- err
+			return
+		}
+		opened <- st
+	}()
+	c := receive(t, conns, 10*time.Second, "the client never connected")
+	if !readUntil(t, c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest }) {
+		t.Fatal("the connection ended before the stream's request")
+	}
+	var st stream
+	select {
+	case st = <-opened:
+	case err := <-failed:
+		t.Fatalf("open: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream never opened")
+	}
+	for _, f := range []*kernel.Frame{{Type: kernel.FrameWindowUpdate, Credit: 1 << 30}, {Type: kernel.FrameWindowUpdate, CallID: 1, Credit: 1 << 30}} {
+		if err := c.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Credit enough for a megabyte, a ring of 16 KiB, and a server that
+	// reads no more: a Send finds no room, and waits until the caller
+	// gives up on the stream.
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	m := &echopb.Echo{Payload: make([]byte, 1<<10)}
+	var err error
+	for err == nil {
+		err = st.Send(m)
+	}
+	if waited := time.Since(start); kernel.CodeOf(err) != kernel.Canceled || waited > 5*time.Second {
+		t.Fatalf("a Send finding no room returned %v after %s, want Canceled when the stream's context ended at 300ms, not wait_timeout's 10s", err, waited)
+	}
+}
