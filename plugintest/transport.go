@@ -150,6 +150,12 @@ type TransportConfig struct {
 //     waiting; frames from the peer can still be read after CloseWrite,
 //     and once the peer closes, Done closes (a draining server waits for
 //     it). Skipped for other connections.
+//   - ContextWrite: for a connection that implements kernel.ContextWriter,
+//     a WriteFrameContext waiting on a peer that reads nothing returns a
+//     *kernel.Status with code Canceled once its context is canceled, the
+//     connection lives on, and the peer reads every frame written before
+//     it, nothing of it, and the next frame whole. Skipped for other
+//     connections.
 //
 // Errors wrap the sentinel or context error named, not a socket's own. A
 // ReadFrame that returns neither a frame nor an error fails whichever
@@ -186,6 +192,7 @@ func transportSuite(t tb, f kernel.Factory[kernel.Transport], cfg TransportConfi
 	t.Run("Memory", e.memory)
 	t.Run("QueueFrame", e.queueFrame)
 	t.Run("HalfClose", e.halfClose)
+	t.Run("ContextWrite", e.contextWrite)
 }
 
 // transportEnv builds what the subtests exercise: transports, listeners

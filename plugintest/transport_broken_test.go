@@ -38,6 +38,9 @@ type transportFaults struct {
 	// implement neither, and the checks of them are skipped.
 	queue      func(c *transportFaultyConn, f *kernel.Frame) error
 	closeWrite func(c *transportFaultyConn) error
+	// writeContext gives the connections a WriteFrameContext
+	// (kernel.ContextWriter), which tcp-lv has not, with this defect.
+	writeContext func(ctx context.Context, c *transportFaultyConn, f *kernel.Frame) error
 }
 
 // transportBroken returns a factory of tcp-lv transports with faults.
@@ -235,6 +238,9 @@ func (c *transportFaultyConn) WriteFrame(f *kernel.Frame) error {
 // optional returns c with QueueFrame and CloseWrite when a defect is in
 // either, else c, which has neither.
 func (c *transportFaultyConn) optional() kernel.Conn {
+	if c.tr.faults.writeContext != nil {
+		return transportContextConn{c}
+	}
 	if c.tr.faults.queue == nil && c.tr.faults.closeWrite == nil {
 		return c
 	}
@@ -258,6 +264,14 @@ func (c transportOptionalConn) CloseWrite() error {
 		return c.tr.faults.closeWrite(c.transportFaultyConn)
 	}
 	return c.Conn.(kernel.HalfCloser).CloseWrite()
+}
+
+// transportContextConn is a connection with a defective WriteFrameContext.
+type transportContextConn struct{ *transportFaultyConn }
+
+func (c transportContextConn) WriteFrameContext(ctx context.Context, f *kernel.Frame) error {
+	c.touch()
+	return c.tr.faults.writeContext(ctx, c.transportFaultyConn, f)
 }
 
 // touch records activity, for defects that act on idleness.

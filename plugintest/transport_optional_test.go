@@ -1,6 +1,8 @@
 package plugintest
 
 import (
+	"context"
+
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -63,6 +65,16 @@ func transportOptionalCases() []transportCase {
 			},
 			caught: []string{"Transport/QueueFrame/InOrder"},
 			says:   [][2]string{{"Transport/QueueFrame/InOrder", "a queued frame must go out before a frame written after it"}},
+		},
+		{
+			// A WriteFrameContext that ignores its context: a call's
+			// request waits on a peer that reads nothing past its deadline.
+			name: "WriteFrameContextIgnoresItsContext",
+			faults: transportFaults{writeContext: func(_ context.Context, c *transportFaultyConn, f *kernel.Frame) error {
+				return c.WriteFrame(f)
+			}},
+			caught: []string{"Transport/ContextWrite"},
+			says:   [][2]string{{"Transport/ContextWrite", "after its context was canceled"}},
 		},
 		{
 			// A half-close that closes the read side too: the requests
