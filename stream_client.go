@@ -322,16 +322,34 @@ func (cc *clientConn) queueCtl(f *kernel.Frame) error { return queueFrame(cc.con
 // handler on, a stream's for good (it waits for messages or credit that
 // will not come), holding one of its max_concurrent_calls: the connection
 // is closed instead, which ends every call and stream on it on both sides
-// (Unavailable on the client).
+// (Unavailable on the client). A caller whose context ended does not wait
+// for room for its Cancel (kernel.ContextWriter: shm-ring's full ring):
+// one that finds none at once waits on a goroutine of its own, so that the
+// caller returns at its deadline.
 func (cc *clientConn) cancel(id uint64, ctx context.Context) {
-	err := cc.conn.WriteFrame(cancelFrame(id, ctx))
+	f := cancelFrame(id, ctx)
+	if _, ok := cc.conn.(kernel.ContextWriter); ok && ctx.Err() != nil {
+		err := writeFrame(ctx, cc.conn, f)
+		if code := kernel.CodeOf(err); err != nil && cc.conn.Err() == nil && (code == kernel.Canceled || code == kernel.DeadlineExceeded) {
+			go func() { cc.cancelSent(f, cc.conn.WriteFrame(f)) }()
+			return
+		}
+		cc.cancelSent(f, err)
+		return
+	}
+	cc.cancelSent(f, cc.conn.WriteFrame(f))
+}
+
+// cancelSent closes the connection when the transport refused Cancel f
+// alone, with the connection alive.
+func (cc *clientConn) cancelSent(f *kernel.Frame, err error) {
 	var st *kernel.Status
 	if err == nil || !errors.As(err, &st) || cc.conn.Err() != nil {
 		return
 	}
 	cc.log.get().Warn("cancel not sent; closing the connection so that the server stops the call",
-		"call_id", id, "peer", cc.conn.RemoteAddr(), "err", err)
-	cc.fail(fmt.Errorf("the Cancel of call id %d could not be sent: %w", id, err))
+		"call_id", f.CallID, "peer", cc.conn.RemoteAddr(), "err", err)
+	cc.fail(fmt.Errorf("the Cancel of call id %d could not be sent: %w", f.CallID, err))
 }
 
 // cancelFrame tells the server a call or stream was given up, and why: a

@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,5 +119,78 @@ func TestAStreamMessageWaitingForRoomEndsWithTheStreamsContext(t *testing.T) {
 	}
 	if waited := time.Since(start); kernel.CodeOf(err) != kernel.Canceled || waited > 5*time.Second {
 		t.Fatalf("a Send finding no room returned %v after %s, want Canceled when the stream's context ended at 300ms, not wait_timeout's 10s", err, waited)
+	}
+}
+
+// A call whose deadline passes while the ring to its server is full does
+// not wait for room for its Cancel either: it returns at its deadline, and
+// the Cancel waits on its own (up to wait_timeout, after which the
+// connection is closed, as for any Cancel refused). Two streams fill the
+// ring, one with 1 KiB messages, one with empty ones, until there is no
+// room for even the smallest frame.
+func TestACallWhoseCancelFindsNoRoomReturnsAtItsDeadline(t *testing.T) {
+	cli, conns := rawShmServer(t, map[string]any{"ring_size": "16KiB", "wait_timeout": "10s"})
+	type stream = kernrpc.ClientStreamOf[echopb.Echo, echopb.Echo]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var c kernel.Conn
+	// open opens a stream the server grants credit enough for a gigabyte.
+	open := func() stream {
+		t.Helper()
+		opened := make(chan stream, 1)
+		go func() {
+			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Flood.Hold")
+			if err != nil {
+				t.Errorf("open: %v", err)
+			}
+			opened <- st
+		}()
+		if c == nil {
+			c = receive(t, conns, 10*time.Second, "the client never connected")
+			if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, Credit: 1 << 30}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var id uint64
+		readUntil(t, c, func(f *kernel.Frame) bool { id = f.CallID; return f.Type == kernel.FrameRequest })
+		if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameWindowUpdate, CallID: id, Credit: 1 << 30}); err != nil {
+			t.Fatal(err)
+		}
+		return receive(t, opened, 10*time.Second, "a stream never opened")
+	}
+	streams := []stream{open(), open()}
+
+	called := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		called <- cli.Call(ctx, "Echo.Echo", &echopb.Echo{Text: "waits"}, new(echopb.Echo))
+	}()
+	readUntil(t, c, func(f *kernel.Frame) bool { return f.Type == kernel.FrameRequest })
+	start := time.Now()
+
+	// The server reads no more. Each stream sends until a Send waits for
+	// room: the first fills the ring to under 1 KiB, the second to less
+	// than the smallest frame.
+	for i, size := range []int{1 << 10, 0} {
+		var sent atomic.Int64
+		go func() {
+			m := &echopb.Echo{Payload: make([]byte, size)}
+			for streams[i].Send(m) == nil {
+				sent.Add(1)
+			}
+		}()
+		for last, still := int64(-1), 0; still < 10; {
+			time.Sleep(10 * time.Millisecond)
+			if n := sent.Load(); n != last {
+				last, still = n, 0
+			} else {
+				still++
+			}
+		}
+	}
+	err := receive(t, called, 15*time.Second, "the call never ended")
+	if waited := time.Since(start); kernel.CodeOf(err) != kernel.DeadlineExceeded || waited > 6*time.Second {
+		t.Fatalf("the call returned %v after %s, want DeadlineExceeded at its 2s deadline, not after waiting wait_timeout's 10s for room for its Cancel", err, waited)
 	}
 }
