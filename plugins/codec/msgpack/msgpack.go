@@ -22,6 +22,12 @@
 // library panics on (a key Go cannot hash, such as an array, decoded into
 // a map keyed by interface{}; a value for an interface field with methods)
 // is an error too.
+//
+// Integers decode as the library decodes them: a value too large for its
+// field is cut to the field's width without an error (300 into an int8
+// is 44, -1 into a uint32 is 4294967295), where the json codec refuses
+// it. Sides that disagree on a field's width see different numbers: keep
+// the struct types of both sides the same, or use a codec with a schema.
 package msgpack
 
 import (

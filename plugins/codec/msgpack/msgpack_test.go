@@ -323,3 +323,25 @@ func TestNewKeepsItsOptions(t *testing.T) {
 		t.Errorf("a codec built with discard_unknown false, after its Options changed: err = %v, want the unknown field refused", err)
 	}
 }
+
+// An integer too large for its field is cut to the field's width, as the
+// package doc warns: the library gives no error, and the codec adds none.
+func TestNarrowIntegersAreCutAsDocumented(t *testing.T) {
+	c, err := msgpack.New(msgpack.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type wide struct{ N, M int64 }
+	type narrow struct {
+		N int8
+		M uint32
+	}
+	b, err := c.Marshal(nil, &wide{N: 300, M: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got narrow
+	if err := c.Unmarshal(b, &got); err != nil || got.N != 44 || got.M != 4294967295 {
+		t.Fatalf("300 into an int8 and -1 into a uint32 gave %+v, %v; the package doc says 44 and 4294967295, no error", got, err)
+	}
+}
