@@ -254,6 +254,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	if s.draining.Load() {
+		// A Shutdown whose context ended before this Start did gave up
+		// waiting for it and has finished: nothing may serve now.
+		s.mu.Unlock()
+		_ = ln.Close()
+		s.stopAdmin(ctx)
+		return errors.New("kernrpc: Start: the server was shut down while it started")
+	}
 	s.listener, s.instance = ln, inst
 	s.mu.Unlock()
 	go s.acceptLoop(ln)
@@ -435,9 +443,14 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	s.mu.Lock()
 	started := s.started && s.listener != nil
 	unlisted := s.unlisted
+	if !started {
+		// Under s.mu, which Start takes to record its listener: a Start
+		// still running (its wait cut short by ctx) then sees it and
+		// closes what it opened.
+		s.draining.Store(true)
+	}
 	s.mu.Unlock()
 	if !started {
-		s.draining.Store(true)
 		s.cancelBase()
 		s.plugins.close(s.logger)
 		s.closeOtherCodecs()
