@@ -67,8 +67,9 @@
 //     trace that comes in is chosen by its trace ID (as the SDK's
 //     TraceIDRatioBased), so that every service in mode ratio with the
 //     same ratio agrees on it; one this call starts is chosen at random,
-//     before its span (and its trace ID) exists, so the services it
-//     calls decide for themselves whether to record it.
+//     before its span (and its trace ID) exists. One declined still
+//     sends an unsampled trace context: a service it calls in mode ratio
+//     judges that trace by its ID, one in parent-ratio leaves it out.
 //   - parent-ratio: follow the sampled flag of the caller's trace context;
 //     a call that starts a trace is recorded with probability ratio, and
 //     one that is not still sends an unsampled trace context, so that the
