@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -91,5 +92,25 @@ func TestAHandlersNilStatusErrorFailsItsCallAsUnknown(t *testing.T) {
 	err := cli.Call(context.Background(), "Nil.Status", &echopb.Echo{}, &echopb.Echo{})
 	if kernel.CodeOf(err) != kernel.Unknown {
 		t.Errorf("Call: %v; want Unknown", err)
+	}
+}
+
+// A typed unary handler (a generated server's method) that returns
+// neither a response nor an error fails its call with Internal, as a
+// client-streaming one does (HandleClientStream) and generic.Register's:
+// answered as it was, its caller got an empty message and OK, its reply
+// reset, for what is a bug in the handler.
+func TestATypedHandlerAnsweringNothingIsInternalNotAnEmptySuccess(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.Handle(s, "Nil.Answer", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+			return nil, nil
+		})
+	})
+	cli := newClient(t, cfg)
+	reply := &echopb.Echo{Text: "stale"}
+	err := cli.Call(context.Background(), "Nil.Answer", &echopb.Echo{}, reply)
+	if kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), "the handler of Nil.Answer returned neither a response nor an error") {
+		t.Errorf("Call: %v (reply %q); want Internal saying the handler returned neither a response nor an error", err, reply.Text)
 	}
 }
