@@ -62,6 +62,10 @@ func generate(req *pluginpb.CodeGeneratorRequest) *pluginpb.CodeGeneratorRespons
 	if err != nil {
 		return failure(err)
 	}
+	vtCfg, err := vtConfig(opts)
+	if err != nil {
+		return failure(err)
+	}
 	for _, f := range gen.Files {
 		if f.Generate {
 			if err := generateServices(gen, f); err != nil {
@@ -74,7 +78,7 @@ func generate(req *pluginpb.CodeGeneratorRequest) *pluginpb.CodeGeneratorRespons
 	if resp.Error != nil || !opts.vtproto {
 		return resp
 	}
-	vt, err := generateVT(req, opts)
+	vt, err := generateVT(req, opts, vtCfg)
 	if err != nil {
 		return failure(err)
 	}

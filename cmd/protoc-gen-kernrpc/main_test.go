@@ -173,6 +173,12 @@ func TestOptions(t *testing.T) {
 		{param: "vtproto_features=marshal+turbo", err: `option vtproto_features: unknown feature: "turbo"`},
 		{param: "vtproto_pool=a[", err: `option vtproto_pool="a["`},
 		{param: "vtproto_pool_exclude=a[", err: `option vtproto_pool_exclude="a["`},
+		// docs/codegen.md: a feature vtprotobuf does not have or a bad
+		// pattern fails the run, vtproto=false or not.
+		{param: "vtproto=false,vtproto_features=marshal+turbo", err: `option vtproto_features: unknown feature: "turbo"`},
+		{param: "vtproto_features=marshal+turbo,vtproto=false", err: `option vtproto_features: unknown feature: "turbo"`},
+		{param: "vtproto=false,vtproto_pool=a[", err: `option vtproto_pool="a["`},
+		{param: "vtproto=false,vtproto_pool_exclude=a[", err: `option vtproto_pool_exclude="a["`},
 		{param: "plugins=grpc", err: `unknown option "plugins"`},
 		{param: "paths=sideways", err: `unknown path type "sideways"`},
 	}
