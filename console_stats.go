@@ -147,10 +147,7 @@ type methodView struct {
 // seconds the rate window spans so far (less than rateWindow just after
 // the start).
 func (m *methodStats) view(now int64, windowSecs int64) methodView {
-	v := methodView{Method: m.name, Codes: map[string]int64{}}
-	if i := strings.LastIndexByte(m.name, '.'); i > 0 {
-		v.Service = m.name[:i]
-	}
+	v := methodView{Service: methodService(m.name), Method: m.name, Codes: map[string]int64{}}
 	for c := range m.byCode {
 		n := m.byCode[c].Load()
 		if n == 0 {
@@ -186,6 +183,15 @@ func (m *methodStats) view(now int64, windowSecs int64) methodView {
 	v.P50Millis = millis(percentile(&hist, 0.50))
 	v.P99Millis = millis(percentile(&hist, 0.99))
 	return v
+}
+
+// methodService is the service a method name is grouped under: the name
+// up to its last dot, or "".
+func methodService(name string) string {
+	if i := strings.LastIndexByte(name, '.'); i > 0 {
+		return name[:i]
+	}
+	return ""
 }
 
 // percentile is the duration below which fraction q of the counted calls
@@ -330,7 +336,17 @@ func (st *serverStats) init(methods map[string]*methodDesc, now time.Time) {
 		st.byDesc[d] = m
 		st.sorted = append(st.sorted, m)
 	}
-	slices.SortFunc(st.sorted, func(a, b *methodStats) int { return cmp.Compare(a.name, b.name) })
+	// By service, then name: the page draws each service under one
+	// heading, and Svc.Sub.X must not come between Svc.A and Svc.Z.
+	// Methods of no service come last, where the calls of methods not
+	// served here (of no service either) join them.
+	slices.SortFunc(st.sorted, func(a, b *methodStats) int {
+		sa, sb := methodService(a.name), methodService(b.name)
+		if (sa == "") != (sb == "") {
+			return cmp.Compare(len(sb), len(sa)) // "" last
+		}
+		return cmp.Or(cmp.Compare(sa, sb), cmp.Compare(a.name, b.name))
+	})
 	for i := range st.slow.slots {
 		// Full size from the start: keeping a call never allocates.
 		st.slow.slots[i].calls = make([]slowCall, 0, slowestKept)
