@@ -154,7 +154,7 @@ type summaryView struct {
 
 func (cn *console) summary(now time.Time) summaryView {
 	s := cn.s
-	st, _ := s.ServingStatus("")
+	st := s.probeStatus()
 	inst := s.Instance()
 	s.mu.Lock()
 	open := len(s.conns)

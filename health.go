@@ -89,6 +89,22 @@ func (s *Server) ServingStatus(service string) (HealthStatus, bool) {
 	return st, ok
 }
 
+// probeStatus is the server's health as its probes (/healthz, the
+// console, the engine's server_serving reading) report it: the whole
+// server's status, unless that is SERVING while the server's own service
+// is not, which takes the instance out of the registry too.
+func (s *Server) probeStatus() HealthStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.health.status[""]
+	if st == HealthServing && s.cfg.Service != "" {
+		if own, ok := s.health.status[s.cfg.Service]; ok {
+			st = own
+		}
+	}
+	return st
+}
+
 // SetServingStatus sets what the health service answers for service (""
 // is the whole server; another name adds a service to report on). When
 // the server's own service or the whole server stops serving, the

@@ -36,7 +36,7 @@ func (s *Server) startAdmin() error {
 	mux := http.NewServeMux()
 	entries := []adminEntry{
 		{"GET /{$}", "this index", "kernrpc"},
-		{"GET /healthz", "200 while the server is serving, 503 otherwise (for HTTP probes)", "kernrpc"},
+		{"GET /healthz", "200 while the server and its service are serving, 503 otherwise (for HTTP probes)", "kernrpc"},
 	}
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
 	// The index before the plugins' routes, so that one claiming it
@@ -125,7 +125,7 @@ func (s *Server) stopAdmin(ctx context.Context) {
 }
 
 func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
-	st, _ := s.ServingStatus("")
+	st := s.probeStatus()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if st != HealthServing {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -116,3 +116,35 @@ func TestAdminStartErrors(t *testing.T) {
 		})
 	}
 }
+
+// The HTTP probe and the console agree with the registry: a server whose
+// own service is not serving is out of the registry, and /healthz must
+// not tell a load balancer's probe that it serves.
+func TestHealthzNotServingWhenTheServiceIsNot(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.AdminAddress = "127.0.0.1:0"
+	srv := startServer(t, cfg, nil)
+	base := "http://" + srv.AdminAddr()
+	if err := srv.SetServingStatus(context.Background(), cfg.Service, kernrpc.HealthNotServing); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resolveOf(t, cfg, cfg.Service)); n != 0 {
+		t.Fatalf("service not serving, yet %d instances registered", n)
+	}
+	if code, body := get(t, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "NOT_SERVING") {
+		t.Errorf("/healthz with the service not serving (and out of the registry): %d %q; want 503 NOT_SERVING", code, body)
+	}
+	var sum struct {
+		Status string `json:"status"`
+	}
+	getJSON(t, base+"/status/summary.json", &sum)
+	if sum.Status != string(kernrpc.HealthNotServing) {
+		t.Errorf("console summary status %q with the service not serving; want %s", sum.Status, kernrpc.HealthNotServing)
+	}
+	if err := srv.SetServingStatus(context.Background(), cfg.Service, kernrpc.HealthServing); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != "SERVING" {
+		t.Errorf("/healthz serving again: %d %q; want 200 SERVING", code, body)
+	}
+}

@@ -41,10 +41,10 @@ func (st serverState) ReportState(emit func(kernel.Reading)) {
 	emit(kernel.Reading{Name: "server_streams_total", Help: "Streams the server opened (started a handler for), since it started.",
 		Kind: kernel.Counter, Labels: transport, Value: float64(s.streamsTotal.Load())})
 	serving := 0.0
-	if st, _ := s.ServingStatus(""); st == HealthServing {
+	if s.probeStatus() == HealthServing {
 		serving = 1
 	}
-	emit(kernel.Reading{Name: "server_serving", Help: "1 while the server's health is SERVING, else 0.",
+	emit(kernel.Reading{Name: "server_serving", Help: "1 while the server's health, and its service's, is SERVING, else 0.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: s.cfg.Service}}, Value: serving})
 	emit(kernel.Reading{Name: "server_gc_headroom_bytes", Help: "Heap the process keeps in reserve (gc_headroom) while this server holds it, since it read a large message; else 0.",
 		Kind: kernel.Gauge, Labels: []kernel.Label{{Name: "service", Value: s.cfg.Service}}, Value: float64(s.headroom.bytes())})
