@@ -436,6 +436,7 @@ func (cn *console) instances(ctx context.Context) instancesView {
 		return cn.inst
 	}
 	s := cn.s
+	page := ctx
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	v := instancesView{Service: s.cfg.Service, Registry: s.cfg.Registry.Name, Self: s.Instance().ID,
@@ -444,8 +445,12 @@ func (cn *console) instances(ctx context.Context) instancesView {
 	v.Resolved = time.Now()
 	if err != nil {
 		v.Error = err.Error()
-		if ctx.Err() != nil {
-			return v // the page's request went away: do not keep that as the answer
+		if page.Err() != nil {
+			// The page's request went away: do not keep that as the
+			// answer. A registry that did not answer within
+			// resolveTimeout is kept, as any error is, so that page loads
+			// do not queue up behind one Resolve after another.
+			return v
 		}
 	}
 	for _, in := range list {
