@@ -256,28 +256,70 @@ const hiddenSecret = "(hidden)"
 // tagged secret:"true" (tokens, keys, passwords) that are set, so that
 // the console shows that they are set, never what they are: the admin
 // address is often reachable by more than who may call the service. It
-// looks into nested structs (a tls block) too.
+// looks into nested structs (a tls block) too, and into the elements of
+// lists and maps (rules, peers) that hold structs.
 func hideSecrets(v reflect.Value) {
-	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
-		if v.IsNil() {
+	detach(v)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			hideSecrets(v.Elem())
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			hideSecrets(v.Index(i))
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			// A map's values cannot be set in place: each is copied, its
+			// secrets hidden, and put back.
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			hideSecrets(e)
+			v.SetMapIndex(k, e)
+		}
+	case reflect.Struct:
+		if !v.CanSet() {
 			return
 		}
-		v = v.Elem()
+		t := v.Type()
+		for i := range t.NumField() {
+			sf, fv := t.Field(i), v.Field(i)
+			if !sf.IsExported() || sf.Tag.Get("json") == "-" {
+				continue // not shown
+			}
+			if sf.Tag.Get("secret") == "true" {
+				hideValue(fv)
+			} else {
+				hideSecrets(fv)
+			}
+		}
 	}
-	if v.Kind() != reflect.Struct || !v.CanSet() {
+}
+
+// detach gives settable v a shallow copy of the slice, map or struct it
+// points into before hiding changes it: decoded options may share these
+// with a plugin's defaults (a package-level list, a pointer to a shared
+// block), which hiding in place would rewrite for every later plugin.
+func detach(v reflect.Value) {
+	if !v.CanSet() || v.IsZero() {
 		return
 	}
-	t := v.Type()
-	for i := range t.NumField() {
-		sf, fv := t.Field(i), v.Field(i)
-		if !sf.IsExported() {
-			continue
+	switch v.Kind() {
+	case reflect.Slice:
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(c, v)
+		v.Set(c)
+	case reflect.Map:
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			c.SetMapIndex(it.Key(), it.Value())
 		}
-		if sf.Tag.Get("secret") == "true" {
-			hideValue(fv)
-		} else if k := fv.Kind(); k == reflect.Struct || k == reflect.Pointer && fv.Type().Elem().Kind() == reflect.Struct {
-			hideSecrets(fv)
-		}
+		v.Set(c)
+	case reflect.Pointer:
+		c := reflect.New(v.Type().Elem())
+		c.Elem().Set(v.Elem())
+		v.Set(c)
 	}
 }
 
@@ -285,6 +327,7 @@ func hideSecrets(v reflect.Value) {
 // or a map's values, its keys being ids) becomes hiddenSecret; anything
 // else that is set becomes its zero value.
 func hideValue(v reflect.Value) {
+	detach(v)
 	switch v.Kind() {
 	case reflect.String:
 		if v.Len() > 0 {
