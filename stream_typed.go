@@ -126,7 +126,7 @@ func (s ClientStreamOf[Req, Resp]) Recv() (*Resp, error) {
 // FailedPrecondition.
 func (s ClientStreamOf[Req, Resp]) CloseAndRecv() (*Resp, error) {
 	if s.answered.Swap(true) {
-		return nil, kernel.Errorf(kernel.FailedPrecondition, "CloseAndRecv called twice on the client-streaming call of %s: the first returned its one response", s.Info().Method)
+		return nil, kernel.Errorf(kernel.FailedPrecondition, "CloseAndRecv called twice on the client-streaming call of %s: the first returned its outcome, the response or the error", s.Info().Method)
 	}
 	if err := s.CloseSend(); err != nil {
 		// The connection is lost: no Recv will return the end that would
