@@ -12,7 +12,7 @@ import (
 	"github.com/kernrpc/kernrpc/plugintest"
 )
 
-func TestCodec(t *testing.T) {
+func TestConformance(t *testing.T) {
 	protoEqual := func(want, got any) bool { return proto.Equal(want.(proto.Message), got.(proto.Message)) }
 	newEcho := func() any { return new(echopb.Echo) }
 	newTable := func() any { return new(echofb.Echo) }
