@@ -316,8 +316,8 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		}
 		c.putAttempt(at)
 		if errors.Is(err, kernel.ErrInstanceRefused) {
+			refusal = err // the last one, which the error below quotes
 			if refused++; refused < maxRefusedPicks && ctx.Err() == nil {
-				refusal = err
 				continue
 			}
 			return nil, &kernel.Status{Code: kernel.Unavailable, Retryable: true,

@@ -177,8 +177,8 @@ func (*refuseFilter) Stage() kernel.Stage { return kernel.AttemptStage }
 
 func (f *refuseFilter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 	if info.Instance.Address == f.addr {
-		f.refused.Add(1)
-		return nil, fmt.Errorf("test-refuse: %s is refused: %w", f.addr, kernel.ErrInstanceRefused)
+		n := f.refused.Add(1)
+		return nil, fmt.Errorf("test-refuse: %s is refused (refusal %d): %w", f.addr, n, kernel.ErrInstanceRefused)
 	}
 	return next(ctx, info, req)
 }
@@ -323,6 +323,12 @@ func TestAttemptFilterRefusingEveryInstanceFailsTheCallSayingSo(t *testing.T) {
 	}
 	if only.calls.Load() != 0 {
 		t.Error("a refused instance was called")
+	}
+	// The error quotes the last refusal, as the breaker's doc says, not
+	// the one before it.
+	f, _ := kernrpc.FindPlugin[*refuseFilter](cli.Plugins(), "test-refuse")
+	if last := fmt.Sprintf("(refusal %d)", f.refused.Load()); !strings.Contains(err.Error(), last) {
+		t.Errorf("err = %v, want it to quote the last refusal, %s", err, last)
 	}
 }
 
