@@ -84,7 +84,10 @@ const (
 // Options configure the filter. The package doc lists them with their
 // defaults.
 type Options struct {
-	// Rate is how many tokens the bucket gains per second.
+	// Rate is how many tokens the bucket gains per second. Tokens come a
+	// whole number of nanoseconds apart, rounded up: a rate that does not
+	// divide a second evenly admits no more than it says (6e8/s: one
+	// token every 2ns).
 	Rate float64 `json:"rate"`
 	// Burst is the most tokens the bucket holds: how many calls may come at
 	// once after a quiet spell.
@@ -116,8 +119,10 @@ func New(o *Options) (kernel.Filter, error) {
 	if float64(time.Second)/o.Rate > 1<<50 {
 		return nil, fmt.Errorf("option \"rate\": %v per second is less than one token in 13 days", o.Rate)
 	}
-	interval := int64(float64(time.Second) / o.Rate)
-	if interval < 1 {
+	// Rounded up to a whole nanosecond, so that the bucket never admits
+	// more than rate: rounded down, 6e8/s (1.67ns a token) would admit 1e9.
+	interval := int64(math.Ceil(float64(time.Second) / o.Rate))
+	if float64(time.Second)/o.Rate < 1 {
 		return nil, fmt.Errorf("option \"rate\": %v per second is more than one token per nanosecond", o.Rate)
 	}
 	if o.Burst < 1 {
