@@ -146,6 +146,7 @@ func TestOverTheEngine(t *testing.T) {
 	}
 	kernrpc.Handle(srv, "Echo.Client", slow)
 	kernrpc.Handle(srv, "Echo.Server", slow)
+	kernrpc.Handle(srv, "Echo.Warm", func(context.Context, *echopb.Echo) (*echopb.Echo, error) { return &echopb.Echo{}, nil })
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +159,28 @@ func TestOverTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
+	// Connected first: a dial under load must not eat the 50ms the call
+	// has, which would end it before the handler ran.
+	if err := cli.Call(context.Background(), "Echo.Warm", &echopb.Echo{}, &echopb.Echo{}); err != nil {
+		t.Fatal(err)
+	}
+	// saw is what the handler saw of the call's deadline; the handler
+	// not running at all fails the test instead of hanging it.
+	saw := func(err error) time.Duration {
+		t.Helper()
+		select {
+		case left := <-sawDeadline:
+			return left
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the handler never ran; the call ended with %v", err)
+			return 0
+		}
+	}
 
 	start := time.Now()
 	err = cli.Call(context.Background(), "Echo.Client", &echopb.Echo{}, &echopb.Echo{})
 	took := time.Since(start)
-	left := <-sawDeadline
+	left := saw(err)
 	t.Logf("client filter, 50ms: the handler saw %v left; the call failed after %v with %v", left, took, err)
 	if left <= 0 || left > 50*time.Millisecond {
 		t.Errorf("the handler saw %v left, want the client filter's 50ms deadline", left)
@@ -174,7 +192,7 @@ func TestOverTheEngine(t *testing.T) {
 	start = time.Now()
 	err = cli.Call(context.Background(), "Echo.Server", &echopb.Echo{}, &echopb.Echo{})
 	took = time.Since(start)
-	left = <-sawDeadline
+	left = saw(err)
 	t.Logf("server filter, 30ms: the handler saw %v left; the call failed after %v with %v", left, took, err)
 	if left <= 0 || left > 30*time.Millisecond || kernel.CodeOf(err) != kernel.DeadlineExceeded || took > time.Second {
 		t.Errorf("server filter: handler saw %v left, call ended after %v with %v; want the server's 30ms deadline", left, took, err)
