@@ -447,7 +447,8 @@ func (cc *clientConn) readFor(ctx context.Context, at *attempt) (answered bool) 
 // server will serve. A server shutting down is passed over for a while; a
 // GoAway that gives a reason (idle_timeout, tcp-lv's first_frame_timeout
 // or too_many_pings) ends this connection only, and so does any on a
-// spare connection, which speaks for no instance.
+// spare connection, which speaks for no instance (it holds off spreading
+// for a while, as a spreading dial that fails does).
 //
 // A GoAway that names no last call (kernel.GoAwayUnknownLast: a shutdown's
 // or an idle connection's first) promises to serve whatever was sent
@@ -479,7 +480,15 @@ func (cc *clientConn) serverGoingAway(goAway *kernel.Frame) {
 		// way: the server counts requests, so it waits for that one too.
 		_ = cc.queueCtl(&kernel.Frame{Type: kernel.FrameGoAway, CallID: sent})
 	}
-	if cc.pool != nil && !cc.spare && shutdown {
+	switch {
+	case cc.pool == nil:
+	case cc.spare:
+		// As for a spreading dial that failed: the server would not keep
+		// this spare (max_connections refuses it as soon as it is
+		// dialled), and a spare dialled again for every loaded call
+		// would be refused in turn.
+		cc.pool.noSpread.start(dialAvoidance)
+	case shutdown:
 		cc.pool.markDown(goAwayAvoidance)
 	}
 	// With nothing pending and nobody but the idle reader reading, the
