@@ -180,7 +180,7 @@ func (cs *ClientStream) openFromChain(ctx context.Context, info *kernel.CallInfo
 func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.CallInfo) error {
 	retries := *c.cfg.Client.Retries
 	var ready readyWait
-	for tries := 0; ; tries++ {
+	for tries, skipped := 0, 0; ; tries++ {
 		inst, err := c.pick(ctx, nil, info)
 		if err != nil {
 			return err
@@ -189,6 +189,12 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 		if err != nil {
 			c.pickDone(inst, err)
 			return err
+		}
+		// Passed over as a call's pick is (attemptLoop).
+		if skipped++; skipped <= maxSkippedPicks && p.avoided() {
+			c.pickDone(inst, errPassedOver)
+			tries--
+			continue
 		}
 		var cc *clientConn
 		if cc, err = p.get(ctx, nil); err == nil {
