@@ -72,7 +72,9 @@ type Client struct {
 // NewClient builds a client for service (cfg.Service when empty) from cfg.
 // It resolves the service once before returning, then follows the
 // registry's watch; a call made before any instance is known waits for
-// the first one, up to its deadline.
+// the first one, up to its deadline. The client keeps a copy of cfg's
+// settings: changing cfg afterwards (to make another client) leaves this
+// one as it was made.
 func NewClient(cfg *Config, service string) (*Client, error) {
 	if cfg == nil {
 		cfg = DefaultConfig()
@@ -81,6 +83,13 @@ func NewClient(cfg *Config, service string) (*Client, error) {
 	if err := cfg.validateFields(); err != nil {
 		return nil, err
 	}
+	// The client's own copy: it reads its options for as long as it
+	// lives (a pool's sizes on the first call to each instance), and a
+	// program may go on to change cfg for another client.
+	own := *cfg
+	retries := *cfg.Client.Retries
+	own.Client.Retries = &retries
+	cfg = &own
 	if service == "" {
 		service = cfg.Service
 	}
