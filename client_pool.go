@@ -32,7 +32,7 @@ func (c *Client) pool(addr string) (*connPool, error) {
 			// sent again to an instance still listed.
 			c.poolsMu.Unlock()
 			p = newConnPool(c, addr)
-			p.retired = true
+			p.retire()
 			return p, nil
 		}
 		if p == nil {
@@ -81,6 +81,11 @@ type connPool struct {
 	conns   []*clientConn
 	dialing []*pendingDial // per slot, while a dial is under way
 	retired bool
+	// life ends when the pool is retired or closed: it bounds the pool's
+	// dials, so that a dial to an instance that left ends then, and its
+	// callers go to another.
+	life    context.Context
+	endLife context.CancelFunc
 	// replaced are connections a new one took the slot of (they heard a
 	// GoAway, say) while they still carried calls or streams: they close
 	// once those end, and until then Close must end them and the
@@ -106,12 +111,14 @@ func (h *holdOff) on() bool {
 
 func newConnPool(c *Client, addr string) *connPool {
 	n := c.cfg.Client.poolLimit()
+	life, endLife := context.WithCancel(c.life)
 	return &connPool{
 		client: c, addr: addr,
 		fixed:    c.cfg.Client.PoolSize,
 		spreadAt: int64(c.cfg.Client.SpreadBytes),
 		conns:    make([]*clientConn, n),
 		dialing:  make([]*pendingDial, n),
+		life:     life, endLife: endLife,
 	}
 }
 
@@ -121,7 +128,8 @@ func newConnPool(c *Client, addr string) *connPool {
 // one call pays those on every call (BenchmarkShortCall, and the harness's
 // short mode, whose callers' contexts can be canceled). Callers that come
 // meanwhile wait for that dial or for their own end, whichever is first.
-// The dial is bounded by dial_timeout and the client's life, and by the
+// The dial is bounded by dial_timeout and the pool's life (it ends when
+// the instance leaves the registry, or the client closes), and by the
 // dialling caller's context: should that caller give up first, the dial
 // starts again on a goroutine of its own (see connPool.dial), so that a
 // hurried caller never leaves the next one without a connection.
@@ -211,21 +219,22 @@ func (p *connPool) dial(i int, d *pendingDial) {
 	p.settle(i, d, conn, err)
 }
 
-// connect dials the pool's instance within dial_timeout and the client's
-// life, and within ctx too when ctx can end sooner: its deadline, which
-// the dial's context then carries, and its cancellation. Transports
+// connect dials the pool's instance within dial_timeout and the pool's
+// life (the client's, until the instance leaves), and within ctx too
+// when ctx can end sooner: its deadline, which the dial's context then
+// carries, and its cancellation. Transports
 // honour both (plugintest's Dial/NotAccepted and NotAcceptedCancelled),
 // so a caller dialling is held no longer than its context allows.
 func (p *connPool) connect(ctx context.Context) (kernel.Conn, error) {
 	c := p.client
-	parent, byCaller := c.life, !waitsOutDial(ctx, c.dialTimeout)
+	parent, byCaller := p.life, !waitsOutDial(ctx, c.dialTimeout)
 	if byCaller {
 		parent = ctx
 	}
 	dctx, cancel := context.WithTimeout(parent, c.dialTimeout)
 	defer cancel()
 	if byCaller {
-		defer context.AfterFunc(c.life, cancel)()
+		defer context.AfterFunc(p.life, cancel)()
 	}
 	return c.transport.Dial(dctx, p.addr)
 }
@@ -259,6 +268,13 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 			_ = conn.Close()
 		}
 		d.err = c.closedStatus()
+	case p.retired:
+		// The instance left the registry, which ended the dial, or it
+		// connected all the same: either way, the call goes elsewhere.
+		if err == nil {
+			_ = conn.Close()
+		}
+		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	case err != nil && i >= p.fixed:
 		// A dial to spread load: calls still have the fixed connections.
 		p.noSpread.start(dialAvoidance)
@@ -267,9 +283,6 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 		p.markDown(dialAvoidance)
 		// Nothing was sent, so another instance may take the call.
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: dialFailure(c.cfg.Transport.Name, p.addr, err), Retryable: true}
-	case p.retired:
-		_ = conn.Close()
-		d.err = &kernel.Status{Code: kernel.Unavailable, Message: "instance " + p.addr + " left the registry", Retryable: true}
 	default:
 		p.down.end()
 		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, headroom: &c.headroom, pool: p, spare: i >= p.fixed,
@@ -323,6 +336,7 @@ func (p *connPool) retire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
+	p.endLife()
 	for _, cc := range p.conns {
 		if cc != nil {
 			cc.retire()
@@ -365,6 +379,7 @@ func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
+	p.endLife()
 	for cc := range p.everyConnLocked() {
 		cc.fail(fmt.Errorf("client closed: %w", kernel.ErrClosed))
 	}

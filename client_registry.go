@@ -68,12 +68,24 @@ func (c *Client) applyReport(insts []kernel.Instance) {
 
 // useInstances is applyReport under followMu.
 func (c *Client) useInstances(insts []kernel.Instance) {
+	c.listAlso(insts)
 	c.balancer.Update(insts)
 	c.instances.Store(int64(len(insts)))
 	c.registryUpdates.Add(1)
 	c.dropPoolsNotIn(insts)
 	fresh := make(chan struct{})
 	close(*c.updated.Swap(&fresh))
+}
+
+// listAlso adds insts to the instances a pool may be made for, before
+// the balancer is given them: a call may pick a newcomer as soon as the
+// balancer has it, before dropPoolsNotIn lists it, and must not take it
+// for one that left (see pool). Those the report leaves out stay listed
+// until dropPoolsNotIn, which retires a pool made for them meanwhile.
+func (c *Client) listAlso(insts []kernel.Instance) {
+	c.poolsMu.Lock()
+	defer c.poolsMu.Unlock()
+	c.listed = append(c.listed[:len(c.listed):len(c.listed)], insts...)
 }
 
 // dropPoolsNotIn keeps insts, the instances listed now, for pool, and
