@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,38 +12,26 @@ import (
 	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
-// gatedUpdateBalancer round-robins over the set it was given; while its
-// gate is set, an Update, having taken its set (so that picks see it),
-// says so on updating and waits for the gate to open before it returns,
-// as a balancer does for a moment while the registry's report goes on.
+// gatedUpdateBalancer is a gatedPickBalancer whose Update, while its
+// updateGate is set, having taken its set (so that picks see it), says
+// so on updating and waits for the gate to open before it returns, as a
+// balancer does for a moment while the registry's report goes on.
 type gatedUpdateBalancer struct {
-	mu       sync.Mutex
-	set      []kernel.Instance
-	next     int
-	gate     chan struct{}
-	updating chan struct{}
+	gatedPickBalancer
+	updateGate chan struct{}
+	updating   chan struct{}
 }
 
 func (b *gatedUpdateBalancer) Update(set []kernel.Instance) {
 	b.mu.Lock()
 	b.set = set
-	gate, updating := b.gate, b.updating
-	b.gate = nil
+	gate, updating := b.updateGate, b.updating
+	b.updateGate = nil
 	b.mu.Unlock()
 	if gate != nil {
 		updating <- struct{}{}
 		<-gate
 	}
-}
-
-func (b *gatedUpdateBalancer) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.set) == 0 {
-		return nil, kernel.ErrNoInstances
-	}
-	b.next++
-	return &b.set[b.next%len(b.set)], nil
 }
 
 var lastGatedUpdate atomic.Pointer[gatedUpdateBalancer]
@@ -70,7 +57,7 @@ func TestAnInstanceJustReportedIsCalledWhileTheReportIsTakenIn(t *testing.T) {
 	b := lastGatedUpdate.Load()
 	gate, updating := make(chan struct{}), make(chan struct{}, 1)
 	b.mu.Lock()
-	b.gate, b.updating = gate, updating
+	b.updateGate, b.updating = gate, updating
 	b.mu.Unlock()
 	opened := false
 	defer func() {
