@@ -202,14 +202,7 @@ func (e *transportEnv) closeBlockedWriter(t tb, peer bool) {
 	// Wait until the writer stops making progress: blocked, as the subtest
 	// wants it. Should it not be blocked yet, Close still must make its
 	// next write fail, and what is checked is the same.
-	for last, still, giveUp := int64(-1), 0, time.Now().Add(e.patience); still < 5 && time.Now().Before(giveUp); {
-		time.Sleep(10 * time.Millisecond)
-		if n := written.Load(); n != last {
-			last, still = n, 0
-		} else {
-			still++
-		}
-	}
+	transportAwaitStall(&written, e.patience)
 	closer, side := p.client, "its own"
 	if peer {
 		closer, side = p.server, "the peer's"
@@ -539,4 +532,18 @@ func (e *transportEnv) readResumes(t tb) {
 		t.Errorf("WriteFrame: %v", err)
 	}
 	t.Logf("%d frames of %d bytes read through %d interruptions", n, size, interrupted)
+}
+
+// transportAwaitStall waits until written has not grown for five looks
+// 10ms apart (its writer waits on a peer that reads nothing), or until
+// patience has passed.
+func transportAwaitStall(written *atomic.Int64, patience time.Duration) {
+	for last, still, giveUp := int64(-1), 0, time.Now().Add(patience); still < 5 && time.Now().Before(giveUp); {
+		time.Sleep(10 * time.Millisecond)
+		if n := written.Load(); n != last {
+			last, still = n, 0
+		} else {
+			still++
+		}
+	}
 }

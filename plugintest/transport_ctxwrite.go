@@ -36,15 +36,7 @@ func (e *transportEnv) contextWrite(t tb) {
 		}
 		result <- nil
 	})
-	// Until the writer stops making progress: waiting on the peer.
-	for last, still, giveUp := int64(-1), 0, time.Now().Add(e.patience); still < 5 && time.Now().Before(giveUp); {
-		time.Sleep(10 * time.Millisecond)
-		if n := written.Load(); n != last {
-			last, still = n, 0
-		} else {
-			still++
-		}
-	}
+	transportAwaitStall(&written, e.patience) // the writer now waits on the peer
 	cancel()
 	timer := time.NewTimer(e.patience)
 	defer timer.Stop()
