@@ -62,11 +62,7 @@ func protoc(t *testing.T, dir string, files ...string) string {
 // describe writes a message back as .proto: every shape of field with its
 // comments, and a file protoc accepts again.
 func TestDescribeWritesValidProto(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "shapes.proto"), []byte(shapesProto), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set := protoc(t, dir, "shapes.proto")
+	set := compileProto(t, t.TempDir(), "shapes.proto", shapesProto)
 	r := runCmd("", "describe", "-protoset", set, "shapes.v1.Shape")
 	r.check(t, "describe a message of every field shape", 0,
 		"// shapes.v1.Shape is a message (shapes.proto)\n// Shape is drawn.\nmessage Shape {\n",
@@ -82,15 +78,7 @@ func TestDescribeWritesValidProto(t *testing.T) {
 	}
 
 	// What describe wrote, under the same package, compiles again.
-	again := filepath.Join(dir, "again")
-	if err := os.Mkdir(again, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	body := "syntax = \"proto3\";\npackage shapes.v1;\n" + r.out
-	if err := os.WriteFile(filepath.Join(again, "shapes.proto"), []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	protoc(t, again, "shapes.proto")
+	compileProto(t, t.TempDir(), "shapes.proto", "syntax = \"proto3\";\npackage shapes.v1;\n"+r.out)
 
 	runCmd("", "describe", "-protoset", set, "shapes.v1.Shape.labels").check(t, "describe a field", 0,
 		"// shapes.v1.Shape.labels is a field of shapes.v1.Shape (shapes.proto)\n// labels by language.\nmap<string, string> labels = 2;\n")
@@ -139,11 +127,7 @@ service Legacy {
 // defaults, JSON names, reserved numbers) and the standard options a
 // caller acts on, in a file protoc compiles into the same descriptors.
 func TestDescribeWritesDefaultsReservedAndOptions(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "legacy.proto"), []byte(legacyProto), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	set := protoc(t, dir, "legacy.proto")
+	set := compileProto(t, t.TempDir(), "legacy.proto", legacyProto)
 	msg := runCmd("", "describe", "-protoset", set, "legacy.v1.Old")
 	msg.check(t, "describe a proto2 message", 0,
 		"message Old {\n  option deprecated = true;\n",
@@ -168,17 +152,19 @@ func TestDescribeWritesDefaultsReservedAndOptions(t *testing.T) {
 
 	// Written back under the same package, it compiles into the same
 	// descriptors: nothing describe left out changes the contract.
-	again := filepath.Join(dir, "again")
-	if err := os.Mkdir(again, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	body := "syntax = \"proto2\";\npackage legacy.v1;\n" + msg.out + svc.out
-	if err := os.WriteFile(filepath.Join(again, "legacy.proto"), []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if a, b := readSet(t, set), readSet(t, protoc(t, again, "legacy.proto")); !proto.Equal(a, b) {
+	again := compileProto(t, t.TempDir(), "legacy.proto", "syntax = \"proto2\";\npackage legacy.v1;\n"+msg.out+svc.out)
+	if a, b := readSet(t, set), readSet(t, again); !proto.Equal(a, b) {
 		t.Errorf("describe's output compiles into other descriptors:\n%s\nwant\n%s", prototext.Format(b), prototext.Format(a))
 	}
+}
+
+// compileProto writes body as dir/name and compiles it (protoc).
+func compileProto(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return protoc(t, dir, name)
 }
 
 // readSet reads a descriptor set's one file, without source info (the
