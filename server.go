@@ -545,65 +545,6 @@ func (s *Server) waitInFlight(ctx context.Context) error {
 	return nil
 }
 
-// closeConns ends the connections of a drained server. Where the transport
-// can half-close, it does, and waits (briefly) for each client to close
-// its side: a request already on its way is then read and left unserved
-// rather than lost in a reset, and the client resends it elsewhere.
-func (s *Server) closeConns(ctx context.Context) {
-	s.mu.Lock()
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
-	s.mu.Unlock()
-	// One grace for them all, as a deadline: a timer's channel fires once,
-	// and the connections after the first would wait for it forever. All
-	// at once: closing one whose client does not read can take the
-	// transport a while (tcp-lv: a second), and one after another, those
-	// seconds would add up past ctx.
-	graceEnd := time.Now().Add(closeGrace)
-	var closing sync.WaitGroup
-	for _, sc := range conns {
-		closing.Go(func() { s.closeConn(ctx, sc, graceEnd) })
-	}
-	closing.Wait()
-}
-
-// closeConn ends one connection of a drained server or an idle one: where
-// the transport can half-close, it does, and waits until the client
-// closes its side, graceEnd passes or ctx ends. The half-close sends what
-// is queued first, which a client that reads slowly receives while ctx
-// lasts; one that does not read (or is dead) would hold it for as long as
-// the transport lets a write wait (tcp-lv: write_timeout), so it is waited
-// for only until ctx ends, and Close then cuts that write short.
-func (s *Server) closeConn(ctx context.Context, sc *serverConn, graceEnd time.Time) {
-	sc.awaitGoAways(ctx)
-	if hc, ok := sc.conn.(kernel.HalfCloser); ok {
-		shut := make(chan error, 1)
-		go func() { shut <- hc.CloseWrite() }()
-		var err error
-		select {
-		case err = <-shut:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if err == nil {
-			grace := time.NewTimer(time.Until(graceEnd))
-			select {
-			case <-sc.conn.Done():
-			case <-grace.C:
-			case <-ctx.Done():
-			}
-			grace.Stop()
-		}
-	}
-	_ = sc.conn.Close()
-}
-
-// closeGrace bounds how long a drained server waits for its clients to
-// close their side of the connections.
-const closeGrace = time.Second
-
 func (s *Server) callEnded() {
 	s.completed.Add(1)
 	if s.inflight.Add(-1) == 0 && s.draining.Load() {
