@@ -326,6 +326,7 @@ func runManyRound(ctx context.Context, exe string, sys *system, srv *childProces
 		return nil, err
 	}
 	rr.server = srvEnd.sub(srvStart)
+	rr.others = othersUnknown
 	if haveBusy {
 		rr.others = max(0, busyEnd-busyStart-rr.client.cpu-rr.server.cpu)
 	}

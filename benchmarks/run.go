@@ -63,7 +63,7 @@ type result struct {
 	hist      histogram
 	client    procStats     // the harness process over the measured windows
 	server    procStats     // the server process over the same windows
-	others    time.Duration // CPU time other processes took meanwhile
+	others    time.Duration // CPU time other processes took meanwhile; othersUnknown if a round could not tell
 	roundQPS  []float64
 	stretched int // rounds whose window stayed open past its length for a first call
 	cold      int // many mode: client processes whose heap was not warm within their warmLimit
@@ -154,7 +154,7 @@ type roundResult struct {
 	cold           int  // many mode: client processes not warm within their warmLimit
 	hist           histogram
 	client, server procStats
-	others         time.Duration // CPU time of every other process; 0 without /proc
+	others         time.Duration // CPU time of every other process; othersUnknown without /proc
 }
 
 func (r *roundResult) qps() float64 { return float64(r.hist.n) / r.elapsed.Seconds() }
@@ -168,7 +168,11 @@ func (r *result) add(rr *roundResult) {
 	r.server.mallocs += rr.server.mallocs
 	r.server.cpu += rr.server.cpu
 	r.server.logs += rr.server.logs
-	r.others += rr.others
+	if rr.others < 0 || r.others < 0 {
+		r.others = othersUnknown
+	} else {
+		r.others += rr.others
+	}
 	r.roundQPS = append(r.roundQPS, rr.qps())
 	if rr.stretched {
 		r.stretched++
@@ -319,6 +323,7 @@ func runRound(ctx context.Context, sys *system, srv *childProcess, c cell, o opt
 	}
 
 	rr := &roundResult{elapsed: elapsed, stretched: stretched, client: cliEnd.sub(cliStart), server: srvEnd.sub(srvStart)}
+	rr.others = othersUnknown
 	if haveBusy {
 		rr.others = max(0, busyEnd-busyStart-rr.client.cpu-rr.server.cpu)
 	}
@@ -488,6 +493,11 @@ func dumpHang(ctx context.Context, sys *system, srv *childProcess) string {
 // noisyShare is the share of the machine's CPU time other processes may
 // take during a window before the run is reported as disturbed.
 const noisyShare = 0.05
+
+// othersUnknown is the CPU time of other processes where the machine
+// cannot tell it (no /proc/stat): the report then says it was not
+// measured, rather than 0%, which would pass for a quiet machine.
+const othersUnknown time.Duration = -1
 
 // othersShare is the fraction of the machine's CPU capacity over elapsed
 // that other processes used.

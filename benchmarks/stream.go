@@ -152,7 +152,7 @@ func (b *benchmark) streamSection(w *strings.Builder, sizes []int) {
 		w.WriteString("Messages/s (± half the spread between rounds) · MiB/s of payload · gap between two messages of a stream, " +
 			"p50 / p99 in µs:\n\n")
 		b.systemTable(w, modeStream, p, rowName, func(r *result) string {
-			return fmt.Sprintf("%s ±%.0f%% · %s MiB/s · %s / %s", fmtQPS(r.qps()), 100*r.spread(), fmtMiB(r.mibPerSec(p)),
+			return fmt.Sprintf("%s %s · %s MiB/s · %s / %s", fmtQPS(r.qps()), fmtSpread(r), fmtMiB(r.mibPerSec(p)),
 				fmtMicros(r.hist.quantile(0.5)), fmtMicros(r.hist.quantile(0.99)))
 		})
 		w.WriteString("Per message, client + server: heap allocations · CPU µs:\n\n")
