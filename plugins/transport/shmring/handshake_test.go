@@ -4,6 +4,7 @@ package shmring
 
 import (
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,5 +176,44 @@ func TestAConnectionOutlivesItsHandshakesDeadlines(t *testing.T) {
 			t.Errorf("from the %s: %q", end.name, got.Payload)
 		}
 		got.Release()
+	}
+}
+
+// A server may truncate its memfd after the client measured it, then
+// seal it: a client that read the size before the seals would map a
+// segment shorter than it checked, and its first touch of the header
+// would crash it with SIGBUS. Once the seals say the segment cannot
+// shrink, the size read after them stays. The server's truncation is
+// timed here to fall between the client's two checks (betweenChecks),
+// where a hostile server can land it only by chance.
+func TestAServerCannotShrinkTheSegmentBetweenTheClientsChecks(t *testing.T) {
+	o := testOptions()
+	ring := uint64(o.RingSize)
+	addr, refusal := fakeServer(t, func(uc *net.UnixConn, p uint64) {
+		welcome(uc, p, memfd(t, segmentSize(int(p)), false, segmentHeader(p)))
+	})
+	betweenChecks = func(fd int) {
+		unix.Ftruncate(fd, 0)
+		unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	}
+	defer func() { betweenChecks = func(int) {} }()
+	// A fault in this goroutine panics instead of killing the test binary.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("Dial touched a segment the server had shrunk: %v", r)
+		}
+	}()
+	tr := newTransport(t, o)
+	c, err := tr.Dial(timeout(t, 10*time.Second), addr)
+	if err == nil {
+		c.Close()
+		t.Fatalf("Dial accepted a segment the server truncated to nothing (rings of %d)", ring)
+	}
+	if want := "not sealed against shrinking"; !strings.Contains(err.Error(), want) {
+		t.Errorf("Dial: %v; want it to say %q", err, want)
+	}
+	if got := <-refusal; !strings.Contains(got, "refused by the peer") {
+		t.Errorf("the server was told %q; want a refusal", got)
 	}
 }

@@ -107,20 +107,24 @@ func createSegment(ringSize int, serverPID, clientPID int32) (seg *segment, fd i
 
 // mapSegment maps a segment received from a server. Nothing in it is
 // trusted beyond what is checked here: the file must be exactly as large as
-// the agreed ring size needs and sealed against shrinking, and its header
-// must say so too.
+// the agreed ring size needs and sealed against shrinking (checked first,
+// so that the size cannot change after it is read), and its header must
+// say so too.
 func mapSegment(fd, ringSize int) (*segment, error) {
 	size := segmentSize(ringSize)
+	// The seals first: until the file is sealed against shrinking, the
+	// server could truncate it after its size was checked.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, errors.New("the segment is not sealed against shrinking; the server could crash this process by truncating it")
+	}
+	betweenChecks(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fstat of the segment: %w", err)
 	}
 	if st.Size != int64(size) {
 		return nil, fmt.Errorf("the segment has %d bytes, want %d for rings of %d", st.Size, size, ringSize)
-	}
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, errors.New("the segment is not sealed against shrinking; the server could crash this process by truncating it")
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -133,6 +137,10 @@ func mapSegment(fd, ringSize int) (*segment, error) {
 	}
 	return &segment{mem: mem, ringSize: ringSize}, nil
 }
+
+// betweenChecks runs between mapSegment's two checks of the file; tests
+// make the server act there.
+var betweenChecks = func(fd int) {}
 
 func (s *segment) unmap() { unix.Munmap(s.mem) }
 
