@@ -46,7 +46,9 @@
 // is killed, the system closes its end and the other side learns at once,
 // fails what is pending, and unmaps the segment, which the system then
 // frees: nothing is left behind, whatever killed whom. A socket file left
-// by a killed server is replaced by the next Listen on that path.
+// by a killed server is replaced by the next Listen on that path; servers
+// that start at once over it take turns (an flock on its directory), so
+// that one listens and the others find it there.
 //
 // # Rings
 //

@@ -8,11 +8,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kernrpc/kernrpc/internal/acceptor"
 	"github.com/kernrpc/kernrpc/kernel"
@@ -79,7 +82,8 @@ func socketPath(addr string) (path string, auto bool, err error) {
 	if p == "" {
 		return "", false, fmt.Errorf("shm-ring: empty address: give a Unix socket path such as /run/kernrpc/echo.sock")
 	}
-	if _, port, err := net.SplitHostPort(p); err == nil && !strings.Contains(p, "/") {
+	// An abstract name ("@...") may contain a colon: it is never host:port.
+	if _, port, err := net.SplitHostPort(p); err == nil && !strings.Contains(p, "/") && !strings.HasPrefix(p, "@") {
 		if port == "0" {
 			return "", true, nil
 		}
@@ -89,7 +93,8 @@ func socketPath(addr string) (path string, auto bool, err error) {
 }
 
 // Listen listens on the Unix socket at addr. A socket file left by a
-// process that died is replaced; one a live server listens on is not.
+// process that died is replaced; one a live server listens on is not,
+// even one bound by a Listen running at the same time (see lockDir).
 func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, error) {
 	path, auto, err := socketPath(addr)
 	if err != nil {
@@ -97,8 +102,18 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 	}
 	if auto {
 		path = fmt.Sprintf("@kernrpc-shm-ring-%d-%016x", os.Getpid(), rand.Uint64())
-	} else if err := removeStaleSocket(ctx, path); err != nil {
-		return nil, err
+	} else if !strings.HasPrefix(path, "@") {
+		// Finding the file stale, removing it and binding anew must not
+		// interleave with another server's: it could remove the socket this
+		// one just bound, as stale, and both would listen, one unreachable.
+		unlock, err := lockDir(ctx, filepath.Dir(path))
+		if err != nil {
+			return nil, fmt.Errorf("shm-ring: listen on %s: %w", path, err)
+		}
+		defer unlock()
+		if err := removeStaleSocket(ctx, path); err != nil {
+			return nil, err
+		}
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unixpacket", path)
@@ -112,6 +127,32 @@ func (t *transport) Listen(ctx context.Context, addr string) (kernel.Listener, e
 		Log:    t.log, Name: "shm-ring", Addr: path, Failure: "client not attached",
 	})
 	return l, nil
+}
+
+// lockDir takes an exclusive flock on dir, which every shm-ring Listen on
+// a path in dir takes while it replaces a stale socket file and binds, and
+// returns its release. A directory this process cannot open is not locked.
+func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return func() {}, nil // Listen says what is wrong with the path
+	}
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			unix.Close(fd)
+			return func() {}, nil // a file system without flock: unlocked, as before
+		}
+		select {
+		case <-ctx.Done():
+			unix.Close(fd)
+			return nil, fmt.Errorf("waiting for another server's Listen in %s: %w", dir, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // removeStaleSocket removes the socket file at path if nobody listens on

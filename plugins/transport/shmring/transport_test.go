@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,6 +133,7 @@ func TestAddresses(t *testing.T) {
 		{"shm-ring:///run/kernrpc/echo.sock", "/run/kernrpc/echo.sock", false, ""},
 		{"echo.sock", "echo.sock", false, ""},
 		{"@kernrpc-echo", "@kernrpc-echo", false, ""},
+		{"@kernrpc:echo", "@kernrpc:echo", false, ""},
 		{"127.0.0.1:0", "", true, ""},
 		{"localhost:8080", "", false, "is host:port"},
 		{"", "", false, "empty address"},
@@ -141,6 +143,29 @@ func TestAddresses(t *testing.T) {
 		if path != tc.path || auto != tc.auto || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("socketPath(%q) = %q, %t, %v; want %q, %t, error containing %q", tc.addr, path, auto, err, tc.path, tc.auto, tc.err)
 		}
+	}
+}
+
+// An abstract socket name is whatever follows "@", colons included: one
+// that looks like host:port ("@kernrpc:echo", "@kernrpc:0") is still a
+// name to listen on and dial, not a TCP address or a request for a fresh
+// name.
+func TestAnAbstractNameWithAColonIsAName(t *testing.T) {
+	tr := newTransport(t, testOptions())
+	for _, suffix := range []string{"echo", "0"} {
+		name := fmt.Sprintf("@kernrpc-test-%d:%s", os.Getpid(), suffix)
+		ln, err := tr.Listen(context.Background(), name)
+		if err != nil {
+			t.Fatalf("Listen on %q: %v", name, err)
+		}
+		if ln.Addr() != name {
+			ln.Close()
+			t.Fatalf("Listen on %q listens on %q", name, ln.Addr())
+		}
+		c, s := connectWithin(t, tr, ln, timeout(t, 10*time.Second))
+		c.Close()
+		s.Close()
+		ln.Close()
 	}
 }
 
@@ -186,6 +211,40 @@ func TestListenReplacesAStaleSocketButNotALiveOne(t *testing.T) {
 	ln.Close()
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the socket file outlived its listener: %v", err)
+	}
+}
+
+// Two servers started at once over the socket file a dead one left must
+// not both listen: the one whose file the other removed as stale would
+// listen where no client can reach it.
+func TestConcurrentListensOverAStaleSocketLeaveOneServer(t *testing.T) {
+	tr := newTransport(t, testOptions())
+	path := socketIn(t)
+	for i, end := 0, time.Now().Add(2*time.Second); i < 3000 && time.Now().Before(end); i++ {
+		os.Remove(path)
+		dead, err := net.Listen("unixpacket", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead.(*net.UnixListener).SetUnlinkOnClose(false)
+		dead.Close()
+		var lns [2]kernel.Listener
+		var wg sync.WaitGroup
+		for j := range lns {
+			wg.Go(func() { lns[j], _ = tr.Listen(context.Background(), path) })
+		}
+		wg.Wait()
+		for _, ln := range lns {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+		if lns[0] != nil && lns[1] != nil {
+			t.Fatalf("round %d: both Listens succeeded on %s; the socket file of one was removed by the other", i, path)
+		}
+		if lns[0] == nil && lns[1] == nil {
+			t.Fatalf("round %d: neither Listen succeeded over a stale socket file", i)
+		}
 	}
 }
 
