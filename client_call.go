@@ -384,15 +384,20 @@ func (cs *callState) copyInfo(ai, info *kernel.CallInfo) {
 }
 
 // reportsFor reports whether an attempt made under ctx tells the info
-// next was given what became of it. An attempt whose context ended while
-// the call's did not (a hedge's loser) has no answer to report, and must
-// not overwrite the winner's. One whose context ended with the call's
-// (its deadline passed, its caller gave up) is the call's last: an
-// earlier attempt's answer, if any, is not the call's. The call's own
-// context in place ends only with the call, which noteAttempt sees, or at
-// its deadline: asking its Err would read the clock for nothing.
+// next was given what became of it. An attempt whose context was canceled
+// while the call's was not (a hedge's loser) has no answer to report, and
+// must not overwrite the winner's. One whose context ended with the
+// call's (its deadline passed, its caller gave up), or at a deadline of
+// its own (a filter's per-try timeout), is the last of whatever called
+// next: an earlier attempt's answer, if any, is not the call's. The
+// call's own context in place ends only with the call, which noteAttempt
+// sees, or at its deadline: asking its Err would read the clock for
+// nothing.
 func (cs *callState) reportsFor(ctx context.Context) bool {
-	if ctx == context.Context(cs.chain) || ctx.Err() == nil {
+	if ctx == context.Context(cs.chain) {
+		return true
+	}
+	if err := ctx.Err(); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	if cs.chain != nil {

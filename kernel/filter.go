@@ -87,7 +87,8 @@ type CallInfo struct {
 	// ResponseMetadata travels with the response: on the server a filter
 	// or handler sets it; on the client, next fills it in from the answer
 	// (nil when its last attempt got none: no instance, or the call's
-	// context ended first; never an earlier attempt's).
+	// context, or a deadline of the attempt's own, ended first; never an
+	// earlier attempt's).
 	ResponseMetadata Metadata
 	// Instance is, on the client, the instance the balancer picked: set in
 	// the attempt stage, and for a call filter once next returns.

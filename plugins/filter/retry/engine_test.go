@@ -176,3 +176,46 @@ func TestARetryEndingWithoutAnAnswerReturnsNoEarlierMetadata(t *testing.T) {
 		t.Errorf("response metadata = %v, want none: the last attempt got no answer, and the first's is not the call's", md)
 	}
 }
+
+// perTryTimeout gives each attempt a deadline of its own, shorter than
+// the call's: a per-try timeout, placed after the retry filter.
+type perTryTimeout struct{}
+
+func (perTryTimeout) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	return next(ctx, info, req)
+}
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-per-try-timeout", New: func(any) (kernel.Filter, error) { return perTryTimeout{}, nil }})
+}
+
+// A retry whose last attempt ends without an answer because of its own
+// deadline (a filter's per-try timeout), while the call's context lives
+// on, returns no response metadata either: that attempt is the call's
+// last, and the first attempt's answer is not the call's.
+func TestAnAttemptEndedByItsOwnDeadlineReturnsNoEarlierMetadata(t *testing.T) {
+	cfg := testConfig(t)
+	var calls atomic.Int32
+	enginetest.Serve(t, cfg, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Who", func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			if calls.Add(1) == 1 {
+				kernrpc.CallInfoFrom(ctx).SetResponseMetadata("from", "the first attempt")
+				return nil, kernel.Errorf(kernel.Unavailable, "dependency down")
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	})
+	cli := enginetest.Dial(t, enginetest.WithFilters(cfg,
+		kernrpc.FilterConfig{Name: retry.Name, Side: "client", Options: map[string]any{"max_attempts": 2, "backoff": "1ms"}},
+		kernrpc.FilterConfig{Name: "test-per-try-timeout", Side: "client"}))
+	md, err := cli.CallWithMetadata(t.Context(), "Echo.Who", wrapperspb.String(""), &wrapperspb.StringValue{})
+	if kernel.CodeOf(err) != kernel.DeadlineExceeded || calls.Load() != 2 {
+		t.Fatalf("err = %v after %d attempts, want DeadlineExceeded: the second attempt's own deadline passed", err, calls.Load())
+	}
+	if md != nil {
+		t.Errorf("response metadata = %v, want none: the last attempt got no answer, and the first's is not the call's", md)
+	}
+}
