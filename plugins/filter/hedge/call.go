@@ -221,7 +221,10 @@ func (c *call) finished(i int, resp any, err error) {
 	case c.ctx.Err() != nil || !c.f.retryable(err):
 		c.decideLocked(i, nil, err)
 	default:
-		again := c.f.budget.Failed()
+		// Past the call's deadline, which c.ctx may not say yet (see
+		// pastDeadline), the failure is the call's ending, as when c.ctx
+		// ended: it pays for no next attempt, which could only fail.
+		again := !c.pastDeadline() && c.f.budget.Failed()
 		if again && c.launched < c.f.maxAttempts && !c.over {
 			j := c.launchLocked()
 			c.mu.Unlock()

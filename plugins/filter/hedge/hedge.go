@@ -25,7 +25,8 @@
 // once it has taken longer than the percentile of them: by definition
 // about 5% of calls at 95. A method is not hedged before 100 latencies
 // were seen, nor sooner than min_delay. A fixed delay hedges every call
-// slower than it. No hedge is sent once the call's deadline has passed.
+// slower than it. No hedge is sent once the call's deadline has passed,
+// nor the next attempt after a failure that came once it had.
 //
 // Go's runtime timers fire up to a millisecond late in a process whose
 // goroutines all wait, which would make a delay of 200µs one of 1.2ms.
