@@ -54,11 +54,7 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 8)
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			entered <- struct{}{}
-			<-release
-			return req, nil
-		})
+		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	cli := newClient(t, cfg)
 	results := make(chan error, 4)

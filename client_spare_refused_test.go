@@ -23,11 +23,7 @@ func TestARefusedSpareIsNotDialledAgainForEveryCall(t *testing.T) {
 	entered := make(chan struct{}, 8)
 	release := make(chan struct{})
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			entered <- struct{}{}
-			<-release
-			return req, nil
-		})
+		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
 	cfg.Filters = nil

@@ -151,11 +151,7 @@ func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
 	entered := make(chan struct{}, 8)
 	release := make(chan struct{})
 	startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			entered <- struct{}{}
-			<-release
-			return req, nil
-		})
+		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	cli := newClient(t, cfg)
 	payload := make([]byte, 64<<10)
@@ -210,11 +206,7 @@ func testWorkOnAClosedSpare(t *testing.T, last string) {
 	release := make(chan struct{}, 8)
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
 		streamHandlers(s)
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			entered <- struct{}{}
-			<-release
-			return req, nil
-		})
+		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}

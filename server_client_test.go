@@ -506,3 +506,13 @@ func TestFiltersRunInConfiguredOrderOnBothSides(t *testing.T) {
 		t.Fatalf("err = %v, want the method-scoped filter to reject with PermissionDenied", err)
 	}
 }
+
+// holding is an Echo.Hold handler: it says on entered that a call came,
+// then holds it until release closes, and echoes it.
+func holding(entered chan<- struct{}, release <-chan struct{}) func(context.Context, *echopb.Echo) (*echopb.Echo, error) {
+	return func(_ context.Context, req *echopb.Echo) (*echopb.Echo, error) {
+		entered <- struct{}{}
+		<-release
+		return req, nil
+	}
+}

@@ -108,11 +108,7 @@ func TestConnectionsToAnInstanceThatLeftCountWhileTheyCarryCalls(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	srv := startServer(t, cfg, func(s *kernrpc.Server) {
-		kernrpc.Handle(s, "Echo.Hold", func(ctx context.Context, req *echopb.Echo) (*echopb.Echo, error) {
-			entered <- struct{}{}
-			<-release
-			return req, nil
-		})
+		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-observer", Side: "client"}}
 	cli := newClient(t, cfg)
