@@ -20,8 +20,8 @@ import (
 // caller returns at its deadline.
 func (cc *clientConn) cancel(id uint64, ctx context.Context) {
 	f := cancelFrame(id, ctx)
-	if _, ok := cc.conn.(kernel.ContextWriter); ok && ctx.Err() != nil {
-		err := writeFrame(ctx, cc.conn, f)
+	if w, ok := cc.conn.(kernel.ContextWriter); ok && ctx.Err() != nil {
+		err := w.WriteFrameContext(ctx, f)
 		if code := kernel.CodeOf(err); err != nil && cc.conn.Err() == nil && (code == kernel.Canceled || code == kernel.DeadlineExceeded) {
 			go func() { cc.cancelSent(f, cc.conn.WriteFrame(f)) }()
 			return

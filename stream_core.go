@@ -401,8 +401,8 @@ func (s *streamCore) send(m any) error {
 // writeMessage writes a message frame; the stream's context bounds any
 // wait on the peer where the transport can (writeFrame).
 func (s *streamCore) writeMessage(f *kernel.Frame) error {
-	if _, ok := s.conn.(kernel.ContextWriter); ok {
-		return writeFrame(s.ctx, s.conn, f)
+	if w, ok := s.conn.(kernel.ContextWriter); ok {
+		return w.WriteFrameContext(s.ctx, f)
 	}
 	return s.writeCtl(f)
 }
