@@ -266,29 +266,45 @@ func (s *Server) closeConns(ctx context.Context) {
 // is queued first, which a client that reads slowly receives while ctx
 // lasts; one that does not read (or is dead) would hold it for as long as
 // the transport lets a write wait (tcp-lv: write_timeout), so it is waited
-// for only until ctx ends, and Close then cuts that write short.
+// for only until ctx ends, and Close then cuts that write short. That
+// half-close is waited for once more after Close (which ends it), so that
+// no goroutine of the server outlives its Shutdown.
 func (s *Server) closeConn(ctx context.Context, sc *serverConn, graceEnd time.Time) {
 	sc.awaitGoAways(ctx)
-	if hc, ok := sc.conn.(kernel.HalfCloser); ok {
-		shut := make(chan error, 1)
-		go func() { shut <- hc.CloseWrite() }()
-		var err error
+	hc, ok := sc.conn.(kernel.HalfCloser)
+	if !ok {
+		_ = sc.conn.Close()
+		return
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- hc.CloseWrite() }()
+	var err error
+	select {
+	case err = <-shut:
+		shut = nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err == nil {
+		grace := time.NewTimer(time.Until(graceEnd))
 		select {
-		case err = <-shut:
+		case <-sc.conn.Done():
+		case <-grace.C:
 		case <-ctx.Done():
-			err = ctx.Err()
 		}
-		if err == nil {
-			grace := time.NewTimer(time.Until(graceEnd))
-			select {
-			case <-sc.conn.Done():
-			case <-grace.C:
-			case <-ctx.Done():
-			}
-			grace.Stop()
-		}
+		grace.Stop()
 	}
 	_ = sc.conn.Close()
+	if shut != nil {
+		// Bounded all the same: a transport whose Close left CloseWrite
+		// waiting must not hold the shutdown for good.
+		wait := time.NewTimer(closeGrace)
+		select {
+		case <-shut:
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
 }
 
 // closeGrace bounds how long a drained server waits for its clients to
