@@ -16,7 +16,12 @@ import (
 // frames itself: one that stops reading when the test says so.
 func rawShmRing(t *testing.T, opts map[string]any) kernel.Transport {
 	t.Helper()
-	tr, err := kernel.NewTransport("shm-ring", opts, "test")
+	return rawTransport(t, "shm-ring", opts)
+}
+
+func rawTransport(t *testing.T, name string, opts map[string]any) kernel.Transport {
+	t.Helper()
+	tr, err := kernel.NewTransport(name, opts, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +33,15 @@ func rawShmRing(t *testing.T, opts map[string]any) kernel.Transport {
 // accepts.
 func rawShmServer(t *testing.T, opts map[string]any) (*kernrpc.Client, <-chan kernel.Conn) {
 	t.Helper()
-	addr := fixedAddress(t, "shm-ring")
-	l, err := rawShmRing(t, opts).Listen(context.Background(), addr)
+	return rawServer(t, "shm-ring", opts)
+}
+
+// rawServer is rawShmServer over the transport name; tune, if given,
+// changes the client's config.
+func rawServer(t *testing.T, name string, opts map[string]any, tune ...func(*kernrpc.Config)) (*kernrpc.Client, <-chan kernel.Conn) {
+	t.Helper()
+	addr := fixedAddress(t, name)
+	l, err := rawTransport(t, name, opts).Listen(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +57,10 @@ func rawShmServer(t *testing.T, opts map[string]any) (*kernrpc.Client, <-chan ke
 			conns <- c
 		}
 	}()
-	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: "shm-ring", Options: opts}}, addr)
+	_, clientCfg := lonePair(t, &kernrpc.Config{Transport: kernrpc.PluginConfig{Name: name, Options: opts}}, addr)
+	for _, f := range tune {
+		f(clientCfg)
+	}
 	return newClient(t, clientCfg), conns
 }
 

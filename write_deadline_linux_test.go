@@ -2,6 +2,7 @@ package kernrpc_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +193,58 @@ func TestACallWhoseCancelFindsNoRoomReturnsAtItsDeadline(t *testing.T) {
 	err := receive(t, called, 15*time.Second, "the call never ended")
 	if waited := time.Since(start); kernel.CodeOf(err) != kernel.DeadlineExceeded || waited > 6*time.Second {
 		t.Fatalf("the call returned %v after %s, want DeadlineExceeded at its 2s deadline, not after waiting wait_timeout's 10s for room for its Cancel", err, waited)
+	}
+}
+
+// Over tcp-lv a request that finds the socket to a server that stopped
+// reading full ends at the call's deadline too, not write_timeout later.
+// Part of it is out by then, so it is not refused: the connection sends
+// the rest on its own once the server reads again, and the server sees
+// that request whole, then its Cancel, then the next call's request.
+func TestARequestWaitingOnAFullSocketEndsAtTheCallsDeadline(t *testing.T) {
+	// One connection: the next call must not go to a spare.
+	cli, conns := rawServer(t, "tcp-lv", map[string]any{"write_timeout": "20s", "max_frame_size": "64MiB"}, func(cfg *kernrpc.Config) { cfg.Client.MaxPoolSize = 1 })
+	// The server reads nothing yet: 32 MiB is more than the sockets hold.
+	big := &echopb.Echo{Text: "big", Payload: make([]byte, 32<<20)}
+	// Time to encode it under the race detector (over a second), and to
+	// find the sockets full.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := cli.Call(ctx, "Echo.Echo", big, new(echopb.Echo))
+	if waited := time.Since(start); kernel.CodeOf(err) != kernel.DeadlineExceeded || waited > 10*time.Second {
+		t.Fatalf("a request waiting on a full socket returned %v after %s, want DeadlineExceeded at its 3s deadline, not write_timeout's 20s", err, waited)
+	}
+
+	third := make(chan error, 1)
+	var resp echopb.Echo
+	go func() { third <- cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "after"}, &resp) }()
+	c := receive(t, conns, 10*time.Second, "the client never connected")
+	var seen []string
+	var id uint64
+	if !readUntil(t, c, func(f *kernel.Frame) bool {
+		if f.Type != kernel.FrameRequest {
+			seen = append(seen, f.Type.String())
+			return false
+		}
+		var req echopb.Echo
+		if err := proto.Unmarshal(f.Payload, &req); err != nil {
+			t.Fatalf("a request of %d bytes arrived broken: %v", len(f.Payload), err)
+		}
+		seen = append(seen, req.Text)
+		id = f.CallID
+		return req.Text == "after"
+	}) {
+		t.Fatalf("the connection ended after %v, before the third call's request", seen)
+	}
+	if len(seen) < 2 || seen[0] != "big" || !slices.Contains(seen[1:len(seen)-1], kernel.FrameCancel.String()) {
+		t.Fatalf("the server read %v; want the big request whole, its Cancel, then the third call's", seen)
+	}
+	payload, _ := proto.Marshal(&echopb.Echo{Text: "after"})
+	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: id, Codec: "protobuf", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(t, third, 10*time.Second, "the third call never ended"); err != nil || resp.Text != "after" {
+		t.Fatalf("third call: %v (%q), want its answer", err, resp.Text)
 	}
 }

@@ -129,13 +129,18 @@ type FrameQueuer interface {
 
 // ContextWriter is an optional Conn interface, for a transport whose
 // WriteFrame may wait on the peer (shm-ring waits for room in its ring,
-// up to wait_timeout): WriteFrameContext is WriteFrame that also stops
-// waiting when ctx is done. f is then refused alone, as by a full ring:
-// the error is a *Status with ctx's code (DeadlineExceeded or Canceled),
-// nothing of f is delivered, and the connection stays usable. A frame
-// that needs no wait is written whatever ctx. The engine writes a call's
-// request and a stream's messages with the call's context, so that a
-// deadline bounds the wait as it bounds the rest of the call.
+// up to wait_timeout; tcp-lv for the peer to drain its socket, up to
+// write_timeout): WriteFrameContext is WriteFrame that also stops waiting
+// when ctx is done, in one of two ways. Either f is refused alone, as by
+// a full ring: the error is a *Status with ctx's code (DeadlineExceeded
+// or Canceled), nothing of f is delivered, and the connection stays
+// usable. Or, for a transport that cannot take back a frame it has begun
+// to send, f is handed on: the error is nil, and the connection delivers
+// f whole, before any frame written after it, or fails as it would have
+// failed the write. A frame that needs no wait is written whatever ctx.
+// The engine writes a call's request and a stream's messages with the
+// call's context, so that a deadline bounds the wait as it bounds the
+// rest of the call.
 type ContextWriter interface {
 	WriteFrameContext(ctx context.Context, f *Frame) error
 }

@@ -23,7 +23,9 @@
 //	                           anything before the connection is declared dead
 //	write_timeout       30s    a peer that does not drain its socket for this
 //	                           long (at most 1.5 × as long) kills the
-//	                           connection
+//	                           connection; a write with a context
+//	                           (WriteFrameContext) returns sooner when it
+//	                           ends, and the connection sends the rest
 //	read_buffer_size    8KiB   per-connection read buffer
 //	max_metadata_entries 256   metadata pairs one frame may carry; a frame
 //	                           written with more is refused alone, with
@@ -64,6 +66,16 @@
 // at its first wait. The timeouts and keepalive's two may be at most 100
 // years (876000h), which is as good as never: the deadlines derived from
 // longer ones would overflow.
+//
+// A plain TCP connection on Linux, whose socket is written with raw
+// system calls, is a kernel.ContextWriter; a TLS one is not (a TLS write
+// cannot stop midway and resume), nor is one elsewhere. A write whose
+// context ends while it waits for the peer to drain the socket returns
+// nil then: part of its frame may be out, so what is left, copied, goes
+// out on a goroutine of the connection, ahead of every frame written
+// later, bounded by write_timeout as any write is. The engine writes a
+// call's request with the call's context, so a call to a server that
+// stopped reading returns at its deadline, not write_timeout later.
 //
 // Nobody reads a client's connection while no call waits on it, so a
 // server that dies meanwhile leaves its close unread (behind the late

@@ -125,7 +125,7 @@ func accept(tb testing.TB, ln kernel.Listener) *conn {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	return c.(*conn)
+	return connOf(c)
 }
 
 func dial(tb testing.TB, tr kernel.Transport, addr string) *conn {
@@ -137,7 +137,16 @@ func dial(tb testing.TB, tr kernel.Transport, addr string) *conn {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	return c.(*conn)
+	return connOf(c)
+}
+
+// connOf is the *conn behind a connection the transport made.
+func connOf(c kernel.Conn) *conn {
+	if cc, ok := c.(ctxConn); ok {
+		return cc.conn
+	}
+	cc, _ := c.(*conn) // nil for nil
+	return cc
 }
 
 // connPair returns both ends of a loopback tcp-lv connection.

@@ -3,10 +3,13 @@
 package tcplv
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -39,6 +42,20 @@ type rawSocket struct {
 	writeFn func(fd uintptr) bool
 	iov     []syscall.Iovec // the segments' backing array, reused
 	iovs    [2]syscall.Iovec
+
+	// A write made with a context (ctx, set by the writer for one writev;
+	// nil or Background for none)
+	// stops waiting for room once the context ends: the first time it
+	// finds none, a context.AfterFunc is set to cut the socket's write
+	// deadline (cut). Only a write that waits pays for it. fired then
+	// says the context ended during the writev, and rest holds a copy of
+	// what it had left to write when that ended it.
+	ctx      context.Context
+	cut      func(time.Time) error
+	ctxStop  func() bool
+	ctxFired chan struct{}
+	fired    bool
+	rest     []byte
 }
 
 // init readies s for nc; s.ok then reports whether nc can be read and
@@ -53,6 +70,7 @@ func (s *rawSocket) init(nc net.Conn) {
 		return
 	}
 	s.rc = rc
+	s.cut = sc.SetWriteDeadline
 	s.readFn = s.readOnce
 	s.writeFn = s.writeOnce
 	s.iov = s.iovs[:0]
@@ -107,6 +125,9 @@ func (s *rawSocket) writeOnce(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			if s.ctx != nil && s.ctxStop == nil {
+				s.watchCtx()
+			}
 			return false
 		default:
 			s.werr = os.NewSyscallError("writev", e)
@@ -151,11 +172,54 @@ func (s *rawSocket) writev(bufs ...[]byte) error {
 	s.wiov, s.werr = iov, nil
 	raceIOEdge()
 	err := s.rc.Write(s.writeFn)
-	s.wiov = nil
-	clear(iov) // the buffers go back to their pool: keep no reference
-	s.iov = iov
 	if err == nil {
 		err = s.werr
 	}
+	s.fired = false
+	if s.ctxStop != nil {
+		s.unwatchCtx()
+		if s.fired && errors.Is(err, os.ErrDeadlineExceeded) {
+			s.rest = s.copyRest()
+		}
+	}
+	s.wiov = nil
+	clear(iov) // the buffers go back to their pool: keep no reference
+	s.iov = iov
 	return err
+}
+
+// watchCtx has the end of ctx cut the write waiting for room short.
+func (s *rawSocket) watchCtx() {
+	if s.ctx.Done() == nil {
+		return // WriteFrame's: it never ends
+	}
+	fired := make(chan struct{})
+	s.ctxFired = fired
+	s.ctxStop = context.AfterFunc(s.ctx, func() {
+		s.cut(aLongTimeAgo)
+		close(fired)
+	})
+}
+
+// unwatchCtx ends watchCtx's watch, and sets fired if ctx cut the socket's
+// deadline: the caller must then set it again.
+func (s *rawSocket) unwatchCtx() {
+	if !s.ctxStop() {
+		<-s.ctxFired // the cut is made before the caller restores the deadline
+		s.fired = true
+	}
+	s.ctxStop, s.ctxFired = nil, nil
+}
+
+// copyRest copies what wiov has left into one buffer.
+func (s *rawSocket) copyRest() []byte {
+	n := 0
+	for _, v := range s.wiov {
+		n += int(v.Len)
+	}
+	rest := make([]byte, 0, n)
+	for _, v := range s.wiov {
+		rest = append(rest, unsafe.Slice(v.Base, v.Len)...)
+	}
+	return rest
 }

@@ -2,11 +2,18 @@
 
 package tcplv
 
-import "net"
+import (
+	"context"
+	"net"
+)
 
 // rawSocket is Linux's alone (rawio_linux.go); elsewhere every connection
 // goes through net.Conn.
-type rawSocket struct{}
+type rawSocket struct {
+	ctx   context.Context
+	fired bool
+	rest  []byte
+}
 
 func (*rawSocket) init(net.Conn) {}
 func (*rawSocket) ok() bool      { return false }

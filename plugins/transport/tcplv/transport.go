@@ -166,11 +166,15 @@ func (t *transport) handshake(ctx context.Context, tcp *net.TCPConn, tc *tls.Con
 // startTCP starts a connection; accepted says this side listened. The
 // net package turns Nagle off on every TCP connection it makes, so the
 // small frames leave at once without a SetNoDelay syscall of ours.
-func (t *transport) startTCP(tcp *net.TCPConn, tc *tls.Conn, accepted bool) *conn {
+func (t *transport) startTCP(tcp *net.TCPConn, tc *tls.Conn, accepted bool) kernel.Conn {
 	if tc != nil {
 		return newConn(t, tc, tcp, accepted)
 	}
-	return newConn(t, tcp, tcp, accepted)
+	c := newConn(t, tcp, tcp, accepted)
+	if c.sock.ok() {
+		return ctxConn{c}
+	}
+	return c
 }
 
 // listener accepts connections. Accept calls take turns so that the

@@ -227,7 +227,7 @@ func TestTLS(t *testing.T) {
 			accepted <- s
 		}()
 		client = dial(t, newTransport(t, o), ln.Addr())
-		server, _ = (<-accepted).(*conn)
+		server = connOf(<-accepted)
 		if server == nil {
 			t.Fatal("Accept failed")
 		}

@@ -1,6 +1,7 @@
 package tcplv
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,14 +39,38 @@ type largePayload struct {
 
 // WriteFrame writes f now if the socket is free, else queues it for
 // whoever writes next; either way it never waits for another write.
-func (c *conn) WriteFrame(f *kernel.Frame) error { return c.writeFrame(f, false) }
+func (c *conn) WriteFrame(f *kernel.Frame) error { return c.writeFrame(context.Background(), f, false) }
 
 // QueueFrame sends f with the writer goroutine's next batch and never on
 // the caller's goroutine, so that frames produced back to back share a
 // syscall.
-func (c *conn) QueueFrame(f *kernel.Frame) error { return c.writeFrame(f, true) }
+func (c *conn) QueueFrame(f *kernel.Frame) error { return c.writeFrame(context.Background(), f, true) }
 
-func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
+// ctxConn is a connection whose writes can stop waiting for room when a
+// context ends (kernel.ContextWriter): one whose socket is written raw
+// (rawSocket, plain TCP on Linux). A TLS write cannot stop midway and
+// resume: tls.Conn fails every write after one that timed out.
+type ctxConn struct{ *conn }
+
+var _ kernel.ContextWriter = ctxConn{}
+
+// WriteFrameContext is WriteFrame whose wait for room in the socket ends
+// with ctx. Part of f may be out by then, so f is not refused: what is left
+// of it, copied, goes on a goroutine of the connection, which holds the
+// write side until it is out (later frames queue behind it), or until
+// write_timeout fails the connection as it fails any write. The error is
+// nil, as for a frame queued: the caller has given up on f's call, and
+// the engine then ends it with ctx's code.
+//
+// ctx is watched only once the write finds no room: asking an engine's
+// call context for its Done channel makes one.
+func (c ctxConn) WriteFrameContext(ctx context.Context, f *kernel.Frame) error {
+	return c.writeFrame(ctx, f, false)
+}
+
+// writeFrame writes f; the end of ctx ends a direct write's wait for room
+// (ctxConn).
+func (c *conn) writeFrame(ctx context.Context, f *kernel.Frame, queue bool) error {
 	if err := c.Err(); err != nil {
 		c.pool.Put(f.Payload)
 		return err
@@ -92,6 +117,7 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		c.signalWriter()
 		return nil
 	}
+	c.sock.ctx = ctx
 	var err error
 	switch {
 	case c.finSent:
@@ -103,8 +129,30 @@ func (c *conn) writeFrame(f *kernel.Frame, queue bool) error {
 		// Frames queued before this one must leave first.
 		err = c.flushWith(f)
 	}
+	c.sock.ctx = nil
+	if c.sock.rest != nil {
+		c.finishLater()
+		return err
+	}
 	c.wmu.Unlock()
 	return err
+}
+
+// finishLater sends what a write whose context ended left unsent
+// (sock.rest) on a goroutine of the connection, which holds wmu (taken
+// over from the caller) until it is out. The bytes count against
+// max_write_queue meanwhile, as a batch being written does.
+func (c *conn) finishLater() {
+	rest := c.sock.rest
+	c.sock.rest = nil
+	c.inflight.Store(int64(len(rest)))
+	c.startMu.Lock() // orders the start against Close's Wait
+	c.goroutines.Go(func() {
+		defer c.wmu.Unlock()
+		c.write(rest)
+		c.inflight.Store(0)
+	})
+	c.startMu.Unlock()
 }
 
 // quiet reports whether the peer may have closed the connection unseen:
@@ -415,6 +463,9 @@ func (c *conn) write(b []byte) error {
 	var err error
 	if c.sock.ok() {
 		err = c.sock.writev(b)
+		if c.sock.fired {
+			err = c.afterCtxCut(err)
+		}
 	} else {
 		_, err = c.nc.Write(b)
 	}
@@ -431,6 +482,9 @@ func (c *conn) writev() error {
 	var err error
 	if c.sock.ok() {
 		err = c.sock.writev(c.iov...)
+		if c.sock.fired {
+			err = c.afterCtxCut(err)
+		}
 	} else {
 		c.iovw = c.iov
 		_, err = c.iovw.WriteTo(c.nc)
@@ -473,6 +527,26 @@ func (c *conn) setWriteDeadline() {
 // hold Close for write_timeout.
 func (c *conn) cutWriteDeadline(now time.Duration) {
 	c.nc.SetWriteDeadline(clockBase.Add(now + min(c.t.writeTimeout, closeFlushTimeout)))
+}
+
+// afterCtxCut puts back the write deadline a write's ended context cut
+// (rawSocket.watchCtx). If the cut ended the write, with write_timeout not
+// yet up, what it left (sock.rest) is for finishLater to send, and the
+// write counts as done.
+func (c *conn) afterCtxCut(err error) error {
+	now := time.Since(clockBase)
+	c.nc.SetWriteDeadline(clockBase.Add(c.writeDeadline))
+	if c.death.Load() != nil {
+		c.cutWriteDeadline(now) // Close may have cut it before ours
+	}
+	if c.sock.rest == nil {
+		return err
+	}
+	if now >= c.writeDeadline {
+		c.sock.rest = nil
+		return err // write_timeout's own deadline passed too
+	}
+	return nil
 }
 
 // clockBase anchors the monotonic deadlines setWriteDeadline keeps.

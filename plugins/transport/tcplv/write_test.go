@@ -319,3 +319,40 @@ func TestAFramePartlyWrittenIsReportedUnsent(t *testing.T) {
 		t.Fatalf("WriteFrame of a frame the peer got %d of %d bytes of = %v (connection: %v); want the connection's death, which says it was not sent", n, n+1, err, c.Err())
 	}
 }
+
+// A direct write whose context ends while the peer drains nothing returns
+// then, before write_timeout: what is left of its frame goes on a
+// goroutine of the connection, frames written later queue behind it, and
+// write_timeout still ends a peer that never drains.
+func TestAWriteWhoseContextEndsIsHandedOnAndWriteTimeoutStillHolds(t *testing.T) {
+	o := testOptions()
+	o.MaxFrameSize = 8 << 20
+	o.MaxWriteQueue = 1 << 30 // the write timeout, not the queue, must end it
+	o.WriteTimeout = kernel.Duration(time.Second)
+	raw, server := rawPair(t, o)
+	_ = raw // never read
+	w := ctxConn{server}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	payload := make([]byte, 4<<20)
+	// Loopback sockets buffer some MiB; 64 MiB fill them whatever the
+	// host's settings.
+	frame := func() *kernel.Frame {
+		return &kernel.Frame{Type: kernel.FrameResponse, CallID: 1, Payload: append(server.Buffer(len(payload)), payload...)}
+	}
+	var err error
+	sent := 0
+	for ; sent < 64<<20 && err == nil && ctx.Err() == nil; sent += len(payload) {
+		err = w.WriteFrameContext(ctx, frame())
+	}
+	if err != nil || ctx.Err() == nil {
+		t.Fatalf("writes to a peer that reads nothing: %v (context ended: %v); want the one waiting when the context ended to return nil", err, ctx.Err() != nil)
+	}
+	if dead := server.Err(); dead != nil {
+		t.Fatalf("the write whose context ended returned only once the connection had died (%v): it waited for write_timeout", dead)
+	}
+	for ; sent < 64<<20 && err == nil; sent += len(payload) {
+		err = server.WriteFrame(frame())
+	}
+	wantDeath(t, readUntilDead(t, server, 10*time.Second), kernel.ErrPeerGone, "did not drain its socket for 1s")
+}
