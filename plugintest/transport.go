@@ -151,11 +151,12 @@ type TransportConfig struct {
 //     and once the peer closes, Done closes (a draining server waits for
 //     it). Skipped for other connections.
 //   - ContextWrite: for a connection that implements kernel.ContextWriter,
-//     a WriteFrameContext waiting on a peer that reads nothing returns a
-//     *kernel.Status with code Canceled once its context is canceled, the
-//     connection lives on, and the peer reads every frame written before
-//     it, nothing of it, and the next frame whole. Skipped for other
-//     connections.
+//     a WriteFrameContext waiting on a peer that reads nothing returns
+//     once its context is canceled, with a *kernel.Status with code
+//     Canceled (refused) or nil (handed on), the connection lives on, and
+//     the peer reads every frame written before it, nothing of a refused
+//     frame (a handed-on one whole), and the next frame whole. Skipped for
+//     other connections.
 //
 // Errors wrap the sentinel or context error named, not a socket's own. A
 // ReadFrame that returns neither a frame nor an error fails whichever
