@@ -30,3 +30,20 @@ func TestAClientKeepsThePoolSizeItWasMadeWith(t *testing.T) {
 		t.Fatalf("the client made with pool_size 1 opened %v connections; want 1: it took up the pool_size set after it was made", n)
 	}
 }
+
+// A client keeps the methods its filters were scoped to: a program that
+// rewrites a pattern in the config, for a client made later, does not
+// widen the first one's filter, whose chain for a method is built on that
+// method's first call.
+func TestAClientKeepsTheFilterMethodsItWasMadeWith(t *testing.T) {
+	cfg := testConfig(t)
+	startServer(t, cfg, func(s *kernrpc.Server) { kernrpc.Handle(s, "Echo.Secret", echo) })
+	// test-deny denies Echo.Secret where it applies.
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-deny", Side: "client", Methods: []string{"Echo.Other"}}}
+	cli := newClient(t, cfg)
+	cfg.Filters[0].Methods[0] = "Echo.*" // for a client made later
+	var resp echopb.Echo
+	if err := cli.Call(context.Background(), "Echo.Secret", &echopb.Echo{Text: "x"}, &resp); err != nil {
+		t.Fatalf("the client whose filter is scoped to Echo.Other denied Echo.Secret: %v; it took up the methods set after it was made", err)
+	}
+}

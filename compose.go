@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/kernrpc/kernrpc/kernel"
 )
@@ -105,7 +106,10 @@ func buildPlugins(cfg *Config, side kernel.Side) (*plugins, error) {
 		if !keep(kernel.KindFilter, fc.Name, f, fc.Options, err) {
 			continue
 		}
-		cf := configuredFilter{filter: f, name: fc.Name, methods: fc.Methods}
+		// The filter's own copy of its methods: a client builds its chain
+		// for a method on that method's first call, long after the
+		// program may have changed cfg for another client.
+		cf := configuredFilter{filter: f, name: fc.Name, methods: slices.Clone(fc.Methods)}
 		if side == kernel.ServerSide {
 			p.callFilters = append(p.callFilters, cf)
 			continue
