@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,6 +89,11 @@ func explainDecodeError(err error, opts any, tree map[string]any) error {
 		}
 		return &decodeError{key: key, err: err,
 			msg: fmt.Sprintf("unknown key (known keys: %s)", strings.Join(knownKeys(reflect.New(in).Interface()), ", "))}
+	}
+	// An error of a type's own UnmarshalJSON, which encoding/json hands
+	// back without saying where: find the value it refuses.
+	if key, ok := unmarshalerKey(tree, reflect.TypeOf(opts), "", err.Error()); ok {
+		return &decodeError{key: key, err: err, msg: err.Error()}
 	}
 	return err
 }
@@ -185,32 +191,110 @@ func knownKeys(opts any) []string {
 
 // OptionFields yields each key a config may set in opts (a plugin's
 // options struct, or a pointer to one) with the type its value decodes
-// into, in field order: the keys strict decoding knows.
+// into, in field order: the keys strict decoding knows. The fields of an
+// embedded struct without a json name are keys of their own, as
+// encoding/json promotes them.
 func OptionFields(opts any) iter.Seq2[string, reflect.Type] {
 	return func(yield func(string, reflect.Type) bool) {
-		t := reflect.TypeOf(opts)
-		for t != nil && t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if t == nil || t.Kind() != reflect.Struct {
-			return
-		}
-		for f := range t.Fields() {
-			if !f.IsExported() {
-				continue
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			if !yield(name, f.Type) {
+		for _, f := range optionFields(reflect.TypeOf(opts)) {
+			if !yield(f.name, f.typ) {
 				return
 			}
 		}
 	}
+}
+
+// optionField is a key of an options struct.
+type optionField struct {
+	name  string
+	typ   reflect.Type
+	index []int
+	// at is how a *json.UnmarshalTypeError's Field spells the key: the
+	// names of the embedded structs that hold it, then name.
+	at string
+}
+
+// optionFields lists the keys of struct t (or a pointer to one) as
+// encoding/json finds them: an embedded struct without a json name
+// lends its fields, and of two fields of one name the shallower wins,
+// else a tagged one alone, else neither.
+func optionFields(t reflect.Type) []optionField {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	type found struct {
+		optionField
+		depth  int
+		tagged bool
+	}
+	type level struct {
+		typ   reflect.Type
+		index []int
+		at    string
+	}
+	var all []found
+	visited := map[reflect.Type]bool{}
+	next := []level{{typ: t}}
+	for depth := 0; len(next) > 0; depth++ {
+		current := next
+		next = nil
+		for _, l := range current {
+			// A type met at an earlier level adds nothing; one embedded
+			// twice at this level gives each of its fields twice, and so
+			// neither.
+			if visited[l.typ] {
+				continue
+			}
+			for i := range l.typ.NumField() {
+				f := l.typ.Field(i)
+				ft := f.Type
+				if ft.Name() == "" && ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if !f.IsExported() && !(f.Anonymous && ft.Kind() == reflect.Struct) {
+					continue
+				}
+				tag := f.Tag.Get("json")
+				if tag == "-" {
+					continue
+				}
+				name, _, _ := strings.Cut(tag, ",")
+				index := append(slices.Clip(l.index), i)
+				if name == "" && f.Anonymous && ft.Kind() == reflect.Struct {
+					next = append(next, level{typ: ft, index: index, at: l.at + f.Name + "."})
+					continue
+				}
+				all = append(all, found{optionField{name: cmp.Or(name, f.Name), typ: f.Type, index: index, at: l.at + cmp.Or(name, f.Name)}, depth, name != ""})
+			}
+		}
+		for _, l := range current {
+			visited[l.typ] = true
+		}
+	}
+	// The dominant field of each name, as encoding/json picks it.
+	var out []optionField
+	for i, f := range all {
+		dominant, ties := true, 0
+		for j, g := range all {
+			if i == j || g.name != f.name {
+				continue
+			}
+			switch {
+			case g.depth < f.depth || g.depth == f.depth && g.tagged && !f.tagged:
+				dominant = false
+			case g.depth == f.depth && g.tagged == f.tagged:
+				ties++
+			}
+		}
+		if dominant && ties == 0 {
+			out = append(out, f.optionField)
+		}
+	}
+	slices.SortFunc(out, func(a, b optionField) int { return slices.Compare(a.index, b.index) })
+	return out
 }
 
 // Duration is a time.Duration that config files write as "500ms" or "5s".

@@ -33,7 +33,7 @@ func firstKey(v any, t reflect.Type, path string, pick func(key, field string, e
 	case reflect.Struct:
 		m, _ := v.(map[string]any)
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			ft, field, exact := jsonField(t, k)
+			ft, field, exact, _ := jsonField(t, k)
 			if pick(k, field, exact) {
 				return treeKey{path: joinKey(path, k), in: t, field: field}, true
 			}
@@ -64,17 +64,18 @@ func firstKey(v any, t reflect.Type, path string, pick func(key, field string, e
 
 // jsonField finds the field of struct t that encoding/json decodes key
 // into: the one named key exactly, else one whose name matches it but for
-// case. It returns the field's type and name, "" if there is none.
-func jsonField(t reflect.Type, key string) (ft reflect.Type, name string, exact bool) {
-	for n, f := range OptionFields(reflect.New(t).Interface()) {
-		if n == key {
-			return f, n, true
+// case. It returns the field's type and name, "" if there is none, and
+// how a type error's Field spells it (at: embedded structs' names first).
+func jsonField(t reflect.Type, key string) (ft reflect.Type, name string, exact bool, at string) {
+	for _, f := range optionFields(t) {
+		if f.name == key {
+			return f.typ, f.name, true, f.at
 		}
-		if name == "" && strings.EqualFold(n, key) {
-			ft, name = f, n
+		if name == "" && strings.EqualFold(f.name, key) {
+			ft, name, at = f.typ, f.name, f.at
 		}
 	}
-	return ft, name, false
+	return ft, name, false, at
 }
 
 func joinKey(path, key string) string {
@@ -110,8 +111,8 @@ func badValueKey(v any, t reflect.Type, path, at, fields string) (string, bool) 
 	case reflect.Struct:
 		m, _ := v.(map[string]any)
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if ft, field, _ := jsonField(t, k); field != "" {
-				if found, ok := badValueKey(m[k], ft, joinKey(path, k), joinKey(at, field), fields); ok {
+			if ft, field, _, fat := jsonField(t, k); field != "" {
+				if found, ok := badValueKey(m[k], ft, joinKey(path, k), joinKey(at, fat), fields); ok {
 					return found, true
 				}
 			}
@@ -174,4 +175,50 @@ func decodesInto(v any, t reflect.Type) bool {
 	}
 	var te *json.UnmarshalTypeError
 	return !errors.As(json.Unmarshal(b, reflect.New(t).Interface()), &te)
+}
+
+// unmarshalerKey finds in v, a tree decoded into a t, the first value (in
+// encoding/json's order) whose type's UnmarshalJSON refuses it with the
+// message msg, and returns its path.
+func unmarshalerKey(v any, t reflect.Type, path, msg string) (string, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "", false
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshalerType) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", false
+		}
+		err = reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(b)
+		return path, err != nil && err.Error() == msg
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if ft, field, _, _ := jsonField(t, k); field != "" {
+				if found, ok := unmarshalerKey(m[k], ft, joinKey(path, k), msg); ok {
+					return found, true
+				}
+			}
+		}
+	case reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if found, ok := unmarshalerKey(m[k], t.Elem(), joinKey(path, k), msg); ok {
+				return found, true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		list, _ := v.([]any)
+		for i, e := range list {
+			if found, ok := unmarshalerKey(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", msg); ok {
+				return found, true
+			}
+		}
+	}
+	return "", false
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -214,6 +215,89 @@ func TestWrongTypeNamesTheElement(t *testing.T) {
 		err := DecodeOptions(tc.tree, &opts{})
 		if err == nil || OptionKey(err) != tc.key {
 			t.Errorf("%v: %v (key %q); want key %q", tc.tree, err, OptionKey(err), tc.key)
+		}
+	}
+}
+
+// An embedded struct's fields are options of the struct that embeds it,
+// as encoding/json promotes them: they are keys of their own, case-
+// sensitive like any other, listed among the known keys, and an error
+// about one names it as the config wrote it.
+func TestEmbeddedOptionsAreKeysOfTheirOwn(t *testing.T) {
+	type common struct {
+		Timeout Duration `json:"timeout"`
+	}
+	type Shared struct {
+		Limit int `json:"limit"`
+	}
+	type opts struct {
+		common
+		*Shared
+		Rate int `json:"rate"`
+	}
+	var keys []string
+	for k := range OptionFields(&opts{}) {
+		keys = append(keys, k)
+	}
+	if want := []string{"timeout", "limit", "rate"}; !slices.Equal(keys, want) {
+		t.Errorf("OptionFields = %v, want %v: an embedded struct's fields, not the struct", keys, want)
+	}
+	for _, tc := range []struct {
+		tree      map[string]any
+		key, want string
+	}{
+		{map[string]any{"TIMEOUT": "1s"}, "TIMEOUT", `did you mean "timeout"?`},
+		{map[string]any{"timeout": "1s", "Timeout": "2s"}, "Timeout", `did you mean "timeout"?`},
+		{map[string]any{"Limit": 3}, "Limit", `did you mean "limit"?`},
+		{map[string]any{"timeot": "1s"}, "timeot", "unknown key (known keys: limit, rate, timeout)"},
+		{map[string]any{"timeout": 5}, "timeout", "duration 5 must be a string"},
+		{map[string]any{"limit": "x"}, "limit", "wrong type: got a string, want an integer"},
+	} {
+		err := DecodeOptions(tc.tree, &opts{})
+		if OptionKey(err) != tc.key || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v (key %q); want key %q, %s", tc.tree, err, OptionKey(err), tc.key, tc.want)
+		}
+	}
+	var o opts
+	if err := DecodeOptions(map[string]any{"timeout": "1s", "limit": 3}, &o); err != nil || o.Timeout.D() != time.Second || o.Shared == nil || o.Limit != 3 {
+		t.Errorf("embedded options: %+v, %v", o, err)
+	}
+}
+
+// probeMode is an option type of a plugin's own, with an UnmarshalJSON
+// that refuses what it does not know by a plain error.
+type probeMode string
+
+func (m *probeMode) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil || s != "fast" && s != "slow" {
+		return errors.New("want fast or slow")
+	}
+	*m = probeMode(s)
+	return nil
+}
+
+// A plugin's own type that refuses a value in its UnmarshalJSON with an
+// error of its own is named by its key too, as a Duration or a Size is:
+// encoding/json hands such an error back without saying where.
+func TestAnUnmarshalerErrorNamesTheKey(t *testing.T) {
+	type rule struct {
+		Mode probeMode `json:"mode"`
+	}
+	type opts struct {
+		Mode  probeMode `json:"mode"`
+		Rules []rule    `json:"rules"`
+	}
+	for _, tc := range []struct {
+		tree map[string]any
+		key  string
+	}{
+		{map[string]any{"mode": "medium"}, "mode"},
+		{map[string]any{"mode": "fast", "rules": []any{map[string]any{"mode": "slow"}, map[string]any{"mode": 3}}}, "rules[1].mode"},
+	} {
+		err := DecodeOptions(tc.tree, &opts{})
+		if err == nil || OptionKey(err) != tc.key || !strings.Contains(err.Error(), "want fast or slow") {
+			t.Errorf("%v: %v (key %q); want key %q and the type's own message", tc.tree, err, OptionKey(err), tc.key)
 		}
 	}
 }
