@@ -36,7 +36,10 @@ func (w *callIDWindow) admit(id uint64) (fresh, late bool) {
 		if id-w.latest >= replayWindow {
 			w.seen = [replayWindow / 64]uint64{}
 		} else {
-			for i := w.latest + 1; i <= id; i++ {
+			// Counted up to id, not while i <= id: i <= 1<<64-1 holds
+			// for every i, and the loop would never end.
+			for i := w.latest; i != id; {
+				i++
 				w.seen[(i%replayWindow)/64] &^= 1 << (i % 64)
 			}
 		}

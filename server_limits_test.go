@@ -156,6 +156,30 @@ func TestALateCallIDIsRefusedUnprocessedUnlessItsCallRuns(t *testing.T) {
 	}
 }
 
+// The replay window takes call ids up to the largest a frame carries: a
+// peer numbering its calls up to 1<<64-1 (a buggy or hostile one) gets
+// each answered, and the connection reads on, rather than a read loop
+// that counts past the top for ever holding the connection's lock.
+func TestCallIDsAtTheTopOfTheRangeAreServed(t *testing.T) {
+	c, runs, _ := countingServer(t)
+	for _, id := range []uint64{1<<64 - 2, 1<<64 - 1} {
+		if err := c.WriteFrame(echoRequest(t, id, "Echo.Count", nil)); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readFrame(t, c, 5*time.Second)
+		if err != nil {
+			t.Fatalf("no answer to call id %d: %v", id, err)
+		}
+		if f.CallID != id || f.Code != kernel.OK {
+			t.Fatalf("call id %d got an answer to %d: %v %q; want it served", id, f.CallID, f.Code, f.Message)
+		}
+		f.Release()
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times; want 2", n)
+	}
+}
+
 func TestRequestsOverMaxConcurrentCallsAreRefusedUnprocessed(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Server.MaxConcurrentCalls = 4
