@@ -108,13 +108,22 @@ func (g *Client) requestFromJSON(ctx context.Context, md protoreflect.MethodDesc
 // codec would encode it without complaint, and the server would decode
 // its fields as if they were the right ones.
 func checkType(md protoreflect.MethodDescriptor, what string, want protoreflect.MessageDescriptor, m proto.Message) error {
-	if m == nil {
+	if isNil(m) {
 		return fmt.Errorf("generic: %s of %s: nil message", what, md.FullName())
 	}
 	if got := m.ProtoReflect().Descriptor().FullName(); got != want.FullName() {
 		return fmt.Errorf("generic: %s of %s: a %s, want a %s", what, md.FullName(), got, want.FullName())
 	}
 	return nil
+}
+
+// isNil reports whether m is nil or a nil *dynamicpb.Message, which has
+// no descriptor to compare: asking it for one (or whether it is valid)
+// panics. A nil generated message knows its type, and goes as an empty
+// one, as protobuf encodes it.
+func isNil(m proto.Message) bool {
+	dm, ok := m.(*dynamicpb.Message)
+	return m == nil || ok && dm == nil
 }
 
 // ClientStream is a streaming call opened generically.

@@ -314,3 +314,26 @@ func TestReflectionSourceServices(t *testing.T) {
 		t.Errorf("Echo: %+v, want listed by name only", s)
 	}
 }
+
+// A nil *dynamicpb.Message, the type Call returns and Recv reads into, is
+// refused as a nil message, as an untyped nil is, by every method that
+// sends one: not a panic in the caller's goroutine.
+func TestATypedNilMessageIsRefused(t *testing.T) {
+	g := reflectingClient(t, "protobuf", nil)
+	ctx := context.Background()
+	var req *dynamicpb.Message
+	if _, err := g.Call(ctx, notes+"Echo", req); err == nil || !strings.Contains(err.Error(), "nil message") {
+		t.Errorf("Call with a nil *dynamicpb.Message: %v, want a nil message refused", err)
+	}
+	if err := g.ServerStream(ctx, notes+"Split", req, func(*dynamicpb.Message) error { return nil }); err == nil || !strings.Contains(err.Error(), "nil message") {
+		t.Errorf("ServerStream with a nil *dynamicpb.Message: %v, want a nil message refused", err)
+	}
+	st, err := g.OpenStream(ctx, notes+"Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Send(req); err == nil || !strings.Contains(err.Error(), "nil message") {
+		t.Errorf("Send of a nil *dynamicpb.Message: %v, want a nil message refused", err)
+	}
+}
