@@ -45,7 +45,8 @@
 // KeepAlive channel closes, which the client does when etcd answers that
 // the lease expired or when no keepalive was answered for a whole TTL.
 // Then the registry grants one new lease and puts every instance again, in
-// one transaction per 64 instances, once; until etcd answers it retries,
+// one transaction per 64 instances (fewer when their values pass 1 MiB),
+// once; until etcd answers it retries,
 // without writing, at most once a second plus dial_timeout.
 //
 // Discovery. The first Resolve or Watch of a service reads its keys once

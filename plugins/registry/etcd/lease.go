@@ -16,6 +16,12 @@ import (
 // etcd refuses transactions of more than 128 operations by default.
 const maxTxnPuts = 64
 
+// maxTxnBytes is how many bytes of keys and values one re-registration
+// transaction puts, beyond its first instance: etcd refuses a request of
+// more than 1.5 MiB by default (--max-request-bytes), and instances that it
+// took one by one may not fit in one transaction together.
+const maxTxnBytes = 1 << 20
+
 type instanceKey struct{ service, id string }
 
 // ownedInstance is an instance this registry registered, as it will be
@@ -264,28 +270,34 @@ func (k *leaseKeeper) renewLocked(ctx context.Context, what string) error {
 	return nil
 }
 
-// putAllLocked puts every owned instance under lease id, maxTxnPuts to a
-// transaction.
+// putAllLocked puts every owned instance under lease id, maxTxnPuts and
+// maxTxnBytes to a transaction (an instance larger than that alone).
 func (k *leaseKeeper) putAllLocked(ctx context.Context, what string, id clientv3.LeaseID) error {
 	r := k.r
 	all := make([]*ownedInstance, 0, len(k.owned))
+	ops := make([]clientv3.Op, 0, len(k.owned))
 	for _, o := range k.owned {
+		val, err := encodeInstance(o.inst)
+		if err != nil {
+			return err
+		}
 		all = append(all, o)
+		ops = append(ops, clientv3.OpPut(r.key(o.inst.Service, o.inst.ID), val, clientv3.WithLease(id)))
 	}
 	for len(all) > 0 {
-		batch := all[:min(len(all), maxTxnPuts)]
-		all = all[len(batch):]
-		ops := make([]clientv3.Op, len(batch))
-		for i, o := range batch {
-			val, err := encodeInstance(o.inst)
-			if err != nil {
-				return err
+		n, size := 0, 0
+		for n < len(ops) && n < maxTxnPuts {
+			size += len(ops[n].KeyBytes()) + len(ops[n].ValueBytes())
+			if n > 0 && size > maxTxnBytes {
+				break
 			}
-			ops[i] = clientv3.OpPut(r.key(o.inst.Service, o.inst.ID), val, clientv3.WithLease(id))
+			n++
 		}
+		batch, batchOps := all[:n], ops[:n]
+		all, ops = all[n:], ops[n:]
 		var rev int64
 		err := r.request(ctx, what+": put instances", func(ctx context.Context, cli *clientv3.Client) error {
-			resp, err := cli.Txn(ctx).Then(ops...).Commit()
+			resp, err := cli.Txn(ctx).Then(batchOps...).Commit()
 			if err == nil {
 				rev = resp.Header.Revision
 			}

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // lease, at most once per load_report_interval: a report sooner than that
 // after the last write is coalesced, and the latest load is written when
 // the interval ends (should that write fail, at the end of the next
-// interval, and so on). A zero load.Updated is set to now. While the lease is
+// interval, and so on). A zero load.Updated is set to now; a load JSON
+// cannot carry (a QPS of NaN or ±Inf) is refused. While the lease is
 // lost nothing is written; the re-registration carries the latest load.
 func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load kernel.Load) error {
 	what := fmt.Sprintf("report load of %s/%s", inst.Service, inst.ID)
@@ -22,6 +24,12 @@ func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load ke
 	}
 	if load.Updated.IsZero() {
 		load.Updated = time.Now()
+	}
+	// Refused before it is kept: a load JSON cannot carry (a QPS of NaN or
+	// ±Inf, a year past 9999) would make every later write of the
+	// instance fail, and with it every re-registration of them all.
+	if _, err := json.Marshal(recordLoad{InFlight: load.InFlight, QPS: load.QPS, Updated: load.Updated}); err != nil {
+		return fmt.Errorf("%s: %s: the load cannot be written: %w", Name, what, err)
 	}
 	return r.keeper.reportLoad(ctx, what, instanceKey{inst.Service, inst.ID}, load)
 }
