@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -230,13 +231,20 @@ func (reg *registration) lock(ctx context.Context) error {
 // registered: at once when the last write is load_report_interval old,
 // otherwise at the end of the interval, where only the latest report of
 // the interval is written (should that write fail, at the end of the next
-// interval, and so on). A zero load.Updated is set to now.
+// interval, and so on). A zero load.Updated is set to now; a load JSON
+// cannot carry (a QPS of NaN or ±Inf) is refused.
 func (r *Registry) ReportLoad(ctx context.Context, inst kernel.Instance, load kernel.Load) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("consul: report load: %w", err)
 	}
 	if load.Updated.IsZero() {
 		load.Updated = time.Now()
+	}
+	// Refused at once: a load JSON cannot carry (a QPS of NaN or ±Inf)
+	// held for the end of the interval would fail there, again and again,
+	// after this call said nil.
+	if _, err := json.Marshal(loadDoc{InFlight: load.InFlight, QPS: load.QPS, Updated: load.Updated.UnixMilli()}); err != nil {
+		return fmt.Errorf("consul: report load of %s/%s: the load cannot be written: %w", inst.Service, inst.ID, err)
 	}
 	r.mu.Lock()
 	closed, abandoned := r.closed, r.abandoned

@@ -1,6 +1,7 @@
 package consultest_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,25 @@ func TestAHeldLoadReportWhoseWriteFailedIsWrittenLater(t *testing.T) {
 			t.Fatalf("10s after the agent came back, with no report since, the instance resolves as %+v (err %v); want the load reported last, %+v", got, err, second)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A load report JSON cannot carry (a QPS of NaN or ±Inf) is refused, also
+// when it would be held for the end of the interval: there its write would
+// fail, again at every interval, after ReportLoad said nil.
+func TestAnUnencodableLoadReportIsRefused(t *testing.T) {
+	s := standIn(t, fast)
+	r := open(t, s.Addr(), map[string]any{"load_report_interval": "1m"})
+	in := instance("echo", "a")
+	if err := r.Register(ctx(t), in, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReportLoad(ctx(t), in, kernel.Load{InFlight: 1, QPS: 10}); err != nil { // written at once
+		t.Fatal(err)
+	}
+	for _, qps := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if err := r.ReportLoad(ctx(t), in, kernel.Load{InFlight: 2, QPS: qps}); err == nil {
+			t.Errorf("ReportLoad with QPS %v: nil error; want it refused", qps)
+		}
 	}
 }
