@@ -36,7 +36,8 @@ type registration struct {
 // Register announces inst through the agent, with a TTL check of ttl (the
 // ttl option when 0) that the registry passes every ttl/3 until Deregister
 // or Close. Registering the same Service and ID again replaces the
-// registration.
+// registration; one that fails leaves it as it was, its check passed at
+// the cadence of its own ttl.
 func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.Duration) error {
 	switch {
 	case ctx.Err() != nil:
@@ -65,12 +66,18 @@ func (r *Registry) Register(ctx context.Context, inst kernel.Instance, ttl time.
 	if err != nil {
 		return fmt.Errorf("consul: register %s/%s: %w", inst.Service, inst.ID, err)
 	}
+	prevInst, prevTTL := reg.inst, reg.ttl
 	reg.inst, reg.ttl = inst, ttl
 	err = r.writeRegistration(ctx, reg)
-	reg.nextPass = time.Now().Add(ttl / 3)
-	if err == nil {
+	switch {
+	case err == nil:
 		reg.written = true
-	} else if !existed {
+		reg.nextPass = time.Now().Add(ttl / 3)
+	case existed:
+		// As it was: the agent still has the registration written
+		// before, whose check is passed at its own ttl's cadence.
+		reg.inst, reg.ttl = prevInst, prevTTL
+	default:
 		reg.gone = true
 	}
 	reg.mu.Unlock()
@@ -153,7 +160,8 @@ func (r *Registry) writeRegistration(ctx context.Context, reg *registration) err
 
 // Deregister removes inst, matched by Service and ID, from the agent and
 // stops passing its check. Removing an instance the agent does not have is
-// not an error.
+// not an error; one that fails leaves the instance as it was: its check
+// passed, and Close deregistering it.
 func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("consul: deregister: %w", err)
@@ -177,6 +185,11 @@ func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 	}
 	err := r.deregisterLocked(ctx, op, reg)
 	reg.mu.Unlock()
+	if err != nil {
+		// As it was, as for the caller it is: still registered, its
+		// check still passed, and deregistered by Close.
+		return err
+	}
 	// Only now, gone: a Register that found reg meanwhile waited for it,
 	// and starts over with a registration of its own.
 	r.mu.Lock()
@@ -187,23 +200,26 @@ func (r *Registry) Deregister(ctx context.Context, inst kernel.Instance) error {
 	return err
 }
 
-// deregisterOwned deregisters reg, which Close took out of r.owned.
+// deregisterOwned deregisters reg, which Close took out of r.owned:
+// gone, whether the agent answers or not.
 func (r *Registry) deregisterOwned(ctx context.Context, reg *registration) error {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
-	return r.deregisterLocked(ctx, fmt.Sprintf("deregister %s/%s", reg.inst.Service, reg.inst.ID), reg)
+	err := r.deregisterLocked(ctx, fmt.Sprintf("deregister %s/%s", reg.inst.Service, reg.inst.ID), reg)
+	reg.gone = true
+	return err
 }
 
-// deregisterLocked marks reg gone and removes it from the agent; reg.mu
-// is held.
+// deregisterLocked removes reg from the agent and marks it gone; reg.mu
+// is held. One the agent did not remove is left as it was.
 func (r *Registry) deregisterLocked(ctx context.Context, op string, reg *registration) error {
-	reg.gone = true
 	ctx, cancel := r.opContext(ctx)
 	defer cancel()
 	err := r.client.Agent().ServiceDeregisterOpts(reg.id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil && !notFound(err) {
 		return r.fail(op, err)
 	}
+	reg.gone = true
 	return nil
 }
 
