@@ -43,7 +43,8 @@ type leadership struct {
 // Campaign creates a session with session_ttl and tries to acquire the
 // lock on the election's key; while another holds it, it waits for the key
 // to be released (a blocking query) and tries again. It returns once id
-// leads, or when ctx is done (its session destroyed then).
+// leads, or when ctx is done (its session destroyed then), or with an
+// error wrapping kernel.ErrClosed when the registry closes first.
 func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Leadership, error) {
 	op := fmt.Sprintf("campaign %q as %q", election, id)
 	switch {
@@ -60,10 +61,17 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	if closed {
 		return nil, fmt.Errorf("consul: %s: %w", op, kernel.ErrClosed)
 	}
-	// The campaign ends with ctx or with the registry.
+	// The campaign ends with ctx or with the registry; ended says which.
+	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer context.AfterFunc(r.life, cancel)()
 	defer cancel()
+	ended := func() error {
+		if caller.Err() == nil && r.life.Err() != nil {
+			return fmt.Errorf("consul: %s: %w", op, kernel.ErrClosed)
+		}
+		return fmt.Errorf("consul: %s: %w", op, ctx.Err())
+	}
 
 	// Consul invalidates an unrenewed session only at twice its TTL, so it
 	// is asked for half of session_ttl: a dead leader's session then ends
@@ -77,7 +85,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 	scancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("consul: %s: %w", op, ctx.Err())
+			return nil, ended()
 		}
 		return nil, fmt.Errorf("%w (option \"session_ttl\" is %s, and Consul is asked for half of it, which must lie within the agent's session_ttl_min, 10s by default, and 24h)", r.fail(op+": create session", err), r.cfg.sessionTTL)
 	}
@@ -91,7 +99,7 @@ func (r *Registry) Campaign(ctx context.Context, election, id string) (kernel.Le
 		l.resign(dctx)
 		dcancel()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("consul: %s: %w", op, ctx.Err())
+			return nil, ended()
 		}
 		return nil, r.fail(op, err)
 	}
