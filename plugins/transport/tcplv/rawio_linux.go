@@ -44,12 +44,11 @@ type rawSocket struct {
 	iovs    [2]syscall.Iovec
 
 	// A write made with a context (ctx, set by the writer for one writev;
-	// nil or Background for none)
-	// stops waiting for room once the context ends: the first time it
-	// finds none, a context.AfterFunc is set to cut the socket's write
-	// deadline (cut). Only a write that waits pays for it. fired then
-	// says the context ended during the writev, and rest holds a copy of
-	// what it had left to write when that ended it.
+	// nil or Background for none) stops waiting for room once the context
+	// ends: the first time it finds none, a context.AfterFunc is set to
+	// cut the socket's write deadline (cut). Only a write that waits pays
+	// for it. fired then says the context ended during the writev, and
+	// rest holds a copy of what it had left to write when that ended it.
 	ctx      context.Context
 	cut      func(time.Time) error
 	ctxStop  func() bool
