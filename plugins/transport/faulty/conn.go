@@ -94,12 +94,11 @@ func (c *conn) queueFrame(f *kernel.Frame) error { return c.write(f, true) }
 // write applies the frame's fault and sends what is left of it. It never
 // waits: a delayed or stalled frame is accepted at once, so that only a
 // deadline, never a write, decides how long a call waits.
+// A write on a connection already closed or half-closed fails as it
+// would unwrapped, before any fault is drawn: a reset drawn there would
+// report an injected fault for a frame never to be sent, and kill the
+// read half that CloseWrite leaves open.
 func (c *conn) write(f *kernel.Frame, queue bool) error {
-	a := c.fs.decide(f.Type)
-	if a.reset {
-		c.inner.Recycle(f.Payload)
-		return c.kill(fmt.Sprintf("injected reset (before %v frame %d)", f.Type, c.fs.count()))
-	}
 	if err := c.Err(); err != nil {
 		c.inner.Recycle(f.Payload)
 		return err
@@ -107,6 +106,11 @@ func (c *conn) write(f *kernel.Frame, queue bool) error {
 	if c.writeShut.Load() {
 		c.inner.Recycle(f.Payload)
 		return c.shutError()
+	}
+	a := c.fs.decide(f.Type)
+	if a.reset {
+		c.inner.Recycle(f.Payload)
+		return c.kill(fmt.Sprintf("injected reset (before %v frame %d)", f.Type, c.fs.count()))
 	}
 	if a.swallow {
 		c.inner.Recycle(f.Payload)

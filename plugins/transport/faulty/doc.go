@@ -76,8 +76,8 @@
 // wrapped transport at once. So no fault can make a call outlast its
 // deadline; a call without one waits as long as the fault lasts.
 // CloseWrite sends the frames still held back first, then half-closes;
-// a frame written after it fails with an error wrapping kernel.ErrClosed,
-// delayed or not.
+// a frame written after it, or after Close, fails with an error wrapping
+// kernel.ErrClosed, delayed or not, and draws no fault (no reset).
 //
 // Memory: Buffer and Recycle are the wrapped connection's, and so is
 // LendsMemory. A frame that is dropped, stalled or corrupted into new

@@ -3,6 +3,7 @@ package faulty_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -314,5 +315,37 @@ func TestWritesAfterCloseWriteFailWhileFramesAreDelayed(t *testing.T) {
 				t.Errorf("the peer read frames %v, then %v; want %v, then the end", ids(got), err, want)
 			}
 		})
+	}
+}
+
+// A write after Close or CloseWrite fails wrapping ErrClosed, as the
+// package doc and kernel.Conn promise, even with a reset due: the frame is
+// not written, so no fault acts on it. Drawn as a reset, it killed the
+// connection, read half included, and was reported (and Err with it) as
+// an injected reset wrapping ErrPeerGone.
+func TestWritesAfterCloseAreNotResets(t *testing.T) {
+	d, a := faultyDial(t, map[string]any{"reset": 1})
+	if err := d.(kernel.HalfCloser).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	p := append(d.Buffer(64), payloadOf(1)...)
+	if err := d.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 1, Payload: p}); !errors.Is(err, kernel.ErrClosed) || errors.Is(err, kernel.ErrPeerGone) {
+		t.Errorf("WriteFrame after CloseWrite with reset 1: %v; want an error wrapping ErrClosed", err)
+	}
+	if err := a.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, CallID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := readUpTo(d, 1, quiet); err != nil || len(back) != 1 {
+		t.Errorf("after CloseWrite and a refused write, the connection read %d frames (%v); its read half must live on", len(back), err)
+	}
+
+	d, _ = faultyDial(t, map[string]any{"reset": 1})
+	d.Close()
+	p = append(d.Buffer(64), payloadOf(2)...)
+	if err := d.WriteFrame(&kernel.Frame{Type: kernel.FrameRequest, CallID: 2, Payload: p}); !errors.Is(err, kernel.ErrClosed) || errors.Is(err, kernel.ErrPeerGone) {
+		t.Errorf("WriteFrame after Close with reset 1: %v; want an error wrapping ErrClosed", err)
+	}
+	if err := d.Err(); strings.Contains(fmt.Sprint(err), "injected") {
+		t.Errorf("Err after Close is %v; no fault ended the connection", err)
 	}
 }
