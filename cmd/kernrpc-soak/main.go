@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -67,6 +68,9 @@ type options struct {
 	seed                              uint64
 	limits                            limits
 	heapProfile                       string
+	// profile is heapProfile, created before the traffic starts so that
+	// a path that cannot be written is found then, not after -duration.
+	profile *os.File
 }
 
 // errBadFlag is a flag that did not parse, already reported with the
@@ -112,6 +116,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.warmup < 0 || o.limits.goroutines < 0 || o.limits.fds < 0 || o.limits.heapRatio < 0 || *slack < 0 {
 		return nil, errors.New("-warmup, -goroutine-margin, -fd-margin, -heap-tolerance and -heap-slack must not be negative")
 	}
+	// NaN passes the check above, and neither it nor Inf converts to a
+	// byte count: the heap limit would pass any growth (or fail any run).
+	if math.IsNaN(o.limits.heapRatio) || math.IsInf(o.limits.heapRatio, 0) {
+		return nil, fmt.Errorf("-heap-tolerance %v: want a finite fraction, such as 0.5", o.limits.heapRatio)
+	}
 	o.warmup = min(o.warmup, o.duration/3)
 	o.limits.heapSlack = uint64(*slack) << 20
 	o.limits.afterGoroutines, o.limits.afterFDs = o.limits.goroutines, o.limits.fds
@@ -129,6 +138,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "kernrpc-soak:", err)
 		return 2
+	}
+	if o.heapProfile != "" {
+		if o.profile, err = os.Create(o.heapProfile); err != nil {
+			fmt.Fprintln(stderr, "kernrpc-soak: -heapprofile:", err)
+			return 2
+		}
+		defer func() {
+			if o.profile != nil { // the soak ended before the traffic stopped
+				o.profile.Close()
+				os.Remove(o.heapProfile)
+			}
+		}()
 	}
 	logs := newFaultLogs(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	log := slog.New(logs)
@@ -166,7 +187,7 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 		t.stop()
 		return err
 	}
-	if err := writeHeapProfile(o.heapProfile); err != nil {
+	if err := writeHeapProfile(o); err != nil {
 		t.stop()
 		return err
 	}
@@ -174,7 +195,7 @@ func soak(ctx context.Context, o *options, stdout io.Writer, log *slog.Logger) e
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	fmt.Fprintf(stdout, "shut down; waiting up to %s for goroutines, open files and the heap to come back\n", o.settle)
-	after, err := settle(before, o.limits, time.Since(start), o.settle)
+	after, err := settle(ctx, before, o.limits, time.Since(start), o.settle)
 	if err != nil {
 		return err
 	}
@@ -259,19 +280,22 @@ func startAndEnd(steady []figures) (start, end figures) {
 	return start, end
 }
 
-func writeHeapProfile(path string) error {
-	if path == "" {
+// writeHeapProfile writes the heap profile into o.profile, created when
+// the soak started, and closes it.
+func writeHeapProfile(o *options) error {
+	f := o.profile
+	if f == nil {
 		return nil
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
+	o.profile = nil
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		f.Close()
-		return fmt.Errorf("heap profile %s: %w", path, err)
+		return fmt.Errorf("heap profile %s: %w", o.heapProfile, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("heap profile %s: %w", o.heapProfile, err)
+	}
+	return nil
 }
 
 // quiesced samples with no call in flight: callers wait while it holds
@@ -288,13 +312,20 @@ func (t *traffic) quiesced(at time.Duration) (figures, error) {
 // connections' goroutines take a moment to notice they are closed, the
 // buffer pools give back their buffers a second or two after their last
 // use, and the GC headroom stays 30 s after the last holder closes.
-func settle(before figures, l limits, at, d time.Duration) (figures, error) {
+// An interrupt ends the wait, with no verdict.
+func settle(ctx context.Context, before figures, l limits, at, d time.Duration) (figures, error) {
 	deadline := time.Now().Add(d)
 	for {
+		if ctx.Err() != nil {
+			return figures{}, fmt.Errorf("interrupted after shutdown, while waiting for the figures to come back: no verdict")
+		}
 		f, err := sample(at)
 		if err != nil || time.Now().After(deadline) || len(l.afterShutdown(before, f)) == 0 {
 			return f, err
 		}
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }

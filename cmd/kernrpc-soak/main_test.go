@@ -139,3 +139,25 @@ func TestFaultLogsHidesTheFaultyServicesWarnings(t *testing.T) {
 		t.Errorf("%d lines counted as hidden; want 2", n)
 	}
 }
+
+// -heap-tolerance NaN or Inf is refused, not run: either turned the heap
+// limit into a conversion of a non-finite float to uint64, which passed
+// any heap growth (NaN is not below 0, so the negative check let it by).
+func TestNonFiniteHeapToleranceIsRefused(t *testing.T) {
+	for _, bad := range []string{"NaN", "+Inf", "Inf"} {
+		if _, err := parseFlags([]string{"-heap-tolerance", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "-heap-tolerance") {
+			t.Errorf("-heap-tolerance %s: error %v, want one naming -heap-tolerance", bad, err)
+		}
+	}
+}
+
+// A -heapprofile that cannot be written is refused before the traffic
+// starts: found after -duration, it cost the whole soak its verdict.
+func TestUnwritableHeapProfileIsRefusedAtOnce(t *testing.T) {
+	var out, errOut bytes.Buffer
+	profile := filepath.Join(t.TempDir(), "no such dir", "heap.pprof")
+	code := run(t.Context(), []string{"-duration", "2s", "-interval", "500ms", "-warmup", "0s", "-callers", "1", "-settle", "1s", "-heapprofile", profile}, &out, &errOut)
+	if code != 2 || strings.Contains(out.String(), "soak for") || !strings.Contains(errOut.String(), "-heapprofile") {
+		t.Errorf("exit %d; want 2 with an error naming -heapprofile, before any traffic\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+}

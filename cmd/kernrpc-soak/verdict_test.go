@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -37,5 +38,57 @@ func TestInterruptedSoakDoesNotPass(t *testing.T) {
 		"-settle", "2s", "-heap-slack", "96"}, &out, &errOut)
 	if code == 0 || strings.Contains(out.String(), "PASS") {
 		t.Errorf("a soak interrupted after 1.5 s of its 1m: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+}
+
+// cancelOn is an output that cancels the run's context once a line
+// containing at has been written: an interrupt at a known step.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	at     string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.at) {
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// Interrupting a soak while it waits after shutdown for the figures to
+// come back ends that wait and gives no verdict, as an interrupt before
+// does: the wait ignored Ctrl-C for up to -settle, then printed PASS or
+// FAIL for a soak the user had stopped.
+func TestInterruptWhileSettlingGivesNoVerdict(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &cancelOn{at: "shut down; waiting", cancel: cancel}
+	var errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		// No slack at all: the heap the engine keeps after shutdown (its GC
+		// headroom stays 30 s) holds the wait to its full -settle.
+		done <- run(ctx, []string{"-duration", "1s", "-interval", "250ms", "-warmup", "0s", "-callers", "2", "-seed", "7",
+			"-settle", "1m", "-heap-slack", "0", "-goroutine-margin", "0", "-fd-margin", "0"}, out, &errOut)
+	}()
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the soak still waits 20 s after an interrupt during its settle\nstdout:\n%s", out)
+	}
+	if code == 0 || strings.Contains(out.String(), "PASS") || strings.Contains(out.String(), "FAIL") || !strings.Contains(errOut.String(), "interrupted") {
+		t.Errorf("a soak interrupted while settling: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut.String())
 	}
 }
