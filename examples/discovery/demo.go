@@ -37,7 +37,22 @@ type report struct {
 
 var names = []string{"alpha", "beta", "gamma"}
 
+// check refuses options under which the demo cannot show a failover: no
+// caller, no time to call, or a kill that comes after the calls end.
+func (o options) check() error {
+	if o.duration <= 0 || o.callers <= 0 || o.killAfter <= 0 {
+		return fmt.Errorf("-duration %s, -callers %d and -kill-after %s must be positive", o.duration, o.callers, o.killAfter)
+	}
+	if o.killAfter >= o.duration {
+		return fmt.Errorf("-kill-after %s is not before the end of -duration %s: no server would be killed while the calls run", o.killAfter, o.duration)
+	}
+	return nil
+}
+
 func run(ctx context.Context, out io.Writer, o options) (*report, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "kernrpc-discovery-etcd")
 	if err != nil {
 		return nil, err
@@ -115,6 +130,11 @@ func run(ctx context.Context, out io.Writer, o options) (*report, error) {
 	rep.before, rep.after = tally.phases()
 	if last := tally.lastFrom(rep.killed); last.After(killAt) {
 		rep.lastAnswer = last.Sub(killAt)
+	}
+	if ctx.Err() != nil {
+		// The calls stopped early, perhaps before the kill: a summary
+		// would claim a failover the run did not show.
+		return rep, fmt.Errorf("interrupted after %d calls: no verdict", rep.calls)
 	}
 	printSummary(out, rep)
 	return rep, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,4 +60,59 @@ func TestKillingAServerMovesItsTraffic(t *testing.T) {
 	if !strings.Contains(out.String(), "calls/s") {
 		t.Errorf("no progress lines in the output:\n%s", out.String())
 	}
+}
+
+// A run whose kill never comes (-kill-after at or past -duration), with
+// no caller or no time to call, shows no failover: it is refused before
+// anything starts. It ran, and its summary claimed that the server "answered no
+// call after the kill; every call went to the others" of a kill that
+// never happened, and exited 0.
+func TestFlagsThatShowNoFailoverAreRefused(t *testing.T) {
+	for _, o := range []options{
+		{duration: time.Second, killAfter: 3 * time.Second, callers: 2},
+		{duration: time.Second, killAfter: time.Second, callers: 2},
+		{duration: 3 * time.Second, killAfter: time.Second, callers: 0},
+		{duration: 0, killAfter: 0, callers: 2},
+		{duration: 3 * time.Second, killAfter: -time.Second, callers: 2},
+	} {
+		var out bytes.Buffer
+		if _, err := run(context.Background(), &out, o); err == nil || !strings.Contains(err.Error(), "-") {
+			t.Errorf("%+v: run gave %v, want an error naming the flag\n%s", o, err, out.String())
+		}
+	}
+}
+
+// An interrupted demo did not show what it claims: run reports the
+// interrupt rather than a summary main would exit 0 on.
+func TestInterruptedDemoIsAnError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{at: "etcd lists all", cancel: cancel}
+	if _, err := run(ctx, out, options{duration: 10 * time.Second, killAfter: 5 * time.Second, callers: 2}); err == nil {
+		t.Errorf("run interrupted before the kill gave no error:\n%s", out.String())
+	}
+}
+
+// cancelOn is an output that cancels a context once at has been written.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	at     string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.at) {
+		w.cancel()
+	}
+	return n, err
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
