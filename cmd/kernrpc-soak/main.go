@@ -36,7 +36,7 @@ may outlast, calls cancelled while they run, and one time in five a stream
 part way). Every -churn one client is closed and a new one opened in its
 place.
 
-Every -interval it pauses the calls, runs a GC and prints goroutines, heap
+Every -interval it pauses the calls, runs two GCs and prints goroutines, heap
 in use, open file descriptors (/proc/self/fd) and the calls and streams so
 far. The start is the highest of the first 3 samples after -warmup, the
 end the lowest of the last 3 (the last taken after the traffic stopped;
