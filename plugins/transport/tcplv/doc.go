@@ -73,9 +73,10 @@
 // context ends while it waits for the peer to drain the socket returns
 // nil then: part of its frame may be out, so what is left, copied, goes
 // out on a goroutine of the connection, ahead of every frame written
-// later, bounded by write_timeout as any write is. The engine writes a
-// call's request with the call's context, so a call to a server that
-// stopped reading returns at its deadline, not write_timeout later.
+// later, under the deadline its write had: a peer that drains nothing is
+// still cut off within 1.5 × write_timeout of that write. The engine
+// writes a call's request with the call's context, so a call to a server
+// that stopped reading returns at its deadline, not write_timeout later.
 //
 // Nobody reads a client's connection while no call waits on it, so a
 // server that dies meanwhile leaves its close unread (behind the late

@@ -142,17 +142,37 @@ func (c *conn) writeFrame(ctx context.Context, f *kernel.Frame, queue bool) erro
 // (sock.rest) on a goroutine of the connection, which holds wmu (taken
 // over from the caller) until it is out. The bytes count against
 // max_write_queue meanwhile, as a batch being written does.
+//
+// The rest goes out under the deadline the write had (afterCtxCut put it
+// back), not one of its own: it is that write, resumed, and a peer that
+// drains nothing must still be cut off within 1.5 × write_timeout of the
+// write that found no room, not that long after the context ended.
+//
+// A connection that died meanwhile with its socket closed (fail: done is
+// closed, which flushAndClose does only once it holds wmu) cannot send
+// the rest, and a Close may have stopped waiting for its goroutines: the
+// rest is dropped there and then, with the connection's death as the
+// write's end.
 func (c *conn) finishLater() {
 	rest := c.sock.rest
 	c.sock.rest = nil
-	c.inflight.Store(int64(len(rest)))
 	c.startMu.Lock() // orders the start against Close's Wait
+	defer c.startMu.Unlock()
+	select {
+	case <-c.done:
+		c.wmu.Unlock()
+		return
+	default:
+	}
+	c.inflight.Store(int64(len(rest)))
 	c.goroutines.Go(func() {
 		defer c.wmu.Unlock()
-		c.write(rest)
+		c.writes++
+		if err := c.sock.writev(rest); err != nil {
+			c.writeFailed(err)
+		}
 		c.inflight.Store(0)
 	})
-	c.startMu.Unlock()
 }
 
 // quiet reports whether the peer may have closed the connection unseen:
