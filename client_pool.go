@@ -284,7 +284,13 @@ func (p *connPool) settle(i int, d *pendingDial, conn kernel.Conn, err error) {
 		// Nothing was sent, so another instance may take the call.
 		d.err = &kernel.Status{Code: kernel.Unavailable, Message: dialFailure(c.cfg.Transport.Name, p.addr, err), Retryable: true}
 	default:
-		p.down.end()
+		if i < p.fixed {
+			// The instance takes connections again. A spare's does not
+			// say so: it speaks for no instance (its failed dial does not
+			// pass the instance over), and one under way as a GoAway came
+			// may connect to a server that is shutting down.
+			p.down.end()
+		}
 		d.cc = &clientConn{conn: conn, pending: make(map[uint64]*attempt), log: &c.log, headroom: &c.headroom, pool: p, spare: i >= p.fixed,
 			idle: idleReading{seen: unlooked}}
 		if old := p.conns[i]; old != nil {

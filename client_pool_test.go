@@ -85,3 +85,26 @@ func TestReadyPausesGrowToTheirBound(t *testing.T) {
 		}
 	}
 }
+
+// A spare connection speaks for no instance: as its failed dial does not
+// pass the instance over, its dial that connects does not end a pass
+// over one that said it shuts down (a spreading dial under way when the
+// GoAway came, which the draining server accepted all the same).
+func TestASpareDialDoesNotEndAGoAwaysPassOver(t *testing.T) {
+	c := &Client{cfg: DefaultConfig()}
+	p := &connPool{client: c, addr: "127.0.0.1:1", fixed: 1, conns: make([]*clientConn, 2), dialing: make([]*pendingDial, 2)}
+	(&clientConn{conn: closableConn{}, pool: p}).serverGoingAway(&kernel.Frame{Type: kernel.FrameGoAway, CallID: 7})
+	if !p.avoided() {
+		t.Fatal("the instance is not passed over after its GoAway")
+	}
+	d := &pendingDial{done: make(chan struct{})}
+	p.dialing[1] = d
+	c.dials.Add(1)
+	p.settle(1, d, closableConn{}, nil)
+	if d.err != nil || p.conns[1] == nil {
+		t.Fatalf("the spare's dial did not settle into its slot: %v", d.err)
+	}
+	if !p.avoided() {
+		t.Fatal("the instance is no longer passed over once a spare connected: calls go back to an instance shutting down")
+	}
+}
