@@ -108,3 +108,39 @@ func TestASpareDialDoesNotEndAGoAwaysPassOver(t *testing.T) {
 		t.Fatal("the instance is no longer passed over once a spare connected: calls go back to an instance shutting down")
 	}
 }
+
+// An instance's pool moves to the retired ones when it leaves the
+// registry, its connections still carrying calls: the client's figures,
+// read as it moves, count its connections once, not in both places.
+func TestConnectionsOfAPoolRetiringAreCountedOnce(t *testing.T) {
+	c := &Client{cfg: DefaultConfig(), service: "echo"}
+	p := &connPool{client: c, addr: "127.0.0.1:1", fixed: 1, conns: make([]*clientConn, 1), dialing: make([]*pendingDial, 1), endLife: func() {}}
+	p.conns[0] = &clientConn{conn: closableConn{}, pool: p, pending: map[uint64]*attempt{1: {}}} // a call in flight keeps it open
+	none := map[string]*connPool{}
+	c.pools.Store(&none)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.poolsMu.Lock()
+			c.pools.Store(&map[string]*connPool{p.addr: p}) // listed again
+			delete(c.retired, p)
+			c.poolsMu.Unlock()
+			c.dropPoolsNotIn(nil) // and gone
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		clientState{c}.ReportState(func(r kernel.Reading) {
+			if r.Name == "client_connections_open" && r.Value > 1 {
+				t.Fatalf("client_connections_open = %v with one connection open: a pool retiring as the figures are read is counted twice", r.Value)
+			}
+		})
+	}
+}

@@ -62,12 +62,14 @@ func (st clientState) ReportState(emit func(kernel.Reading)) {
 		n, s := p.open()
 		open, spare = open+n, spare+s
 	}
+	// The pools of instances that left the registry hold connections too
+	// while calls or streams run on them. Both sets are read under the
+	// lock a report moves a pool from one to the other under: a pool read
+	// in each would be counted twice.
+	c.poolsMu.Lock()
 	for _, p := range *c.pools.Load() {
 		count(p)
 	}
-	// The pools of instances that left the registry hold connections too
-	// while calls or streams run on them.
-	c.poolsMu.Lock()
 	for p := range c.retired {
 		count(p)
 	}
