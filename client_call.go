@@ -300,6 +300,7 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 			c.pickDone(inst, errPassedOver)
 			continue
 		}
+		skipped = 0 // the passes are counted afresh for the next attempt
 		at := c.attempts.Get().(*attempt)
 		ai := &at.info
 		cs.copyInfo(ai, info)

@@ -196,6 +196,7 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 			tries--
 			continue
 		}
+		skipped = 0 // counted afresh for the next try
 		var cc *clientConn
 		if cc, err = p.get(ctx, nil); err == nil {
 			err = cc.openStream(ctx, cs, inst, info)
