@@ -283,6 +283,9 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 	var refusal error
 	var ready readyWait
 	for tries, skipped, refused := 0, 0, 0; ; {
+		if tries >= retries {
+			ready.beforePick(c)
+		}
 		inst, err := c.pick(ctx, cs, info)
 		if err != nil {
 			cs.noteNoAttempt(ctx, info)

@@ -48,7 +48,15 @@ type readyWait struct {
 	// until bounds the wait of a call without a deadline (dial_timeout
 	// from its first pause); zero while unset or when ctx has a deadline.
 	until time.Time
+	// report is the registry's next report as of the last try's pick,
+	// taken before it while the call's retries are spent: a report that
+	// came during the try ends the pause at once (nil: as of the pause).
+	report <-chan struct{}
 }
+
+// beforePick notes, for a try whose failure would be waited out, which
+// report is next, before the pick: the report the try may miss.
+func (w *readyWait) beforePick(c *Client) { w.report = *c.updated.Load() }
 
 // readyPause is the pause before try n+1 of a call that waits.
 func readyPause(n int) time.Duration {
@@ -91,12 +99,16 @@ func (c *Client) awaitReady(ctx context.Context, cs *callState, w *readyWait, ad
 		}
 		pause = min(pause, left) // then try once more, at the bound
 	}
+	report := w.report
+	if report == nil {
+		report = *c.updated.Load()
+	}
 	t := time.NewTimer(pause)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
-	case <-*c.updated.Load():
+	case <-report:
 		return nil // an instance may have come or gone: pick again now
 	case <-engineDone(ctx):
 		return c.ctxStatus(ctx, cs, "waiting for "+addr+" to take the call (wait_for_ready); the last try: "+last.Message)

@@ -181,6 +181,9 @@ func (c *Client) openStream(ctx context.Context, cs *ClientStream, info *kernel.
 	retries := *c.cfg.Client.Retries
 	var ready readyWait
 	for tries, skipped := 0, 0; ; tries++ {
+		if tries >= retries {
+			ready.beforePick(c)
+		}
 		inst, err := c.pick(ctx, nil, info)
 		if err != nil {
 			return err
