@@ -341,13 +341,27 @@ func (cs *ClientStream) endWith(err error) {
 func (cs *ClientStream) abandon(err error) {
 	if ended, first := cs.core.endFirst(err); ended && first {
 		cs.cc.removeStream(cs.core.id)
-		cs.cc.cancel(cs.core.id, cs.ctx)
+		cs.cc.cancel(cs.core.id, cs.endedCtx())
 		cs.client.pickDone(cs.inst, err)
 	}
 }
 
 func (cs *ClientStream) ctxStatus() error {
-	return cs.client.ctxStatus(cs.ctx, nil, "while the stream of "+cs.info.Method+" to "+cs.cc.conn.RemoteAddr()+" was open")
+	return cs.client.ctxStatus(cs.endedCtx(), nil, "while the stream of "+cs.info.Method+" to "+cs.cc.conn.RemoteAddr()+" was open")
+}
+
+// endedCtx is the context whose end ends the stream: the one the stream
+// was opened with, which stream filters may have derived from the
+// caller's (a timeout of their own, or a cancel), once it has ended;
+// else the caller's (Close, or a filter that passed on a context of its
+// own that has not ended). The caller's is ended only once the filters
+// return, after the stream's end: read first, it would say Canceled, or
+// a deadline for a cancel.
+func (cs *ClientStream) endedCtx() context.Context {
+	if ctx := cs.core.ctx; ctx != nil && ctx.Err() != nil {
+		return ctx
+	}
+	return cs.ctx
 }
 
 // markOver records that the caller is done with the stream, and ends its

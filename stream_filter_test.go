@@ -250,3 +250,63 @@ func TestServerStreamFilterThatSkipsTheHandler(t *testing.T) {
 		t.Fatalf("Recv = %v, want Internal naming the filter's mistake", err)
 	}
 }
+
+// ctxFilter is a client stream filter that passes on a context of its
+// own, derived from the stream's: with a timeout, or cancelled by it.
+type ctxFilter struct{ cancels bool }
+
+func (ctxFilter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
+	return next(ctx, info, req)
+}
+
+func (f ctxFilter) InvokeStream(ctx context.Context, info *kernel.CallInfo, st kernel.Stream, next kernel.StreamInvoker) error {
+	var cancel context.CancelFunc
+	if f.cancels {
+		ctx, cancel = context.WithCancel(ctx)
+		time.AfterFunc(50*time.Millisecond, cancel)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	}
+	defer cancel()
+	return next(ctx, info, st)
+}
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-ctx-timeout", New: func(any) (kernel.Filter, error) { return ctxFilter{}, nil }})
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-ctx-cancel", New: func(any) (kernel.Filter, error) { return ctxFilter{cancels: true}, nil }})
+}
+
+// A client stream filter's own context bounds the stream: when it ends,
+// the stream ends with what ended it (its deadline, or its cancel), the
+// same for RecvMsg and SendMsg, not with how the caller's context stands.
+func TestStreamEndsWithTheStatusOfTheFiltersContext(t *testing.T) {
+	for _, tc := range []struct {
+		filter string
+		code   kernel.Code
+		says   string
+	}{
+		{"test-ctx-timeout", kernel.DeadlineExceeded, "deadline"},
+		{"test-ctx-cancel", kernel.Canceled, "cancel"},
+	} {
+		t.Run(tc.filter, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Filters = []kernrpc.FilterConfig{{Name: tc.filter, Side: "client"}}
+			startServer(t, cfg, streamHandlers)
+			cli := newClient(t, cfg)
+			st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](context.Background(), cli, "Count.Wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			if kernel.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Recv = %v, want %v saying %q", err, tc.code, tc.says)
+			}
+			if err := st.Send(&echopb.Echo{}); kernel.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Send after the end = %v, want %v saying %q", err, tc.code, tc.says)
+			}
+		})
+	}
+}
