@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
@@ -30,6 +31,15 @@ func (c panickyCodec) Marshal(buf []byte, v any) ([]byte, error) {
 		panic("the codec cannot write this message")
 	}
 	return c.Codec.Marshal(buf, v)
+}
+
+// Size panics on an Echo whose text is "panic-size", and knows no other
+// size (0: the engine asks Marshal alone).
+func (panickyCodec) Size(v any) int {
+	if e, ok := v.(*echopb.Echo); ok && e.Text == "panic-size" {
+		panic("the codec cannot size this message")
+	}
+	return 0
 }
 
 func init() {
@@ -61,6 +71,8 @@ func TestCodecPanicsCostTheCallNotTheProcess(t *testing.T) {
 		{"panic-decode", "codec test-panicky panicked decoding: the codec cannot take this message"},
 		{"PANICencode", "codec test-panicky panicked encoding: the codec cannot write this message"},
 		{"PANICdecode", "codec test-panicky panicked decoding: the codec cannot take this message"},
+		{"panic-size", "codec test-panicky panicked sizing: the codec cannot size this message"},
+		{"PANICsize", "codec test-panicky panicked sizing: the codec cannot size this message"},
 	} {
 		var resp echopb.Echo
 		err := cli.Call(context.Background(), "Echo.Answer", &echopb.Echo{Text: tc.text}, &resp)
@@ -70,5 +82,56 @@ func TestCodecPanicsCostTheCallNotTheProcess(t *testing.T) {
 		if err := cli.Call(context.Background(), "Echo.Answer", &echopb.Echo{Text: "fine"}, &resp); err != nil || resp.Text != "fine" {
 			t.Errorf("the call after %q: %q, %v; want it answered", tc.text, resp.Text, err)
 		}
+	}
+}
+
+// A codec that panics sizing a stream's message (kernel.CodecSizer) costs
+// that SendMsg, on either side, as one that panics encoding it does: the
+// sender gets Internal naming the codec, not a panic of its own (on the
+// client, the caller's goroutine), and the stream goes on.
+func TestCodecPanicSizingAStreamMessageCostsThatMessage(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Codec = kernrpc.PluginConfig{Name: "test-panicky"}
+	const want = "codec test-panicky panicked sizing: the codec cannot size this message"
+	startServer(t, cfg, func(s *kernrpc.Server) {
+		kernrpc.HandleBidiStream(s, "Echo.Stream", func(_ context.Context, st kernrpc.ServerStreamOf[echopb.Echo, echopb.Echo]) error {
+			for {
+				m, err := st.Recv()
+				if err != nil {
+					return nil
+				}
+				err = st.Send(&echopb.Echo{Text: strings.ReplaceAll(m.Text, "PANIC", "panic-")})
+				if err != nil {
+					// Told to the client, which checks it.
+					err = st.Send(&echopb.Echo{Text: err.Error()})
+				}
+				if err != nil {
+					return err
+				}
+			}
+		})
+	})
+	cli := newClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := kernrpc.OpenStream[echopb.Echo, echopb.Echo](ctx, cli, "Echo.Stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Send(&echopb.Echo{Text: "panic-size"}); kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), want) {
+		t.Fatalf("client Send = %v; want Internal saying %q", err, want)
+	}
+	if err := st.Send(&echopb.Echo{Text: "PANICsize"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || !strings.Contains(m.Text, want) {
+		t.Fatalf("server Send = %q, %v; want its SendMsg to return Internal saying %q", m.GetText(), err, want)
+	}
+	if err := st.Send(&echopb.Echo{Text: "fine"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.Text != "fine" {
+		t.Fatalf("the message after: %q, %v; want it echoed", m.GetText(), err)
 	}
 }

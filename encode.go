@@ -10,7 +10,11 @@ import (
 // encodeInto encodes v with codec into a buffer conn lends, giving the
 // buffer back when the encoding outgrew it or failed.
 func encodeInto(conn kernel.Conn, codec kernel.Codec, v any) ([]byte, error) {
-	return encodeSized(conn, codec, v, sizeHint(codec, v))
+	size, err := sizeHint(codec, v)
+	if err != nil {
+		return nil, err
+	}
+	return encodeSized(conn, codec, v, size)
 }
 
 // encodeSized is encodeInto for a value whose size the caller has just
@@ -34,11 +38,16 @@ func encodeSized(conn kernel.Conn, codec kernel.Codec, v any, size int) (_ []byt
 	return payload, nil
 }
 
-func sizeHint(codec kernel.Codec, v any) int {
-	if s, ok := codec.(kernel.CodecSizer); ok {
-		return s.Size(v)
+// sizeHint is v's encoded size as codec tells it (kernel.CodecSizer), 0
+// if it cannot. A codec that panics sizing v fails the message, as one
+// that panics encoding it (codecPanic).
+func sizeHint(codec kernel.Codec, v any) (_ int, err error) {
+	s, ok := codec.(kernel.CodecSizer)
+	if !ok {
+		return 0, nil
 	}
-	return 0
+	defer recoverCodec(codec, "sizing", &err)
+	return s.Size(v), nil
 }
 
 // codecAliases reports whether values c decodes point into their input.

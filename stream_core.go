@@ -340,7 +340,10 @@ func (s *streamCore) send(m any) error {
 	if err := s.sendErr(); err != nil {
 		return err
 	}
-	size := sizeHint(s.codec, m)
+	size, err := sizeHint(s.codec, m)
+	if err != nil {
+		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
+	}
 	cost := kernel.StreamCost(size)
 	if size > 0 {
 		if err := s.waitCredit(cost); err != nil {
