@@ -262,6 +262,7 @@ func (cc *clientConn) roundTrip(ctx context.Context, c *Client, call *callState,
 	codec := c.codec
 	payload, err := encodeInto(cc.conn, codec, req)
 	if err != nil {
+		logCodecPanic(cc.log.get(), info.Method, err)
 		return kernel.Errorf(kernel.Internal, "encode request of %s with %s: %v", info.Method, codec.Name(), err)
 	}
 	info.RequestSize = len(payload)
@@ -539,6 +540,7 @@ func (cc *clientConn) finish(ctx context.Context, c *Client, call *callState, at
 		return err
 	}
 	if err != nil {
+		logCodecPanic(cc.log.get(), info.Method, err)
 		return kernel.Errorf(kernel.Internal, "decode response of %s with %s: %v", info.Method, codec.Name(), err)
 	}
 	return nil

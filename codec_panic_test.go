@@ -9,6 +9,7 @@ import (
 
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
+	"github.com/kernrpc/kernrpc/internal/enginetest"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -58,6 +59,7 @@ func init() {
 // it panics on encoding, an answer the client's codec panics on decoding.
 // Each such call ends Internal, and the connection serves on.
 func TestCodecPanicsCostTheCallNotTheProcess(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	cfg.Codec = kernrpc.PluginConfig{Name: "test-panicky"}
 	startServer(t, cfg, func(s *kernrpc.Server) {
@@ -83,6 +85,31 @@ func TestCodecPanicsCostTheCallNotTheProcess(t *testing.T) {
 			t.Errorf("the call after %q: %q, %v; want it answered", tc.text, resp.Text, err)
 		}
 	}
+	// The side whose codec panicked logs it with the stack: the client
+	// sized one request (panic-size) and decoded one answer (PANICdecode's),
+	// the server the other three.
+	wantCodecPanicLogs(t, logs.String(), map[string]int{"kernrpc.client": 2, "kernrpc.server": 3})
+}
+
+// wantCodecPanicLogs checks that each component logged at least as many
+// codec panics as want says, each with its stack.
+func wantCodecPanicLogs(t *testing.T, logs string, want map[string]int) {
+	t.Helper()
+	got := map[string]int{}
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, "codec panicked") && strings.Contains(line, "stack=") {
+			for component := range want {
+				if strings.Contains(line, "component="+component) {
+					got[component]++
+				}
+			}
+		}
+	}
+	for component, n := range want {
+		if got[component] < n {
+			t.Errorf("%s logged %d codec panics with their stack, want %d:\n%s", component, got[component], n, logs)
+		}
+	}
 }
 
 // A codec that panics sizing a stream's message (kernel.CodecSizer) costs
@@ -90,6 +117,7 @@ func TestCodecPanicsCostTheCallNotTheProcess(t *testing.T) {
 // sender gets Internal naming the codec, not a panic of its own (on the
 // client, the caller's goroutine), and the stream goes on.
 func TestCodecPanicSizingAStreamMessageCostsThatMessage(t *testing.T) {
+	logs := enginetest.DefaultLog(t)
 	cfg := testConfig(t)
 	cfg.Codec = kernrpc.PluginConfig{Name: "test-panicky"}
 	const want = "codec test-panicky panicked sizing: the codec cannot size this message"
@@ -134,4 +162,5 @@ func TestCodecPanicSizingAStreamMessageCostsThatMessage(t *testing.T) {
 	if m, err := st.Recv(); err != nil || m.Text != "fine" {
 		t.Fatalf("the message after: %q, %v; want it echoed", m.GetText(), err)
 	}
+	wantCodecPanicLogs(t, logs.String(), map[string]int{"kernrpc.client": 1, "kernrpc.server": 1})
 }

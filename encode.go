@@ -2,6 +2,7 @@ package kernrpc
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 
 	"github.com/kernrpc/kernrpc/kernel"
@@ -87,6 +88,17 @@ type codecPanic struct {
 
 func (p *codecPanic) Error() string {
 	return fmt.Sprintf("codec %s panicked %s: %v", p.codec, p.doing, p.value)
+}
+
+// logCodecPanic logs err, with its stack, if it is a codec's panic, and
+// says whether it was: the call gets Internal, the stack goes to the log
+// of the side whose codec panicked.
+func logCodecPanic(log *slog.Logger, method string, err error) bool {
+	p, ok := err.(*codecPanic)
+	if ok {
+		log.Error("codec panicked", "method", method, "codec", p.codec, "doing", p.doing, "panic", p.value, "stack", string(p.stack))
+	}
+	return ok
 }
 
 // recoverCodec, deferred, turns a codec's panic into a *codecPanic in err.

@@ -246,11 +246,7 @@ func (sc *serverConn) decodeError(method string, codec kernel.Codec, err error) 
 // logCodecPanic logs err, with its stack, if it is a codec's panic, and
 // says whether it was.
 func (sc *serverConn) logCodecPanic(method string, err error) bool {
-	p, ok := err.(*codecPanic)
-	if ok {
-		sc.srv.log.Error("codec panicked", "method", method, "codec", p.codec, "doing", p.doing, "panic", p.value, "stack", string(p.stack))
-	}
-	return ok
+	return logCodecPanic(sc.srv.log, method, err)
 }
 
 // admit asks the filters that decide before decoding, turning a panic

@@ -257,7 +257,7 @@ func (cc *clientConn) openStream(ctx context.Context, cs *ClientStream, inst *ke
 	cs.core.init(id, cc.conn, cc.flow, c.codec, int64(c.cfg.Streams.Window))
 	cs.core.opening, cs.core.lost = true, nil
 	cs.core.mu.Unlock()
-	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl = ctx, cs.ctxStatus, cc.queueCtl
+	cs.core.ctx, cs.core.ctxStatus, cs.core.writeCtl, cs.core.side = ctx, cs.ctxStatus, cc.queueCtl, cs
 	cs.core.sent = true // the headers went with the request
 	cc.startStreamReaderLocked()
 	cc.mu.Unlock()
@@ -569,3 +569,6 @@ func (m clientMsgs) recv(v any, fresh bool) error {
 	}
 	return err
 }
+
+// logCodecPanic logs a codec's panic on one of the stream's messages.
+func (cs *ClientStream) logCodecPanic(err error) { logCodecPanic(cs.cc.log.get(), cs.info.Method, err) }

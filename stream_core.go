@@ -24,6 +24,8 @@ type streamCore struct {
 	// writeCtl sends control frames (WindowUpdate), never waiting on the
 	// peer where the transport allows.
 	writeCtl func(*kernel.Frame) error
+	// side logs a codec's panic on a message with the stream's method.
+	side interface{ logCodecPanic(err error) }
 
 	sendWin sendWindow
 	out     kernel.Frame // the StreamData frame being sent; one sender at a time
@@ -235,6 +237,13 @@ func (s *streamCore) releaseMsg(m *queuedMsg) {
 	}
 }
 
+// codecFailed is the status for a message the codec could not encode or
+// decode (doing); a codec's panic is logged with its stack first.
+func (s *streamCore) codecFailed(doing string, err error) error {
+	s.side.logCodecPanic(err)
+	return kernel.Errorf(kernel.Internal, "%s stream message with %s: %v", doing, s.codec.Name(), err)
+}
+
 // recv decodes the next message into m, which fresh says the engine has
 // just made (a typed Recv's). At the peer's end it returns atEnd's answer
 // (io.EOF, or the final status on the client).
@@ -264,7 +273,7 @@ func (s *streamCore) recv(m any, fresh bool, atEnd func() error) error {
 				s.grant(grant, counted)
 			}
 			if err != nil {
-				return kernel.Errorf(kernel.Internal, "decode stream message with %s: %v", s.codec.Name(), err)
+				return s.codecFailed("decode", err)
 			}
 			return nil
 		}
@@ -342,7 +351,7 @@ func (s *streamCore) send(m any) error {
 	}
 	size, err := sizeHint(s.codec, m)
 	if err != nil {
-		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
+		return s.codecFailed("encode", err)
 	}
 	cost := kernel.StreamCost(size)
 	if size > 0 {
@@ -355,7 +364,7 @@ func (s *streamCore) send(m any) error {
 		if size > 0 {
 			s.refund(cost)
 		}
-		return kernel.Errorf(kernel.Internal, "encode stream message with %s: %v", s.codec.Name(), err)
+		return s.codecFailed("encode", err)
 	}
 	if actual := kernel.StreamCost(len(payload)); size == 0 {
 		if payload, err = s.creditFor(payload, actual); err != nil {

@@ -137,7 +137,7 @@ func (sc *serverConn) openStream(c *callCtx, f *kernel.Frame, desc *methodDesc) 
 	ss.msgs = serverMsgs{ss}
 	flow := sc.connFlow()
 	ss.core.init(c.id, sc.conn, flow, codec, s.streamWindow())
-	ss.core.ctx, ss.core.ctxStatus, ss.core.writeCtl = c, ss.ctxStatus, sc.send
+	ss.core.ctx, ss.core.ctxStatus, ss.core.writeCtl, ss.core.side = c, ss.ctxStatus, sc.send, ss
 	ss.core.sendWin.announce(int64(f.Credit))
 	// Its filters and handler will run: its status can no longer promise
 	// it unprocessed. Set before sc.mu publishes the stream to a
@@ -380,3 +380,6 @@ func (s *Server) streamWindow() int64 { return int64(s.cfg.Streams.Window) }
 func (s *Server) connWindow() int64   { return int64(s.cfg.Streams.ConnectionWindow) }
 
 func eof() error { return io.EOF }
+
+// logCodecPanic logs a codec's panic on one of the stream's messages.
+func (ss *ServerStream) logCodecPanic(err error) { ss.c.sc.logCodecPanic(ss.c.info.Method, err) }
