@@ -250,3 +250,15 @@ func TestBadOptions(t *testing.T) {
 		t.Error("a rate above one token per nanosecond was accepted")
 	}
 }
+
+// A negative max_wait means nothing in any mode: it is refused in mode
+// reject too, where max_wait is not used, as other filters refuse a
+// negative duration whatever their other options.
+func TestNegativeMaxWaitIsRefusedInEveryMode(t *testing.T) {
+	for _, mode := range []string{ModeReject, ModeBackoff} {
+		_, err := Factory.Build(map[string]any{"mode": mode, "max_wait": "-1s"}, "svc.yaml")
+		if err == nil || !strings.Contains(err.Error(), `option "max_wait"`) {
+			t.Errorf("mode %s, max_wait -1s: %v, want an error naming the option", mode, err)
+		}
+	}
+}

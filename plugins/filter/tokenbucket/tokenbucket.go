@@ -14,7 +14,7 @@
 //	      burst: 100           # the most tokens the bucket holds, at least 1
 //	      scope: global        # global: one bucket for every method; method: one per method
 //	      mode: reject         # reject: no token, no call; backoff: wait for the next token
-//	      max_wait: 100ms      # backoff: the longest a call waits for its token
+//	      max_wait: 100ms      # backoff: the longest a call waits for its token (never negative)
 //
 // With no token, mode reject fails the call at once with
 // ResourceExhausted. Mode backoff reserves the next token and waits for it
@@ -141,6 +141,11 @@ func New(o *Options) (kernel.Filter, error) {
 		f.rate += ", per method"
 	default:
 		return nil, fmt.Errorf("option \"scope\": must be %s or %s, got %q", ScopeGlobal, ScopeMethod, o.Scope)
+	}
+	if o.MaxWait < 0 {
+		// Refused in mode reject too, which does not use it: a negative
+		// wait is a mistake whatever the mode.
+		return nil, fmt.Errorf("option \"max_wait\": must not be negative, got %s", o.MaxWait)
 	}
 	switch o.Mode {
 	case ModeReject:
