@@ -1,10 +1,13 @@
 package kernrpc_test
 
 import (
+	"context"
 	"math"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
 	"github.com/kernrpc/kernrpc/plugins/filter/hedge"
 	"github.com/kernrpc/kernrpc/plugins/filter/retry"
@@ -46,5 +49,43 @@ func TestRetryAndHedgeShareOneBudget(t *testing.T) {
 	h.AttemptBudget().Failed()
 	if h.Tokens() > 9.1 {
 		t.Errorf("a lone hedge's budget holds %v after a failure; want it charged", h.Tokens())
+	}
+}
+
+// On a method both serve, one of them runs in the other's calls of next,
+// through the engine: a failed attempt still costs the one budget one
+// token, not one for each filter that sees it, and a success gives back
+// one refund.
+func TestRetryAndHedgeStackedChargeAFailureOnce(t *testing.T) {
+	for _, order := range [][]string{{retry.Name, hedge.Name}, {hedge.Name, retry.Name}} {
+		t.Run(order[0]+" first", func(t *testing.T) {
+			cfg := testConfig(t)
+			var failed atomic.Bool
+			startNamed(t, cfg, "flaky", func(context.Context) (*echopb.Echo, error) {
+				if failed.CompareAndSwap(false, true) {
+					return nil, kernel.Errorf(kernel.Unavailable, "once")
+				}
+				return &echopb.Echo{Text: "ok"}, nil
+			})
+			for _, name := range order {
+				opts := map[string]any{"backoff": "1ms", "max_backoff": "1ms"} // retry's
+				if name == hedge.Name {
+					opts = map[string]any{"delay": "1h"}
+				}
+				cfg.Filters = append(cfg.Filters, kernrpc.FilterConfig{Name: name, Side: "client", Options: opts})
+			}
+			cli := newClient(t, cfg)
+			r, _ := kernrpc.FindPlugin[*retry.Filter](cli.Plugins(), retry.Name)
+			before := r.Tokens()
+			var resp echopb.Echo
+			if err := cli.Call(context.Background(), "Echo.Who", &echopb.Echo{}, &resp); err != nil || resp.Text != "ok" {
+				t.Fatalf("%v, reply %q; want the second attempt's answer", err, resp.Text)
+			}
+			// One failure (−1) and one success (+0.1), within the refill
+			// of a few milliseconds (1 token/s).
+			if got, want := r.Tokens(), before-1+0.1; math.Abs(got-want) > 0.05 {
+				t.Errorf("the budget went from %v to %v tokens for one failed attempt and a success; want %v", before, got, want)
+			}
+		})
 	}
 }

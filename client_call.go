@@ -317,6 +317,8 @@ func (c *Client) attemptLoop(ctx context.Context, cs *callState, info *kernel.Ca
 		c.pickDone(inst, err)
 		if cs.reportsFor(ctx) {
 			cs.noteAttempt(info, ai)
+		} else {
+			cs.noteNumber(info, ai.Attempt)
 		}
 		c.putAttempt(at)
 		if errors.Is(err, kernel.ErrInstanceRefused) {
@@ -438,6 +440,20 @@ func (cs *callState) noteAttempt(info, ai *kernel.CallInfo) {
 	}
 	info.Instance, info.Peer, info.Attempt, info.ResponseMetadata = ai.Instance, ai.Peer, ai.Attempt, ai.ResponseMetadata
 	info.RequestSize, info.ResponseSize = ai.RequestSize, ai.ResponseSize
+}
+
+// noteNumber tells the info of an attempt that has no answer to report
+// (a hedge's loser) its number all the same: it was made, and the filter
+// that called next counts the call's attempts from the numbers.
+func (cs *callState) noteNumber(info *kernel.CallInfo, n int) {
+	if cs.shared {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.over {
+			return
+		}
+	}
+	info.Attempt = max(info.Attempt, n)
 }
 
 func (c *Client) putAttempt(at *attempt) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kernrpc/kernrpc/internal/retrybudget"
 	"github.com/kernrpc/kernrpc/kernel"
 )
 
@@ -49,6 +50,9 @@ type call struct {
 	winner   int
 	resp     any
 	err      error
+	// How the outcome was accounted for, for a budget-keeping filter this
+	// one runs in: what retrybudget.Nested.Report takes.
+	charged, allowed, refunded bool
 	// panicked is set when the attempt that decided the call panicked
 	// (or exited its goroutine): the caller panics again with panicVal,
 	// on its own goroutine, once every attempt has returned.
@@ -100,9 +104,14 @@ func (f *Filter) hedged(ctx context.Context, info *kernel.CallInfo, req any, nex
 	info.RequestSize, info.ResponseSize = w.RequestSize, w.ResponseSize
 	// Attempt says, for the filters before this one, how many attempts
 	// the call took (kernrpc_client_attempts_total, a call span's
-	// rpc.kernrpc.attempt): at least those launched, though the first
-	// may have won and the hedges, cancelled, reported no number.
-	info.Attempt = max(w.Attempt, c.launched)
+	// rpc.kernrpc.attempt): the highest number any attempt was given
+	// (the engine numbers a cancelled loser's too, and those a retry
+	// filter after this one made in it), and at least those launched.
+	info.Attempt = c.launched
+	for i := range c.launched {
+		info.Attempt = max(info.Attempt, c.cis[i].Attempt)
+	}
+	c.f.outer(ctx).Report(c.charged, c.allowed, c.refunded)
 	if c.panicked {
 		// The panic of an attempt, on whichever goroutine, is the
 		// caller's, as it would be without hedging: a recover filter
@@ -123,6 +132,7 @@ func (c *call) reset() {
 	c.base, c.cis = kernel.CallInfo{}, [MaxAttemptsCap]kernel.CallInfo{}
 	c.decided, c.over, c.fired = false, false, false
 	c.resp, c.err = nil, nil
+	c.charged, c.allowed, c.refunded = false, false, false
 	c.panicked, c.panicVal = false, nil
 }
 
@@ -139,14 +149,15 @@ func (c *call) run(i int) {
 			c.aborted(i, recover())
 		}
 	}()
-	resp, err := c.next(c.ctx, &c.cis[i], c.req)
+	ctx, n := c.f.nested(c.ctx)
+	resp, err := c.next(ctx, &c.cis[i], c.req)
 	returned = true
 	if c.tr != nil {
 		// A loser's latency is the time until it was cancelled: at least
 		// the delay, so it still counts as a slow one.
 		c.tr.observe(time.Since(start))
 	}
-	c.finished(i, resp, err)
+	c.finished(i, resp, err, n)
 }
 
 // hedge runs attempt i on its own goroutine.
@@ -185,8 +196,12 @@ func (c *call) fire() {
 // (a delay observed from calls that ran out of it) can fire first. Sent,
 // it could only fail, yet it would spend a token of the budget and could
 // decide the call with its own error.
-func (c *call) pastDeadline() bool {
-	dl, ok := c.ctx.Deadline()
+func (c *call) pastDeadline() bool { return pastDeadline(c.ctx) }
+
+// pastDeadline reports whether ctx's deadline has passed, whatever its
+// Err says yet.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
 }
 
@@ -207,7 +222,8 @@ func (c *call) launchLocked() int {
 // finished takes attempt i's outcome: the first success decides the call,
 // as does a final failure; a retryable one starts the next attempt at
 // once if the budget allows, and decides the call if it was the last.
-func (c *call) finished(i int, resp any, err error) {
+// n is what a budget-keeping filter the attempt ran in reported, if any.
+func (c *call) finished(i int, resp any, err error, n *retrybudget.Nested) {
 	c.mu.Lock()
 	c.pending--
 	if c.decided {
@@ -216,15 +232,23 @@ func (c *call) finished(i int, resp any, err error) {
 	}
 	switch {
 	case err == nil:
-		c.f.budget.Succeeded()
+		n.Succeeded(c.f.budget)
+		c.charged, c.allowed, c.refunded = false, false, true
 		c.decideLocked(i, resp, nil)
 	case c.ctx.Err() != nil || !c.f.retryable(err):
+		c.charged, c.allowed = n.Said()
 		c.decideLocked(i, nil, err)
 	default:
 		// Past the call's deadline, which c.ctx may not say yet (see
 		// pastDeadline), the failure is the call's ending, as when c.ctx
 		// ended: it pays for no next attempt, which could only fail.
-		again := !c.pastDeadline() && c.f.budget.Failed()
+		again := false
+		if c.pastDeadline() {
+			c.charged, c.allowed = n.Said()
+		} else {
+			again = n.Failed(c.f.budget)
+			c.charged, c.allowed = true, again
+		}
 		if again && c.launched < c.f.maxAttempts && !c.over {
 			j := c.launchLocked()
 			c.mu.Unlock()

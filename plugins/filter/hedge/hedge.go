@@ -26,7 +26,8 @@
 // about 5% of calls at 95. A method is not hedged before 100 latencies
 // were seen, nor sooner than min_delay. A fixed delay hedges every call
 // slower than it. No hedge is sent once the call's deadline has passed,
-// nor the next attempt after a failure that came once it had.
+// nor the next attempt after a failure that came once it had, which costs
+// the budget nothing, hedged or not.
 //
 // Go's runtime timers fire up to a millisecond late in a process whose
 // goroutines all wait, which would make a delay of 200µs one of 1.2ms.
@@ -58,7 +59,9 @@
 // same client: the filter is a kernel.AttemptBudgetOwner, and the client's
 // retry and hedge filters spend from the budget of the first of them in
 // the config, whose budget options apply (those of the others then do
-// not), so that retries and hedges together stay within one budget. The
+// not), so that retries and hedges together stay within one budget; on a
+// method both serve, a failed attempt costs it one token and a successful
+// call gives back one refund, not one for each filter that sees them. The
 // hedge already sends its next attempt at once after a retryable failure,
 // which is a retry: rather than stacking the two on one method, give each
 // its methods (filters' methods: key).
@@ -207,11 +210,15 @@ type Filter struct {
 	nonIdempotent []string
 	own           *retrybudget.Budget
 	budget        kernel.AttemptBudget // own, or the one it shares (ObservePlugins)
-	log           *slog.Logger
-	calls         sync.Pool // *call whose timer never fired
-	clock         *clock    // precise timer for short delays; nil: none
-	hedges        atomic.Int64
-	unpaid        atomic.Int64
+	// Another budget-keeping filter of the client comes before this one
+	// (reports: it may run this one, which tells it what it charged) or
+	// after it (wraps: it may run in this one's attempts).
+	reports, wraps bool
+	log            *slog.Logger
+	calls          sync.Pool // *call whose timer never fired
+	clock          *clock    // precise timer for short delays; nil: none
+	hedges         atomic.Int64
+	unpaid         atomic.Int64
 }
 
 var (
@@ -247,6 +254,26 @@ func (f *Filter) AttemptBudget() kernel.AttemptBudget { return f.own }
 // that a client's retries and hedges together stay within one budget.
 func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
 	f.budget = retrybudget.Shared(f.own, refs)
+	f.reports, f.wraps = retrybudget.Around(f, refs)
+}
+
+// outer is the budget-keeping filter's Nested this one runs in, if any.
+func (f *Filter) outer(ctx context.Context) *retrybudget.Nested {
+	if !f.reports {
+		return nil
+	}
+	return retrybudget.Outer(ctx)
+}
+
+// nested is the context of an attempt under ctx: with another
+// budget-keeping filter after this one, which may run in it, a
+// retrybudget.Nested, in which that filter says what it charged.
+func (f *Filter) nested(ctx context.Context) (context.Context, *retrybudget.Nested) {
+	if !f.wraps {
+		return ctx, nil
+	}
+	n := retrybudget.NewNested(ctx)
+	return n, n
 }
 
 // Hedges reports how many attempts beyond each call's first the filter
@@ -304,7 +331,8 @@ func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, nex
 // unpaid if it took longer than that).
 func (f *Filter) single(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker, tr *tracker, unpaid time.Duration) (any, error) {
 	start := time.Now()
-	resp, err := next(ctx, info, req)
+	actx, n := f.nested(ctx)
+	resp, err := next(actx, info, req)
 	elapsed := time.Since(start)
 	if tr != nil {
 		tr.observe(elapsed)
@@ -312,11 +340,18 @@ func (f *Filter) single(ctx context.Context, info *kernel.CallInfo, req any, nex
 	if unpaid > 0 && elapsed > unpaid {
 		f.unpaid.Add(1)
 	}
+	out := f.outer(ctx)
 	switch {
 	case err == nil:
-		f.budget.Succeeded()
-	case ctx.Err() == nil && f.retryable(err):
-		f.budget.Failed()
+		n.Succeeded(f.budget)
+		out.Report(false, false, true)
+	case ctx.Err() == nil && !pastDeadline(ctx) && f.retryable(err):
+		// A failure once the deadline passed (which ctx may not say
+		// yet, see pastDeadline) ends the call, as when ctx ended: it is
+		// charged no more than in a hedged call.
+		out.Report(true, n.Failed(f.budget), false)
+	default:
+		n.Pass(out)
 	}
 	return resp, err
 }

@@ -451,3 +451,23 @@ func TestNoAttemptAfterAFailurePastTheCallsDeadline(t *testing.T) {
 		t.Errorf("the budget went from %v to %v tokens for a failure past the deadline, which pays for no attempt", before, after)
 	}
 }
+
+// The same on the path that sends no hedge (a method still too cold for
+// an observed delay, or a budget that cannot pay for one): a retryable
+// failure that comes once the call's deadline has passed is the call's
+// ending, not an attempt's failure, and costs the budget nothing.
+func TestUnhedgedFailurePastTheCallsDeadlinePaysNothing(t *testing.T) {
+	f := build(t, func(o *hedge.Options) { o.Delay = 0 }) // cold: no delay yet
+	unavailable := kernel.Errorf(kernel.Unavailable, "no instance before the deadline")
+	in := &instances{delays: []time.Duration{100 * time.Millisecond}, errs: []error{unavailable}}
+	done, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ctx := lateCtx{done, time.Now().Add(50 * time.Millisecond)}
+	before := f.Tokens()
+	if _, _, err := call(f, ctx, in.next); err != unavailable {
+		t.Errorf("err = %v, want the attempt's %v", err, unavailable)
+	}
+	if after := f.Tokens(); after < before {
+		t.Errorf("the budget went from %v to %v tokens for a failure past the deadline, which pays for no attempt", before, after)
+	}
+}

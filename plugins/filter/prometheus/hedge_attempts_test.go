@@ -8,7 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kernrpc/kernrpc"
+	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
+	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
 )
 
 // A hedged call whose first attempt wins after the hedge was sent took
@@ -62,6 +64,68 @@ filters:
 		}
 		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != 2 {
 			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took 2 attempts", ms)
+		}
+		return
+	}
+	t.Fatal("no kernrpc_client_attempts_total")
+}
+
+// A hedged call whose losing attempt was retried (a retry filter after
+// the hedge runs in each of its attempts) took every attempt that reached
+// a server, the loser's retry included.
+func TestAttemptsCountALosersRetry(t *testing.T) {
+	const yaml = `
+service: echo
+address: 127.0.0.1:0
+registry: {name: memory, options: {namespace: "prometheus/NS"}}
+client: {timeout: 5s}
+filters:
+  - {name: prometheus, options: {go_metrics: false, process_metrics: false}}
+  - {name: hedge, side: client, options: {max_attempts: 2, delay: 10ms}}
+  - {name: retry, side: client, options: {backoff: 1ms, max_backoff: 1ms}}
+`
+	// The first request to arrive answers once the third has; the second
+	// fails, and its attempt's retry filter sends it again: the third,
+	// which waits to be cancelled.
+	var n atomic.Int32
+	third := make(chan struct{})
+	_, cli, _, cf := echoService(t, yaml, func(srv *kernrpc.Server) {
+		kernrpc.Handle(srv, "Echo.Slow", func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			switch n.Add(1) {
+			case 1:
+				select {
+				case <-third:
+					return req, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			case 2:
+				return nil, kernel.Errorf(kernel.Unavailable, "try another")
+			default:
+				close(third)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+		})
+	})
+
+	var resp wrapperspb.StringValue
+	if err := cli.Call(context.Background(), "Echo.Slow", wrapperspb.String("x"), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("the server saw %d attempts; want 3", got)
+	}
+	mfs, err := cf.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kernrpc_client_attempts_total" {
+			continue
+		}
+		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != 3 {
+			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took 3 attempts", ms)
 		}
 		return
 	}

@@ -40,7 +40,11 @@
 // extra attempts: the filter is a kernel.AttemptBudgetOwner, and the
 // client's retry and hedge filters spend from the budget of the first of
 // them in the config, whose budget options apply (those of the others
-// then do not). A client with only this filter spends from its own.
+// then do not). A client with only this filter spends from its own. On a
+// method both serve, the one later in the config runs in the other's
+// calls of next and tells it what it charged or refunded, so that a
+// failed attempt costs one token and a successful call gives back one
+// refund, not one for each filter that sees them.
 //
 // The filter belongs in the call stage (it declares it): each call of next
 // there is an attempt with a pick of its own, and the client side
@@ -182,7 +186,11 @@ type Filter struct {
 	nonIdempotent []string
 	own           *retrybudget.Budget
 	budget        kernel.AttemptBudget // own, or the one it shares (ObservePlugins)
-	log           *slog.Logger
+	// Another budget-keeping filter of the client comes before this one
+	// (reports: it may run this one, which tells it what it charged) or
+	// after it (wraps: it may run in this one's calls of next).
+	reports, wraps bool
+	log            *slog.Logger
 }
 
 var (
@@ -208,6 +216,7 @@ func (f *Filter) AttemptBudget() kernel.AttemptBudget { return f.own }
 // that a client's retries and hedges together stay within one budget.
 func (f *Filter) ObservePlugins(refs []kernel.PluginRef) {
 	f.budget = retrybudget.Shared(f.own, refs)
+	f.reports, f.wraps = retrybudget.Around(f, refs)
 }
 
 // Tokens reports what the budget the filter spends from holds now.
@@ -215,27 +224,60 @@ func (f *Filter) Tokens() float64 { return f.budget.Tokens() }
 
 // Invoke makes the first attempt and, if it fails, the retries.
 func (f *Filter) Invoke(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
-	resp, err := next(ctx, info, req)
+	if info.Side != kernel.ClientSide {
+		return next(ctx, info, req)
+	}
+	resp, n, err := f.next(ctx, info, req, next)
 	if err == nil {
-		if info.Side == kernel.ClientSide {
-			f.budget.Succeeded()
-		}
+		f.succeeded(ctx, n)
 		return resp, nil
 	}
-	if info.Side != kernel.ClientSide || f.maxAttempts == 1 {
+	if f.maxAttempts == 1 {
+		n.Pass(f.outer(ctx))
 		return nil, err
 	}
-	return f.retry(ctx, info, req, next, err)
+	return f.retry(ctx, info, req, next, err, n)
+}
+
+// next makes an attempt. With another budget-keeping filter after this
+// one, which may run in it, it passes on a retrybudget.Nested, returned,
+// in which that filter says what it charged.
+func (f *Filter) next(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, *retrybudget.Nested, error) {
+	if !f.wraps {
+		resp, err := next(ctx, info, req)
+		return resp, nil, err
+	}
+	n := retrybudget.NewNested(ctx)
+	resp, err := next(n, info, req)
+	return resp, n, err
+}
+
+// succeeded refunds a success, unless a filter it ran in did, and tells
+// a filter this one runs in, if any.
+func (f *Filter) succeeded(ctx context.Context, n *retrybudget.Nested) {
+	n.Succeeded(f.budget)
+	f.outer(ctx).Report(false, false, true)
+}
+
+// outer is the budget-keeping filter's Nested this one runs in, if any.
+func (f *Filter) outer(ctx context.Context) *retrybudget.Nested {
+	if !f.reports {
+		return nil
+	}
+	return retrybudget.Outer(ctx)
 }
 
 // retry sends the call again after err, while it may.
-func (f *Filter) retry(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker, err error) (any, error) {
+func (f *Filter) retry(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker, err error, n *retrybudget.Nested) (any, error) {
 	idempotent := !f.matches(info.Method)
+	out := f.outer(ctx)
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil || !f.retryable(err, idempotent) {
+			n.Pass(out) // charged as a filter this one ran in said
 			return nil, err
 		}
-		allowed := f.budget.Failed()
+		allowed := n.Failed(f.budget)
+		out.Report(true, allowed, false) // err is charged, returned or retried
 		if attempt >= f.maxAttempts {
 			return nil, err
 		}
@@ -251,12 +293,12 @@ func (f *Filter) retry(ctx context.Context, info *kernel.CallInfo, req any, next
 		if !sleep(ctx, wait) {
 			return nil, err
 		}
-		resp, nerr := next(ctx, info, req)
+		resp, nn, nerr := f.next(ctx, info, req, next)
 		if nerr == nil {
-			f.budget.Succeeded()
+			f.succeeded(ctx, nn)
 			return resp, nil
 		}
-		err = nerr
+		err, n = nerr, nn
 	}
 }
 
