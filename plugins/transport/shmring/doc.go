@@ -31,15 +31,17 @@
 //	                       ResourceExhausted; one read with more closes the
 //	                       connection
 //	max_metadata_bytes  64KiB  the same for the keys and values together
-//	allow_uids      []     user ids, besides this process's own, allowed to
-//	                       attach (server) or to serve (client)
+//	allow_uids      []     user ids, besides this process's own (effective)
+//	                       one, allowed to attach (server) or to serve (client)
 //
 // # Attaching
 //
 // The server listens on the Unix socket (SOCK_SEQPACKET). For each client
-// that connects it checks the peer's uid (SO_PEERCRED), creates a segment
-// in a memfd (no name in /dev/shm or anywhere; sealed, so the client cannot
-// shrink it under the server), and passes the descriptor over the socket
+// that connects it checks the peer's uid (SO_PEERCRED: the effective uid
+// the peer had when it connected, compared with this process's effective
+// uid), creates a segment in a memfd (no name in /dev/shm or anywhere;
+// sealed, so the client cannot shrink it under the server), and passes
+// the descriptor over the socket
 // (SCM_RIGHTS). The client checks the server's uid, the segment's size and
 // seals, maps it and says ready. From then on the socket carries only
 // wake-ups, and it is the liveness channel: when either process exits or

@@ -41,7 +41,8 @@ type Options struct {
 	// frame, read or written.
 	MaxMetadataEntries int         `json:"max_metadata_entries"`
 	MaxMetadataBytes   kernel.Size `json:"max_metadata_bytes"`
-	// AllowUIDs are the user ids, besides this process's own, whose
+	// AllowUIDs are the user ids, besides this process's own effective
+	// one (SO_PEERCRED reports a peer's effective uid), whose
 	// processes may attach (server side) or be attached to (client side).
 	AllowUIDs []uint32 `json:"allow_uids"`
 	// Logger receives the reasons connections are closed; nil means

@@ -51,6 +51,8 @@ func runHelper(role string) {
 		err = helperEcho(addr)
 	case "idle":
 		err = helperIdle(addr)
+	case "setuid":
+		err = helperSetuid()
 	default:
 		err = fmt.Errorf("unknown helper role %q", role)
 	}
@@ -170,6 +172,37 @@ func helperEcho(addr string) error {
 			go echoFrames(c)
 		}
 	}()
+	return nil
+}
+
+// helperSetuid runs as a set-user-ID program does, its real uid nobody's
+// and its effective uid root's, and attaches to itself: a process must
+// trust what the kernel reports for a process of its own credentials.
+func helperSetuid() error {
+	if err := syscall.Setresuid(65534, 0, 0); err != nil {
+		return err
+	}
+	tr, err := New(testOptions())
+	if err != nil {
+		return err
+	}
+	ln, err := tr.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() {
+		if c, err := ln.Accept(context.Background()); err == nil {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := tr.Dial(ctx, ln.Addr())
+	if err != nil {
+		return err
+	}
+	c.Close()
+	fmt.Println("ATTACHED")
 	return nil
 }
 
@@ -440,4 +473,23 @@ func TestClientRefusesAServerOfAnotherUID(t *testing.T) {
 		t.Fatalf("dialling it with allow_uids [65534]: %v", err)
 	}
 	c.Close()
+}
+
+// SO_PEERCRED reports a peer's effective uid, so that is the uid a
+// process must count as its own: a set-user-ID program (real uid nobody,
+// effective uid root) compared the peer's effective uid with its own real
+// one, and refused to attach even to itself.
+func TestAProcessWhoseRealAndEffectiveUIDsDifferAttachesToItself(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a helper whose real and effective uids differ")
+	}
+	h := startHelper(t, "setuid", "", nil)
+	select {
+	case line := <-h.lines:
+		if !strings.HasPrefix(line, "ATTACHED") {
+			t.Fatalf("a process with real uid 65534 and effective uid 0 attaching to itself: %s", line)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the helper said nothing")
+	}
 }

@@ -37,8 +37,10 @@ type transport struct {
 	limits      kernel.FrameLimits
 	// writerRecheck bounds each park of a writer waiting for room.
 	writerRecheck time.Duration
-	allowUIDs     []uint32 // this process's own uid first
-	log           *slog.Logger
+	// allowUIDs holds this process's effective uid first: SO_PEERCRED
+	// reports a peer's effective uid, which is who a process acts as.
+	allowUIDs []uint32
+	log       *slog.Logger
 }
 
 // New builds an shm-ring transport from o (nil means DefaultOptions),
@@ -57,7 +59,7 @@ func New(o *Options) (kernel.Transport, error) {
 		waitTimeout:   o.WaitTimeout.D(),
 		limits:        kernel.FrameLimits{MaxMetadataEntries: o.MaxMetadataEntries, MaxMetadataBytes: int(o.MaxMetadataBytes)},
 		writerRecheck: writerRecheck,
-		allowUIDs:     append([]uint32{uint32(os.Getuid())}, o.AllowUIDs...),
+		allowUIDs:     append([]uint32{uint32(os.Geteuid())}, o.AllowUIDs...),
 		log:           o.Logger,
 	}
 	if t.log == nil {
