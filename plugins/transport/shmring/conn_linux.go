@@ -152,6 +152,15 @@ func (c *conn) Close() error {
 	return nil
 }
 
+// abandon closes a connection nothing was written on without the end
+// record Close writes: the peer then finds its ring empty as the socket
+// closes, and lets go of the connection and its segment there and then.
+func (c *conn) abandon() {
+	c.closing.Store(true)
+	c.die(slog.LevelDebug, fmt.Errorf("shm-ring: connection %s: %w", c.remote, kernel.ErrClosed))
+	c.watching.Wait()
+}
+
 // CloseWrite writes an end record after every frame already written: the
 // peer reads them, then learns that nothing follows, while its frames can
 // still be read here. Later writes fail with an error wrapping ErrClosed.

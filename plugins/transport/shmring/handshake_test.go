@@ -3,6 +3,7 @@
 package shmring
 
 import (
+	"context"
 	"net"
 	"runtime/debug"
 	"strconv"
@@ -215,5 +216,43 @@ func TestAServerCannotShrinkTheSegmentBetweenTheClientsChecks(t *testing.T) {
 	}
 	if got := <-refusal; !strings.Contains(got, "refused by the peer") {
 		t.Errorf("the server was told %q; want a refusal", got)
+	}
+}
+
+// A dial whose context ends as the handshake completes fails, and must
+// leave nothing held on the server, which may not call Accept for a
+// while: the client used to close that connection as any other, with an
+// end record, and the server's end, holding a record nobody had read,
+// kept its segment and socket for the Accept that would read it. The
+// context is cancelled just before the client maps the segment, so that
+// some dials fail before the server's end is attached and others after.
+func TestADialCancelledAsItAttachesLeavesNothingOnTheServer(t *testing.T) {
+	waitNoSegments(t)
+	tr := newTransport(t, testOptions())
+	ln := listen(t, tr) // never accepted from
+	fds := fdCount(t)
+	var cancel context.CancelFunc
+	betweenChecks = func(int) { cancel() }
+	defer func() { betweenChecks = func(int) {} }()
+	for range 20 {
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		c, err := tr.Dial(ctx, ln.Addr())
+		cancel()
+		if err == nil {
+			c.Close()
+			t.Fatal("Dial succeeded although its context was cancelled during the handshake")
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, open := len(segmentMappings(t)), fdCount(t)-fds
+		if n == 0 && open <= 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 dials cancelled during their handshakes left %d segments mapped and %d descriptors open on the server", n, open)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -209,7 +209,11 @@ func (t *transport) Dial(ctx context.Context, addr string) (kernel.Conn, error) 
 			err = cerr
 		}
 		if c != nil {
-			c.Close()
+			// No end record: with nothing in its ring to read, the server's
+			// end sees the socket close and frees the segment at once,
+			// rather than holding it for an Accept that would only read the
+			// end.
+			c.abandon()
 		}
 		return nil, fmt.Errorf("shm-ring: dial %s: %w", path, err)
 	}
