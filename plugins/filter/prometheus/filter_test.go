@@ -420,3 +420,45 @@ func TestMethodNamesWithTheSameLabels(t *testing.T) {
 		}
 	}
 }
+
+// An error that is a nil *kernel.Status (a typed nil: a handler's "var st
+// *kernel.Status; return nil, st") is counted as the caller gets it,
+// Unknown, on either side and for a stream too; the filter neither
+// panics on it nor turns it into Internal.
+func TestNilStatusErrorCountsAsUnknown(t *testing.T) {
+	var nilStatus *kernel.Status
+	f := build(t, map[string]any{"go_metrics": false, "process_metrics": false})
+	noPanic := func(what string, run func() error) {
+		t.Helper()
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("%s: the filter panicked on a nil *kernel.Status error: %v", what, p)
+			}
+		}()
+		if err := run(); err != error(nilStatus) {
+			t.Errorf("%s: returned %v, want next's nil *kernel.Status as it was", what, err)
+		}
+	}
+	noPanic("client call", func() error {
+		_, err := f.Invoke(context.Background(), &kernel.CallInfo{Method: "Echo.Nil", Side: kernel.ClientSide}, nil, answer(1, 0, nilStatus))
+		return err
+	})
+	noPanic("server call", func() error {
+		info := &kernel.CallInfo{Method: "Echo.Nil", Side: kernel.ServerSide}
+		_, err := f.Invoke(context.Background(), info, nil, answer(1, 0, nilStatus))
+		f.CallEnded(info, err, true)
+		return err
+	})
+	noPanic("server stream", func() error {
+		return streamOf(f, "Echo.NilStream", kernel.ServerSide, &memStream{limit: -1}, talk(0, nilStatus))
+	})
+	_, fams := scrape(t, serve(t, f.Handler()))
+	for _, name := range []string{"kernrpc_client_calls_total", "kernrpc_server_calls_total"} {
+		if got := value(t, fams, name, labels{"method": "Nil", "code": "Unknown"}); got != 1 {
+			t.Errorf("%s{code=Unknown}: %g, want 1", name, got)
+		}
+	}
+	if got := value(t, fams, "kernrpc_server_streams_ended_total", labels{"method": "NilStream", "code": "Unknown"}); got != 1 {
+		t.Errorf("kernrpc_server_streams_ended_total{code=Unknown}: %g, want 1", got)
+	}
+}

@@ -342,8 +342,8 @@ func codeOf(err error) kernel.Code {
 	case context.DeadlineExceeded:
 		return kernel.DeadlineExceeded
 	}
-	if s, ok := err.(*kernel.Status); ok && s.Code != kernel.OK {
+	if s, ok := err.(*kernel.Status); ok && s != nil && s.Code != kernel.OK {
 		return s.Code
 	}
-	return kernel.CodeOf(err) // an error claiming OK reads Unknown
+	return kernel.CodeOf(err) // an error claiming OK, or a nil *Status, reads Unknown
 }
