@@ -50,8 +50,10 @@
 // # What counts as a failure
 //
 // A call that ends with one of failure_codes counts as a failure of the
-// instance. Any other code counts as a success: the instance answered,
-// and a caller's own InvalidArgument (or NotFound, PermissionDenied...)
+// instance, its code read as the caller gets it (kernel.CodeOf: an error
+// that is a nil *kernel.Status, or one claiming OK, is Unknown). Any
+// other code counts as a success: the instance answered, and a caller's
+// own InvalidArgument (or NotFound, PermissionDenied...)
 // never trips a breaker; OK, InvalidArgument and Canceled cannot be listed.
 // Canceled counts as nothing (the caller gave up, or a hedge cancelled its
 // slower attempt), and neither does a refusal by a later attempt filter.
@@ -264,17 +266,21 @@ func (f *Filter) outcome(err error) outcome {
 	if err == nil {
 		return succeeded
 	}
-	st, ok := err.(*kernel.Status)
-	if !ok {
-		if errors.Is(err, kernel.ErrInstanceRefused) {
+	var code kernel.Code
+	if st, ok := err.(*kernel.Status); ok && st != nil && st.Code != kernel.OK {
+		code = st.Code
+	} else {
+		if !ok && errors.Is(err, kernel.ErrInstanceRefused) {
 			return ignored
 		}
-		st = kernel.StatusOf(err)
+		// As the caller gets it: a nil *Status, or one claiming OK, is
+		// Unknown.
+		code = kernel.CodeOf(err)
 	}
 	switch {
-	case st.Code == kernel.Canceled:
+	case code == kernel.Canceled:
 		return ignored
-	case f.cfg.isFailure(st.Code):
+	case f.cfg.isFailure(code):
 		return failed
 	}
 	return succeeded

@@ -478,3 +478,29 @@ func TestTimeWindowRolls(t *testing.T) {
 		t.Fatalf("after the quiet: %d, %d; want 1, 0", n, m)
 	}
 }
+
+// An error that is a nil *kernel.Status (a typed nil a later attempt
+// filter returned), or a *kernel.Status claiming OK, reaches the caller as
+// Unknown (kernel.CodeOf), and the breaker counts it so: it does not
+// panic, and with Unknown among failure_codes it is a failure.
+func TestNilOrOKStatusErrorCountsAsUnknown(t *testing.T) {
+	var nilStatus *kernel.Status
+	for name, odd := range map[string]error{"nil *Status": nilStatus, "Status claiming OK": &kernel.Status{Code: kernel.OK, Message: "fine?"}} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, map[string]any{"min_requests": 4, "failure_ratio": 0.5, "failure_codes": []any{"Unknown"}})
+			for i := range 4 {
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							t.Fatalf("call %d: the filter panicked: %v", i, p)
+						}
+					}()
+					if got := r.call(hostA, odd); got != odd {
+						t.Fatalf("call %d: %v, want next's error as it was", i, got)
+					}
+				}()
+			}
+			r.wantState(hostA, Open, "4 calls that ended Unknown, with Unknown a failure code")
+		})
+	}
+}
