@@ -161,31 +161,29 @@ func New(o *Options) (kernel.Filter, error) {
 			f.static = append(f.static, sha256.Sum256([]byte(t)))
 		}
 	}
-	keys := map[string]string{}
 	for id, secret := range o.Keys {
-		keys[id] = secret
+		if err := checkKey(id, secret); err != nil {
+			return nil, fmt.Errorf(`%s: option "keys": %v`, Name, err)
+		}
+		f.keys[id] = newMacKey([]byte(secret))
 	}
 	if o.KeysEnv != "" {
 		v, err := env("keys_env", o.KeysEnv)
 		if err != nil {
 			return nil, err
 		}
+		// A key here replaces one of keys with the same id. A bad one is
+		// named as the environment's, as a bad tokens_env entry is.
 		for i, entry := range strings.Split(v, ",") {
 			id, secret, ok := strings.Cut(strings.TrimSpace(entry), ":")
 			if !ok {
 				return nil, fmt.Errorf(`%s: option "keys_env": entry %d of $%s is not id:secret`, Name, i, o.KeysEnv)
 			}
-			keys[id] = secret
+			if err := checkKey(id, secret); err != nil {
+				return nil, fmt.Errorf(`%s: option "keys_env": entry %d of $%s: %v`, Name, i, o.KeysEnv, err)
+			}
+			f.keys[id] = newMacKey([]byte(secret))
 		}
-	}
-	for id, secret := range keys {
-		if !validKeyID(id) {
-			return nil, fmt.Errorf(`%s: option "keys": key id %q: want letters, digits, _ and - only`, Name, id)
-		}
-		if len(secret) < MinKeySize {
-			return nil, fmt.Errorf(`%s: option "keys": key %q is %d bytes; want at least %d`, Name, id, len(secret), MinKeySize)
-		}
-		f.keys[id] = newMacKey([]byte(secret))
 	}
 	f.nobody = newMacKey(make([]byte, MinKeySize))
 	switch {
@@ -227,6 +225,17 @@ func checkToken(t string, max int) error {
 		return fmt.Errorf("is %d bytes, longer than max_token_size allows", len(t))
 	case strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 		return errors.New("holds spaces or control characters")
+	}
+	return nil
+}
+
+// checkKey refuses a key id Sign would refuse, or a secret too short.
+func checkKey(id, secret string) error {
+	if !validKeyID(id) {
+		return fmt.Errorf("key id %q: want letters, digits, _ and - only", id)
+	}
+	if len(secret) < MinKeySize {
+		return fmt.Errorf("key %q is %d bytes; want at least %d", id, len(secret), MinKeySize)
 	}
 	return nil
 }

@@ -354,3 +354,19 @@ func TestTokensFromTheEnvironmentAreReadAsKeysAre(t *testing.T) {
 		t.Errorf("an empty entry in $AUTH_TEST_TOKENS: err = %v, want one naming tokens_env, the variable and its entry", err)
 	}
 }
+
+// A bad key read from keys_env (an id that is not a key id, a secret too
+// short) is named as the environment's, as a bad tokens_env entry is: not
+// as an entry of keys, which the config may not even set.
+func TestBadKeysFromTheEnvironmentNameKeysEnv(t *testing.T) {
+	for _, entries := range []string{"e1:short", "e.1:" + secretA} {
+		t.Setenv("AUTH_TEST_KEYS", entries)
+		_, err := auth.Factory.Build(map[string]any{"keys_env": "AUTH_TEST_KEYS"}, "svc.yaml")
+		if err == nil || !strings.Contains(err.Error(), `option "keys_env"`) || !strings.Contains(err.Error(), "$AUTH_TEST_KEYS") {
+			t.Errorf("$AUTH_TEST_KEYS=%q: err = %v, want one naming option \"keys_env\" and the variable", entries, err)
+		}
+		if err != nil && strings.Contains(err.Error(), secretA) {
+			t.Errorf("$AUTH_TEST_KEYS=%q: the error shows the secret: %v", entries, err)
+		}
+	}
+}
