@@ -16,8 +16,9 @@
 // (drain it); when every weight is 0, picks are uniform, since a set of
 // instances is better than none. A weight that is not such an integer
 // ("heavy", "-3", "1.5") counts as default_weight, and the balancer logs it
-// once at WARN (again only after it was fixed and broke anew), so that a
-// typo in one registration neither takes an instance out nor fails calls.
+// once at WARN for each instance, by ID and address (again only after it
+// changed, or was fixed and broke anew), so that a typo in one
+// registration neither takes an instance out nor fails calls.
 //
 // Pick takes no lock and does not allocate: Update builds an immutable
 // table of cumulative weights behind an atomic pointer, and Pick draws a
@@ -81,10 +82,16 @@ type Balancer struct {
 	table atomic.Pointer[table]
 
 	// mu serializes Updates, and guards warned: the malformed weights
-	// already logged, by instance ID, kept only while they stay malformed.
+	// already logged, by instance ID and address, kept only while they
+	// stay malformed. (An ID listed at several addresses, as Consul lists
+	// a service another program registered on several nodes, is several
+	// servers, each with its own weight.)
 	mu     sync.Mutex
-	warned map[string]string
+	warned map[instanceKey]string
 }
+
+// instanceKey names one instance of a set for the warnings.
+type instanceKey struct{ id, address string }
 
 // table is one set with its cumulative weights; never written once stored.
 type table struct {
@@ -107,7 +114,7 @@ func New(o Options) (*Balancer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Balancer{key: o.WeightKey, defaultWeight: uint64(o.DefaultWeight), log: log, warned: map[string]string{}}, nil
+	return &Balancer{key: o.WeightKey, defaultWeight: uint64(o.DefaultWeight), log: log, warned: map[instanceKey]string{}}, nil
 }
 
 // Update replaces the set picks are made from, reading every instance's
@@ -118,16 +125,17 @@ func (b *Balancer) Update(instances []kernel.Instance) {
 	defer b.mu.Unlock()
 	t := &table{set: instances, cum: make([]uint64, len(instances))}
 	var total uint64
-	bad := make(map[string]string)
+	bad := make(map[instanceKey]string)
 	for i := range instances {
 		w, ok := b.weight(&instances[i])
 		if !ok {
 			in := &instances[i]
 			raw := in.Metadata[b.key]
-			bad[in.ID] = raw
-			if prev, seen := b.warned[in.ID]; !seen || prev != raw {
+			k := instanceKey{in.ID, in.Address}
+			bad[k] = raw
+			if prev, seen := b.warned[k]; !seen || prev != raw {
 				b.log.Warn("weighted-random: malformed instance weight; using default_weight",
-					"service", in.Service, "instance", in.ID, "key", b.key, "value", raw, "default_weight", b.defaultWeight)
+					"service", in.Service, "instance", in.ID, "address", in.Address, "key", b.key, "value", raw, "default_weight", b.defaultWeight)
 			}
 		}
 		total += w

@@ -245,3 +245,29 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// An ID listed at two addresses (Consul lists a service another program
+// registered on several nodes under one ID) is two servers: each
+// malformed weight is warned of once, not on every Update.
+func TestMalformedWeightsUnderSharedIDWarnOnce(t *testing.T) {
+	o := weightedrandom.Options{WeightKey: "weight", DefaultWeight: 1}
+	buf := logged(&o)
+	b := build(t, o)
+	set := func() []kernel.Instance {
+		return []kernel.Instance{
+			{Service: "echo", ID: "shared", Address: "10.0.0.1:7000", Metadata: map[string]string{"weight": "heavy"}},
+			{Service: "echo", ID: "shared", Address: "10.0.0.2:7000", Metadata: map[string]string{"weight": "light"}},
+		}
+	}
+	for range 3 {
+		b.Update(set())
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 2 {
+		t.Fatalf("three Updates of one ID at two addresses, each with a malformed weight, logged %d warnings, want 2:\n%s", n, buf)
+	}
+	for _, want := range []string{"address=10.0.0.1:7000", "address=10.0.0.2:7000"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the warnings do not mention %q:\n%s", want, buf)
+		}
+	}
+}
