@@ -47,3 +47,24 @@ func TestAClientKeepsTheFilterMethodsItWasMadeWith(t *testing.T) {
 		t.Fatalf("the client whose filter is scoped to Echo.Other denied Echo.Secret: %v; it took up the methods set after it was made", err)
 	}
 }
+
+// A server keeps the config it was made with too: a program that makes
+// a second server from the same config, renamed and with other metadata,
+// before starting the first, does not change what the first registers.
+func TestAServerKeepsTheConfigItWasMadeWith(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Server.Metadata = map[string]string{"zone": "a"}
+	first, err := kernrpc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	service := cfg.Service
+	cfg.Service, cfg.Server.Metadata["zone"] = service+"-other", "b" // for a server made later
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Shutdown(context.Background()) })
+	if in := first.Instance(); in.Service != service || in.Metadata["zone"] != "a" {
+		t.Fatalf("the server made for %s in zone a registered %s in zone %q: it took up the config changed after it was made", service, in.Service, in.Metadata["zone"])
+	}
+}

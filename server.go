@@ -84,6 +84,8 @@ type Server struct {
 
 // NewServer builds a server from cfg: it looks up every plugin by name and
 // builds it from its options. It does not listen yet; see Start and Serve.
+// The server keeps a copy of cfg's settings: changing cfg afterwards (to
+// make another server) leaves this one as it was made.
 func NewServer(cfg *Config) (*Server, error) {
 	if cfg == nil {
 		cfg = DefaultConfig()
@@ -92,6 +94,11 @@ func NewServer(cfg *Config) (*Server, error) {
 	if err := cfg.validateFields(); err != nil {
 		return nil, err
 	}
+	// The server's own copy: it reads its service name, metadata and
+	// limits at Start and for as long as it serves.
+	own := *cfg
+	own.Server.Metadata = maps.Clone(cfg.Server.Metadata)
+	cfg = &own
 	s := &Server{
 		cfg:        cfg,
 		log:        slog.Default().With("component", "kernrpc.server", "service", cfg.Service),
