@@ -98,21 +98,20 @@ func (c *lifecycleRacyCloser) Close() error {
 	return nil
 }
 
-// lifecycleWordyOptions refuses a bad size with a message that has the
-// word size in it, and no key.
+// lifecycleWordyOptions decodes itself and refuses a bad value with a
+// message that has the word size in it, and no key. (An UnmarshalJSON of
+// the field's own type would not do: the kernel finds the key its error
+// is about, and names it.)
 type lifecycleWordyOptions struct {
-	Level int              `json:"level"`
-	Size  lifecycleWordySz `json:"size"`
+	Level int `json:"level"`
+	Size  int `json:"size"`
 }
 
-type lifecycleWordySz int
-
-func (s *lifecycleWordySz) UnmarshalJSON(b []byte) error {
-	var n int
-	if err := json.Unmarshal(b, &n); err != nil {
+func (o *lifecycleWordyOptions) UnmarshalJSON(b []byte) error {
+	type plain lifecycleWordyOptions
+	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
 		return errors.New("not a valid size")
 	}
-	*s = lifecycleWordySz(n)
 	return nil
 }
 

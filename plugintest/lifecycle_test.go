@@ -171,19 +171,18 @@ func (l *lifecycleLenientInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// lifecycleVagueOptions refuses a bad value with an error that does not
-// say which option it was.
+// lifecycleVagueOptions decodes itself and refuses a bad value with an
+// error that does not say which option it was. (An UnmarshalJSON of the
+// field's own type would not do: the kernel finds the key its error is
+// about, and names it.)
 type lifecycleVagueOptions struct {
-	Level lifecycleVagueInt `json:"level"`
+	Level int `json:"level"`
 }
 
-type lifecycleVagueInt int
-
-func (v *lifecycleVagueInt) UnmarshalJSON(b []byte) error {
-	var n int
-	if err := json.Unmarshal(b, &n); err != nil {
+func (o *lifecycleVagueOptions) UnmarshalJSON(b []byte) error {
+	type plain lifecycleVagueOptions
+	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
 		return errors.New("not a number")
 	}
-	*v = lifecycleVagueInt(n)
 	return nil
 }
