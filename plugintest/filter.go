@@ -136,6 +136,12 @@ type FilterConfig struct {
 //     CallEnded returns without panicking or blocking (within Patience)
 //     for calls that went through Invoke and for calls Invoke never saw
 //     (handled false; metadata nil too), also from many goroutines at once.
+//   - ContextValuer: for a kernel.ContextValuer on the server side
+//     (skipped otherwise), CallValue, asked from within next and from
+//     several goroutines at once as a handler's context asks it, answers
+//     keys of the suite's own (a struct and a string) ok false, without
+//     panicking or blocking (within Patience): the handler's context asks
+//     it before the server's base context, whose values an answer hides.
 //   - RejectsEveryCall: only with FilterConfig.RejectsEveryCall; every
 //     call, with metadata or without, is rejected with a *kernel.Status and
 //     never reaches next.
@@ -237,6 +243,7 @@ func filterSuite(t tb, f kernel.Factory[kernel.Filter], cfg FilterConfig) {
 	property(t, "Deadliner", passing(filterDeadliner))          // filter_deadliner.go
 	t.Run("Admitter", func(t tb) { filterAdmitter(t, f, cfg) }) // filter_admitter.go
 	property(t, "CallObserver", filterCallObserver)
+	property(t, "ContextValuer", passing(filterContextValuer)) // filter_valuer.go
 	if cfg.RejectsEveryCall {
 		property(t, "RejectsEveryCall", filterRejectsEveryCall)
 	}
