@@ -82,7 +82,11 @@ type TransportConfig struct {
 //     in every header field, keys differing only in case, binary metadata,
 //     long strings and many metadata entries. Frames/Types: every frame
 //     type with the fields it carries. Frames/InOrder: frames of one call
-//     arrive in the order written. Frames/MetadataLimits: frames at
+//     arrive in the order written. Frames/ReusedFrame: frames written
+//     both ways from one kernel.Frame, reset and refilled as soon as each
+//     WriteFrame returns (as the engine sends a stream's messages), each
+//     followed by a fresh frame, arrive as written: WriteFrame does not
+//     keep f. Frames/MetadataLimits: frames at
 //     cfg.MaxMetadataEntries and cfg.MaxMetadataBytes cross; one over
 //     either is refused as TooLarge frames are (with an error wrapping
 //     kernel.ErrMetadataTooLarge), or the receiver closes the connection.

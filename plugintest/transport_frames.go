@@ -45,6 +45,7 @@ func (e *transportEnv) frames(t tb) {
 	t.Run("Strings", e.frameStrings)
 	t.Run("Types", e.frameTypes)
 	t.Run("InOrder", e.inOrder)
+	t.Run("ReusedFrame", e.reusedFrame) // transport_reuse.go
 	t.Run("MetadataLimits", e.metadataLimits)
 }
 
