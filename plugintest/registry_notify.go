@@ -22,6 +22,10 @@ import (
 //     Tolerance.
 //   - Notify/CloseEnds: once the registry is closed, fn is not called
 //     again, and Notify on it fails without calling fn.
+//   - Notify/KeptSets: the set Notify returned and the sets fn was given
+//     are unchanged after later changes (an addition, a re-registration
+//     with new metadata, a removal): the client gives each to its
+//     balancer, which keeps it.
 func (s registryRun) notify(t tb) {
 	probe := s.open(t)
 	if _, ok := probe.(kernel.Notifier); !ok {
@@ -32,6 +36,26 @@ func (s registryRun) notify(t tb) {
 	t.Run("NoOverlap", s.notifyNoOverlap)
 	t.Run("StopEnds", s.notifyStopEnds)
 	t.Run("CloseEnds", s.notifyCloseEnds)
+	t.Run("KeptSets", s.notifyKept)
+}
+
+// notifyKept keeps the set Notify returned and each set fn was given,
+// and reads them again after the later changes, which must not have
+// written into them.
+func (s registryRun) notifyKept(t tb) {
+	r := s.open(t)
+	service := registryService(t)
+	a, b, c := s.keptInstances(service)
+	s.register(t, r, a, registryLongTTL)
+	s.register(t, r, b, registryLongTTL)
+	registryResolveUntil(t, r, service, []kernel.Instance{a, b}, s.cfg.tolerance(), "after registering a and b")
+	n := newNotified()
+	current, _ := s.startNotify(t, r, service, n)
+	kept := []registryKept{registryKeep("set Notify returned", current)}
+	s.registryChanges(t, r, a, b, c, func(what string, want []kernel.Instance) {
+		kept = append(kept, registryKeep(what+" (given to fn)", registryAwait(t, n.sets, s.cfg.tolerance(), what, want)))
+	})
+	registryCheckKept(t, kept, "after fn was given later sets")
 }
 
 // notified records what a Notify gives its fn.
