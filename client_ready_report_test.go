@@ -11,7 +11,6 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
-	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
 // reportBalancer picks the newest instance it was given. When the
@@ -95,15 +94,8 @@ func TestWaitForReadySeesAReportThatCameDuringItsLastTry(t *testing.T) {
 
 func testReadySeesReport(t *testing.T, call func(context.Context, *kernrpc.Client) error) {
 	cfg := testConfig(t)
-	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"} // registered by hand below
+	reg := handRegistry(t, cfg)
 	srv := startServer(t, cfg, streamHandlers)
-	opts := memory.DefaultOptions()
-	opts.Namespace = t.Name()
-	reg, err := memory.New(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
 	gone := kernel.Instance{Service: "echo", ID: "gone", Address: fixedAddress(t, "tcp-lv")} // nothing listens
 	if err := reg.Register(context.Background(), gone, 0); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
-	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
 // gatedUpdateBalancer is a gatedPickBalancer whose Update, while its
@@ -116,15 +115,8 @@ func init() {
 func TestADialToAnInstanceThatLeftEndsAsItLeaves(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Transport.Name, cfg.Transport.Options = "test-hold-dial-tcp", nil
-	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"} // registered by hand below
+	reg := handRegistry(t, cfg)
 	a, b := startNamed(t, cfg, "a", nil), startNamed(t, cfg, "b", nil)
-	opts := memory.DefaultOptions()
-	opts.Namespace = t.Name()
-	reg, err := memory.New(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
 	instA := kernel.Instance{Service: "echo", ID: "a", Address: a.srv.Addr()}
 	instB := kernel.Instance{Service: "echo", ID: "b", Address: b.srv.Addr()}
 	if err := reg.Register(context.Background(), instA, 0); err != nil {
@@ -156,7 +148,7 @@ func TestADialToAnInstanceThatLeftEndsAsItLeaves(t *testing.T) {
 	if err := reg.Deregister(context.Background(), instA); err != nil {
 		t.Fatal(err)
 	}
-	err = receive(t, done, 10*time.Second, "the call waited on its dial to an instance that left (dial_timeout 30s)")
+	err := receive(t, done, 10*time.Second, "the call waited on its dial to an instance that left (dial_timeout 30s)")
 	if err != nil || resp.Text != "b" {
 		t.Fatalf("the call whose instance left as it dialled: %v, %q; want it answered by b", err, resp.Text)
 	}

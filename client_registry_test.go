@@ -281,15 +281,8 @@ func init() {
 // instance still listed, as one that found the dropped pool is.
 func TestAPickRacingTheInstancesLeavingLeavesNoConnection(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"} // registered by hand below
+	reg := handRegistry(t, cfg)
 	srv := startServer(t, cfg, nil)
-	opts := memory.DefaultOptions()
-	opts.Namespace = t.Name()
-	reg, err := memory.New(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
 	inst := kernel.Instance{Service: "echo", ID: "x", Address: srv.Addr()}
 	if err := reg.Register(context.Background(), inst, 0); err != nil {
 		t.Fatal(err)
@@ -321,7 +314,7 @@ func TestAPickRacingTheInstancesLeavingLeavesNoConnection(t *testing.T) {
 	}
 	waitFor(t, func() bool { return obs.readings(t)["client_instances"].Value == 0 }, "report of the instance leaving")
 	close(gate)
-	err = receive(t, done, 5*time.Second, "the call that picked the instance as it left did not end")
+	err := receive(t, done, 5*time.Second, "the call that picked the instance as it left did not end")
 	t.Logf("the call that picked the instance as it left: %v", err)
 	if open := obs.readings(t)["client_connections_open"].Value; open != 0 {
 		t.Fatalf("%v connections open once the only instance left the registry and the calls ended; want 0: a pool made for the pick that raced the report is kept", open)
@@ -337,4 +330,20 @@ func TestAPickRacingTheInstancesLeavingLeavesNoConnection(t *testing.T) {
 	if err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{}, &echopb.Echo{}); err != nil {
 		t.Fatalf("a call once the instance came back: %v", err)
 	}
+}
+
+// handRegistry has the servers made from cfg register in a namespace of
+// their own, and returns a memory registry in the one the test's clients
+// read, for the test to list the instances it wants there by hand.
+func handRegistry(t *testing.T, cfg *kernrpc.Config) kernel.Registry {
+	t.Helper()
+	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"}
+	opts := memory.DefaultOptions()
+	opts.Namespace = t.Name()
+	reg, err := memory.New(*opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return reg
 }

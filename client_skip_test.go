@@ -9,7 +9,6 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/internal/echopb"
 	"github.com/kernrpc/kernrpc/kernel"
-	"github.com/kernrpc/kernrpc/plugins/registry/memory"
 )
 
 // scriptBalancer picks the instances whose IDs its script lists, in
@@ -76,15 +75,8 @@ func init() {
 // its last try to the instance that refuses.
 func TestAvoidedInstancesArePassedOverOnEveryTry(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Registry.Options = map[string]any{"namespace": t.Name() + "-server"} // registered by hand below
+	reg := handRegistry(t, cfg)
 	srv := startServer(t, cfg, nil)
-	opts := memory.DefaultOptions()
-	opts.Namespace = t.Name()
-	reg, err := memory.New(*opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
 	for _, inst := range []kernel.Instance{
 		{Service: "echo", ID: "a", Address: fixedAddress(t, "tcp-lv")}, // nothing listens
 		{Service: "echo", ID: "b", Address: srv.Addr()},
