@@ -10,6 +10,7 @@ import (
 	"github.com/kernrpc/kernrpc"
 	"github.com/kernrpc/kernrpc/kernel"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/hedge"
+	"github.com/kernrpc/kernrpc/plugins/filter/prometheus"
 	_ "github.com/kernrpc/kernrpc/plugins/filter/retry"
 )
 
@@ -54,20 +55,7 @@ filters:
 	if got := n.Load(); got != 2 {
 		t.Fatalf("the server saw %d attempts; want 2 (the hedge was not sent)", got)
 	}
-	mfs, err := cf.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kernrpc_client_attempts_total" {
-			continue
-		}
-		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != 2 {
-			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took 2 attempts", ms)
-		}
-		return
-	}
-	t.Fatal("no kernrpc_client_attempts_total")
+	wantAttemptsTotal(t, cf, 2)
 }
 
 // A hedged call whose losing attempt was retried (a retry filter after
@@ -116,6 +104,13 @@ filters:
 	if got := n.Load(); got != 3 {
 		t.Fatalf("the server saw %d attempts; want 3", got)
 	}
+	wantAttemptsTotal(t, cf, 3)
+}
+
+// wantAttemptsTotal checks that cf counted n attempts for the test's one
+// call.
+func wantAttemptsTotal(t *testing.T, cf *prometheus.Filter, n float64) {
+	t.Helper()
 	mfs, err := cf.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +119,8 @@ filters:
 		if mf.GetName() != "kernrpc_client_attempts_total" {
 			continue
 		}
-		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != 3 {
-			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took 3 attempts", ms)
+		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != n {
+			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took %v attempts", ms, n)
 		}
 		return
 	}
