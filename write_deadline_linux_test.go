@@ -65,13 +65,7 @@ func TestARequestWaitingForRoomEndsAtTheCallsDeadline(t *testing.T) {
 	}) {
 		t.Fatal("the connection ended before the third call's request")
 	}
-	payload, _ := proto.Marshal(&echopb.Echo{Text: "after"})
-	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: id, Codec: "protobuf", Payload: payload}); err != nil {
-		t.Fatal(err)
-	}
-	if err := receive(t, third, 10*time.Second, "the third call never ended"); err != nil || resp.Text != "after" {
-		t.Fatalf("third call: %v (%q), want its answer", err, resp.Text)
-	}
+	answerAfter(t, c, id, third, &resp)
 }
 
 // A stream's message waiting for room in a full ring ends with the
@@ -240,6 +234,14 @@ func TestARequestWaitingOnAFullSocketEndsAtTheCallsDeadline(t *testing.T) {
 	if len(seen) < 2 || seen[0] != "big" || !slices.Contains(seen[1:len(seen)-1], kernel.FrameCancel.String()) {
 		t.Fatalf("the server read %v; want the big request whole, its Cancel, then the third call's", seen)
 	}
+	answerAfter(t, c, id, third, &resp)
+}
+
+// answerAfter answers call id, the test's last, on c, the server's end
+// of the connection, with "after", and wants that call, whose error comes
+// on third and answer in resp, to get it.
+func answerAfter(t *testing.T, c kernel.Conn, id uint64, third <-chan error, resp *echopb.Echo) {
+	t.Helper()
 	payload, _ := proto.Marshal(&echopb.Echo{Text: "after"})
 	if err := c.WriteFrame(&kernel.Frame{Type: kernel.FrameResponse, Flags: kernel.FlagEndStream, CallID: id, Codec: "protobuf", Payload: payload}); err != nil {
 		t.Fatal(err)
