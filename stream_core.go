@@ -410,11 +410,17 @@ func (s *streamCore) send(m any) error {
 	return nil
 }
 
-// writeMessage writes a message frame; the stream's context bounds any
-// wait on the peer where the transport can (writeFrame).
+// writeMessage writes a message frame. A transport that queues frames
+// (kernel.FrameQueuer: tcp-lv) gets it queued, never waiting on the peer,
+// so that messages sent back to back share a write: written each on its
+// own, a stream of 16 B messages over tcp-lv went 20 times slower. One
+// whose writes may wait (kernel.ContextWriter: shm-ring) bounds the wait
+// by the stream's context.
 func (s *streamCore) writeMessage(f *kernel.Frame) error {
-	if w, ok := s.conn.(kernel.ContextWriter); ok {
-		return w.WriteFrameContext(s.ctx, f)
+	if _, queues := s.conn.(kernel.FrameQueuer); !queues {
+		if w, ok := s.conn.(kernel.ContextWriter); ok {
+			return w.WriteFrameContext(s.ctx, f)
+		}
 	}
 	return s.writeCtl(f)
 }

@@ -138,9 +138,9 @@ type FrameQueuer interface {
 // to send, f is handed on: the error is nil, and the connection delivers
 // f whole, before any frame written after it, or fails as it would have
 // failed the write. A frame that needs no wait is written whatever ctx.
-// The engine writes a call's request and a stream's messages with the
-// call's context, so that a deadline bounds the wait as it bounds the
-// rest of the call.
+// The engine writes a call's request, and a stream's messages where the
+// connection does not queue them (FrameQueuer), with the call's context,
+// so that a deadline bounds the wait as it bounds the rest of the call.
 type ContextWriter interface {
 	WriteFrameContext(ctx context.Context, f *Frame) error
 }
