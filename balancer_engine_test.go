@@ -15,15 +15,20 @@ import (
 
 // countingBalancer round-robins and counts its picks and their ends.
 type countingBalancer struct {
-	mu          sync.Mutex
-	set         []kernel.Instance
+	heldSet
 	next        int
 	picks, done atomic.Int64
 	refuse      error // returned by Pick when set
 	once        bool  // the first pick alone succeeds; later ones get refuse
 }
 
-func (b *countingBalancer) Update(set []kernel.Instance) {
+// heldSet is the set a test balancer was given last, and its Update.
+type heldSet struct {
+	mu  sync.Mutex
+	set []kernel.Instance
+}
+
+func (b *heldSet) Update(set []kernel.Instance) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.set = set

@@ -3,7 +3,6 @@ package kernrpc_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,18 +17,11 @@ import (
 // failed, between the try and what the call does next, and waits for
 // gate to open.
 type reportBalancer struct {
-	mu     sync.Mutex
-	set    []kernel.Instance
+	heldSet
 	fails  int
 	gateAt int
 	gate   chan struct{}
 	failed chan struct{}
-}
-
-func (b *reportBalancer) Update(set []kernel.Instance) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.set = set
 }
 
 func (b *reportBalancer) size() int {

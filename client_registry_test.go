@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,17 +233,10 @@ func init() {
 // gate is set, each Pick, having chosen its instance, says so on picked
 // and waits for the gate to open before it returns.
 type gatedPickBalancer struct {
-	mu     sync.Mutex
-	set    []kernel.Instance
+	heldSet
 	next   int
 	gate   chan struct{}
 	picked chan struct{}
-}
-
-func (b *gatedPickBalancer) Update(set []kernel.Instance) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.set = set
 }
 
 func (b *gatedPickBalancer) Pick(ctx context.Context, info *kernel.CallInfo) (*kernel.Instance, error) {

@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -14,16 +13,9 @@ import (
 // scriptBalancer picks the instances whose IDs its script lists, in
 // turn, over and over.
 type scriptBalancer struct {
-	mu     sync.Mutex
-	set    []kernel.Instance
+	heldSet
 	script []string
 	next   int
-}
-
-func (b *scriptBalancer) Update(set []kernel.Instance) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.set = set
 }
 
 func (b *scriptBalancer) play(script ...string) {
