@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 )
 
 // A soak with three samples after its warm-up whose heap, goroutines and
@@ -41,31 +42,6 @@ func TestInterruptedSoakDoesNotPass(t *testing.T) {
 	}
 }
 
-// cancelOn is an output that cancels the run's context once a line
-// containing at has been written: an interrupt at a known step.
-type cancelOn struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	at     string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOn) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n, err := w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.at) {
-		w.cancel()
-	}
-	return n, err
-}
-
-func (w *cancelOn) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // Interrupting a soak while it waits after shutdown for the figures to
 // come back ends that wait and gives no verdict, as an interrupt before
 // does: the wait ignored Ctrl-C for up to -settle, then printed PASS or
@@ -73,7 +49,7 @@ func (w *cancelOn) String() string {
 func TestInterruptWhileSettlingGivesNoVerdict(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &cancelOn{at: "shut down; waiting", cancel: cancel}
+	out := &syncbuf.CancelOn{At: "shut down; waiting", Cancel: cancel}
 	var errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {

@@ -5,11 +5,12 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kernrpc/kernrpc/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -87,32 +88,8 @@ func TestFlagsThatShowNoFailoverAreRefused(t *testing.T) {
 func TestInterruptedDemoIsAnError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &cancelOn{at: "etcd lists all", cancel: cancel}
+	out := &syncbuf.CancelOn{At: "etcd lists all", Cancel: cancel}
 	if _, err := run(ctx, out, options{duration: 10 * time.Second, killAfter: 5 * time.Second, callers: 2}); err == nil {
 		t.Errorf("run interrupted before the kill gave no error:\n%s", out.String())
 	}
-}
-
-// cancelOn is an output that cancels a context once at has been written.
-type cancelOn struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	at     string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOn) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n, err := w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.at) {
-		w.cancel()
-	}
-	return n, err
-}
-
-func (w *cancelOn) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

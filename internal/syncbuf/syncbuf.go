@@ -6,6 +6,7 @@ package syncbuf
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 )
 
@@ -35,4 +36,20 @@ func (b *Buffer) Take() string {
 	s := b.b.String()
 	b.b.Reset()
 	return s
+}
+
+// CancelOn is a Buffer that calls Cancel once what was written holds At:
+// a test's output that interrupts the run at a known step.
+type CancelOn struct {
+	Buffer
+	At     string
+	Cancel func()
+}
+
+func (w *CancelOn) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.String(), w.At) {
+		w.Cancel()
+	}
+	return n, err
 }
