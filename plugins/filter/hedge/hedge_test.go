@@ -432,42 +432,31 @@ func TestCallerSeesTheWinnersSizes(t *testing.T) {
 // attempt is started at once after a retryable failure that comes then
 // (the engine's pick giving up at the deadline says Unavailable), though
 // the call's context does not say it ended yet: the failure ends the
-// call, and pays for nothing.
+// call, and pays for nothing. The same on the path that sends no hedge
+// (a method still too cold for an observed delay, or a budget that cannot
+// pay for one).
 func TestNoAttemptAfterAFailurePastTheCallsDeadline(t *testing.T) {
-	f := build(t, func(o *hedge.Options) { o.Delay = kernel.Duration(time.Hour) })
-	unavailable := kernel.Errorf(kernel.Unavailable, "no instance before the deadline")
-	in := &instances{delays: []time.Duration{100 * time.Millisecond}, errs: []error{unavailable}}
-	done, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	ctx := lateCtx{done, time.Now().Add(50 * time.Millisecond)}
-	before := f.Tokens()
-	if _, _, err := call(f, ctx, in.next); err != unavailable {
-		t.Errorf("err = %v, want the first attempt's %v", err, unavailable)
-	}
-	if attempts, _ := in.counts(); attempts != 1 || f.Hedges() != 0 {
-		t.Errorf("%d attempts, Hedges() = %d; want 1 and 0: the failure came after the deadline", attempts, f.Hedges())
-	}
-	if after := f.Tokens(); after < before {
-		t.Errorf("the budget went from %v to %v tokens for a failure past the deadline, which pays for no attempt", before, after)
-	}
-}
-
-// The same on the path that sends no hedge (a method still too cold for
-// an observed delay, or a budget that cannot pay for one): a retryable
-// failure that comes once the call's deadline has passed is the call's
-// ending, not an attempt's failure, and costs the budget nothing.
-func TestUnhedgedFailurePastTheCallsDeadlinePaysNothing(t *testing.T) {
-	f := build(t, func(o *hedge.Options) { o.Delay = 0 }) // cold: no delay yet
-	unavailable := kernel.Errorf(kernel.Unavailable, "no instance before the deadline")
-	in := &instances{delays: []time.Duration{100 * time.Millisecond}, errs: []error{unavailable}}
-	done, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	ctx := lateCtx{done, time.Now().Add(50 * time.Millisecond)}
-	before := f.Tokens()
-	if _, _, err := call(f, ctx, in.next); err != unavailable {
-		t.Errorf("err = %v, want the attempt's %v", err, unavailable)
-	}
-	if after := f.Tokens(); after < before {
-		t.Errorf("the budget went from %v to %v tokens for a failure past the deadline, which pays for no attempt", before, after)
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"hedged", time.Hour}, {"unhedged", 0}} { // 0: cold, no delay yet
+		t.Run(tc.name, func(t *testing.T) {
+			f := build(t, func(o *hedge.Options) { o.Delay = kernel.Duration(tc.delay) })
+			unavailable := kernel.Errorf(kernel.Unavailable, "no instance before the deadline")
+			in := &instances{delays: []time.Duration{100 * time.Millisecond}, errs: []error{unavailable}}
+			done, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			ctx := lateCtx{done, time.Now().Add(50 * time.Millisecond)}
+			before := f.Tokens()
+			if _, _, err := call(f, ctx, in.next); err != unavailable {
+				t.Errorf("err = %v, want the first attempt's %v", err, unavailable)
+			}
+			if attempts, _ := in.counts(); attempts != 1 || f.Hedges() != 0 {
+				t.Errorf("%d attempts, Hedges() = %d; want 1 and 0: the failure came after the deadline", attempts, f.Hedges())
+			}
+			if after := f.Tokens(); after < before {
+				t.Errorf("the budget went from %v to %v tokens for a failure past the deadline, which pays for no attempt", before, after)
+			}
+		})
 	}
 }
