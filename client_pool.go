@@ -99,8 +99,20 @@ type connPool struct {
 // holdOff is a span of time from now during which something is not done.
 type holdOff struct{ until atomic.Int64 } // unix ns; 0: none
 
-func (h *holdOff) start(d time.Duration) { h.until.Store(time.Now().Add(d).UnixNano()) }
-func (h *holdOff) end()                  { h.until.Store(0) }
+// start holds off for d from now, or for longer if a span under way
+// already lasts longer: a refused dial's second must not cut short the
+// five a shutdown GoAway started.
+func (h *holdOff) start(d time.Duration) {
+	until := time.Now().Add(d).UnixNano()
+	for {
+		old := h.until.Load()
+		if old >= until || h.until.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+func (h *holdOff) end() { h.until.Store(0) }
 
 // on reports whether the span lasts, reading the clock only if one was
 // started.

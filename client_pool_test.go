@@ -144,3 +144,16 @@ func TestConnectionsOfAPoolRetiringAreCountedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A refused dial passes an instance over for a second, a shutdown GoAway
+// for five; the shorter span, started later, does not cut the longer one
+// short (a server shutting down refuses the dials calls still try).
+func TestAShorterPassOverDoesNotCutALongerOneShort(t *testing.T) {
+	p := &connPool{}
+	p.markDown(goAwayAvoidance)
+	p.markDown(dialAvoidance)
+	if left := time.Until(time.Unix(0, p.down.until.Load())); left < goAwayAvoidance-time.Second {
+		t.Fatalf("after a GoAway's %s pass over and a refused dial's %s, the instance is passed over for %s more; want the GoAway's",
+			goAwayAvoidance, dialAvoidance, left.Round(time.Millisecond))
+	}
+}
