@@ -199,11 +199,9 @@ func (cs *callState) finish(out any, err error) (kernel.Metadata, error) {
 		return md, err
 	}
 	c := cs.client
-	data, merr := c.codec.Marshal(nil, out)
-	if merr == nil {
-		merr = c.codec.Unmarshal(data, cs.reply)
-	}
+	merr := copyThrough(c.codec, out, cs.reply)
 	if merr != nil {
+		logCodecPanic(c.log.get(), cs.info.Method, merr)
 		return md, kernel.Errorf(kernel.Internal, "a client filter answered %s with a %T that %s cannot copy into the caller's %T: %v",
 			cs.info.Method, out, c.codec.Name(), cs.reply, merr)
 	}

@@ -164,3 +164,27 @@ func TestCodecPanicSizingAStreamMessageCostsThatMessage(t *testing.T) {
 	}
 	wantCodecPanicLogs(t, logs.String(), map[string]int{"kernrpc.client": 1, "kernrpc.server": 1})
 }
+
+func init() {
+	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-answer-panic-encode", New: func(any) (kernel.Filter, error) {
+		return kernel.FilterFunc(func(context.Context, *kernel.CallInfo, any, kernel.Invoker) (any, error) {
+			return &echopb.Echo{Text: "panic-encode"}, nil
+		}), nil
+	}})
+}
+
+// A client filter that answers a call itself with a value of its own has
+// it copied into the caller's reply through the codec: a codec that
+// panics there costs that call too, with Internal, not the caller's
+// goroutine.
+func TestCodecPanicCopyingAFiltersAnswerCostsThatCall(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Codec = kernrpc.PluginConfig{Name: "test-panicky"}
+	cfg.Filters = []kernrpc.FilterConfig{{Name: "test-answer-panic-encode", Side: "client"}}
+	cli := newClient(t, cfg)
+	var resp echopb.Echo
+	err := cli.Call(context.Background(), "Echo.Echo", &echopb.Echo{Text: "x"}, &resp)
+	if want := "codec test-panicky panicked copying a filter's answer"; kernel.CodeOf(err) != kernel.Internal || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a call whose filter's answer the codec panics copying: %v; want Internal saying %q", err, want)
+	}
+}

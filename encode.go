@@ -51,6 +51,17 @@ func sizeHint(codec kernel.Codec, v any) (_ int, err error) {
 	return s.Size(v), nil
 }
 
+// copyThrough copies from into to by encoding it with codec and decoding
+// the result: a client filter's own answer into the caller's reply.
+func copyThrough(codec kernel.Codec, from, to any) (err error) {
+	defer recoverCodec(codec, "copying a filter's answer", &err)
+	data, err := codec.Marshal(nil, from)
+	if err != nil {
+		return err
+	}
+	return codec.Unmarshal(data, to)
+}
+
 // codecAliases reports whether values c decodes point into their input.
 func codecAliases(c kernel.Codec) bool {
 	a, ok := c.(kernel.AliasingCodec)
