@@ -22,6 +22,28 @@ type countingBalancer struct {
 	once        bool  // the first pick alone succeeds; later ones get refuse
 }
 
+// registerLastBalancer registers a test balancer of type T under name,
+// keeping the last one made in last for the test to reach.
+func registerLastBalancer[T any, B interface {
+	*T
+	kernel.Balancer
+}](name string, last *atomic.Pointer[T]) {
+	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: name, New: func(any) (kernel.Balancer, error) {
+		b := B(new(T))
+		last.Store(b)
+		return b, nil
+	}})
+}
+
+// holdAt holds a test balancer's call where its gate was set (gate not
+// nil): it says so on reached, then waits for the gate to open.
+func holdAt(gate, reached chan struct{}) {
+	if gate != nil {
+		reached <- struct{}{}
+		<-gate
+	}
+}
+
 // heldSet is the set a test balancer was given last, and its Update.
 type heldSet struct {
 	mu  sync.Mutex
@@ -53,11 +75,7 @@ func (b *countingBalancer) Done(*kernel.Instance, error) { b.done.Add(1) }
 var lastCounting atomic.Pointer[countingBalancer]
 
 func init() {
-	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-counting", New: func(any) (kernel.Balancer, error) {
-		b := &countingBalancer{}
-		lastCounting.Store(b)
-		return b, nil
-	}})
+	registerLastBalancer("test-counting", &lastCounting)
 	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-refusing", New: func(any) (kernel.Balancer, error) {
 		return &countingBalancer{refuse: kernel.Errorf(kernel.InvalidArgument, "this call carries no hash key")}, nil
 	}})

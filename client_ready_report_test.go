@@ -50,20 +50,13 @@ func (b *reportBalancer) Done(_ *kernel.Instance, err error) {
 		gate = nil
 	}
 	b.mu.Unlock()
-	if gate != nil {
-		b.failed <- struct{}{}
-		<-gate
-	}
+	holdAt(gate, b.failed)
 }
 
 var lastReportBalancer atomic.Pointer[reportBalancer]
 
 func init() {
-	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-report-pick", New: func(any) (kernel.Balancer, error) {
-		b := &reportBalancer{}
-		lastReportBalancer.Store(b)
-		return b, nil
-	}})
+	registerLastBalancer("test-report-pick", &lastReportBalancer)
 }
 
 // A call waiting for readiness tries again at once when the registry

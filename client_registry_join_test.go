@@ -27,20 +27,13 @@ func (b *gatedUpdateBalancer) Update(set []kernel.Instance) {
 	gate, updating := b.updateGate, b.updating
 	b.updateGate = nil
 	b.mu.Unlock()
-	if gate != nil {
-		updating <- struct{}{}
-		<-gate
-	}
+	holdAt(gate, updating)
 }
 
 var lastGatedUpdate atomic.Pointer[gatedUpdateBalancer]
 
 func init() {
-	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-gated-update", New: func(any) (kernel.Balancer, error) {
-		b := &gatedUpdateBalancer{}
-		lastGatedUpdate.Store(b)
-		return b, nil
-	}})
+	registerLastBalancer("test-gated-update", &lastGatedUpdate)
 }
 
 // An instance the registry just reported is called as soon as the

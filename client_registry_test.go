@@ -249,21 +249,14 @@ func (b *gatedPickBalancer) Pick(ctx context.Context, info *kernel.CallInfo) (*k
 	inst, gate, picked := &b.set[b.next%len(b.set)], b.gate, b.picked
 	b.gate = nil
 	b.mu.Unlock()
-	if gate != nil {
-		picked <- struct{}{}
-		<-gate
-	}
+	holdAt(gate, picked)
 	return inst, nil
 }
 
 var lastGatedPick atomic.Pointer[gatedPickBalancer]
 
 func init() {
-	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-gated-pick", New: func(any) (kernel.Balancer, error) {
-		b := &gatedPickBalancer{}
-		lastGatedPick.Store(b)
-		return b, nil
-	}})
+	registerLastBalancer("test-gated-pick", &lastGatedPick)
 }
 
 // A call that picked an instance just before the registry reported it

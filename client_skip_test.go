@@ -45,11 +45,7 @@ var (
 )
 
 func init() {
-	kernel.RegisterBalancer(kernel.Factory[kernel.Balancer]{Name: "test-script-pick", New: func(any) (kernel.Balancer, error) {
-		b := &scriptBalancer{}
-		lastScriptBalancer.Store(b)
-		return b, nil
-	}})
+	registerLastBalancer("test-script-pick", &lastScriptBalancer)
 	kernel.RegisterFilter(kernel.Factory[kernel.Filter]{Name: "test-shed-b", New: func(any) (kernel.Filter, error) {
 		return kernel.FilterFunc(func(ctx context.Context, info *kernel.CallInfo, req any, next kernel.Invoker) (any, error) {
 			if info.Instance.ID == "b" && shedOnB.Add(-1) >= 0 {
