@@ -2,7 +2,6 @@ package kernrpc_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,14 +27,8 @@ func TestARefusedSpareIsNotDialledAgainForEveryCall(t *testing.T) {
 	obs, _ := kernrpc.FindPlugin[*observer](srv.Plugins(), "test-observer")
 	cfg.Filters = nil
 	cli := newClient(t, cfg)
+	errs := holdTwoLarge(t, cli, entered)
 	payload := make([]byte, 64<<10)
-	errs := make(chan error, 2)
-	for i := range 2 {
-		go func() {
-			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &echopb.Echo{})
-		}()
-		receive(t, entered, 5*time.Second, "held call "+strconv.Itoa(i+1)+" did not reach the handler")
-	}
 	// The second held call found the connection loaded and dialled a
 	// spare, which the server refused.
 	waitFor(t, func() bool { return obs.readings(t)["server_connections_refused_total"].Value >= 1 }, "refused spare")

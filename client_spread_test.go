@@ -154,14 +154,8 @@ func TestFailedSpreadDialKeepsTheInstance(t *testing.T) {
 		kernrpc.Handle(s, "Echo.Hold", holding(entered, release))
 	})
 	cli := newClient(t, cfg)
+	errs := holdTwoLarge(t, cli, entered)
 	payload := make([]byte, 64<<10)
-	errs := make(chan error, 2)
-	for i := range 2 {
-		go func() {
-			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &echopb.Echo{})
-		}()
-		receive(t, entered, 5*time.Second, "held call "+strconv.Itoa(i+1)+" did not reach the handler")
-	}
 	// The second call found the connection loaded and started a dial,
 	// which fails. While the held calls keep it loaded, more calls go
 	// through on it, with no dial of their own: until that dial is done
@@ -281,4 +275,20 @@ func upOnAClosedSpare(t *testing.T, cli *kernrpc.Client) {
 	default:
 		t.Logf("the stream ended retryable: %v", err)
 	}
+}
+
+// holdTwoLarge makes two 64 KiB calls of Echo.Hold (see holding), one
+// after the other has reached the handler, and returns where their
+// errors will come: the second finds the connection loaded.
+func holdTwoLarge(t *testing.T, cli *kernrpc.Client, entered <-chan struct{}) <-chan error {
+	t.Helper()
+	payload := make([]byte, 64<<10)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			errs <- cli.Call(context.Background(), "Echo.Hold", &echopb.Echo{Payload: payload}, &echopb.Echo{})
+		}()
+		receive(t, entered, 5*time.Second, "held call "+strconv.Itoa(i+1)+" did not reach the handler")
+	}
+	return errs
 }
