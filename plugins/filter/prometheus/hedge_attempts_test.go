@@ -48,14 +48,7 @@ filters:
 		})
 	})
 
-	var resp wrapperspb.StringValue
-	if err := cli.Call(context.Background(), "Echo.Slow", wrapperspb.String("x"), &resp); err != nil {
-		t.Fatal(err)
-	}
-	if got := n.Load(); got != 2 {
-		t.Fatalf("the server saw %d attempts; want 2 (the hedge was not sent)", got)
-	}
-	wantAttemptsTotal(t, cf, 2)
+	callCountingAttempts(t, cli, cf, &n, 2)
 }
 
 // A hedged call whose losing attempt was retried (a retry filter after
@@ -97,20 +90,21 @@ filters:
 		})
 	})
 
+	callCountingAttempts(t, cli, cf, &n, 3)
+}
+
+// callCountingAttempts makes the test's one call of Echo.Slow, whose
+// handler counts its attempts in n, and wants the server to have seen
+// want of them and cf's kernrpc_client_attempts_total to say as many.
+func callCountingAttempts(t *testing.T, cli *kernrpc.Client, cf *prometheus.Filter, n *atomic.Int32, want int32) {
+	t.Helper()
 	var resp wrapperspb.StringValue
 	if err := cli.Call(context.Background(), "Echo.Slow", wrapperspb.String("x"), &resp); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.Load(); got != 3 {
-		t.Fatalf("the server saw %d attempts; want 3", got)
+	if got := n.Load(); got != want {
+		t.Fatalf("the server saw %d attempts; want %d", got, want)
 	}
-	wantAttemptsTotal(t, cf, 3)
-}
-
-// wantAttemptsTotal checks that cf counted n attempts for the test's one
-// call.
-func wantAttemptsTotal(t *testing.T, cf *prometheus.Filter, n float64) {
-	t.Helper()
 	mfs, err := cf.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +113,8 @@ func wantAttemptsTotal(t *testing.T, cf *prometheus.Filter, n float64) {
 		if mf.GetName() != "kernrpc_client_attempts_total" {
 			continue
 		}
-		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != n {
-			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took %v attempts", ms, n)
+		if ms := mf.GetMetric(); len(ms) != 1 || ms[0].GetCounter().GetValue() != float64(want) {
+			t.Errorf("kernrpc_client_attempts_total = %v for the one call that took %d attempts", ms, want)
 		}
 		return
 	}
